@@ -1,0 +1,46 @@
+# agentcron: every task goes through here. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint format migrate clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "agentcron needs Python 3.11 or newer (PYTHON=$(PYTHON))"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+help: ## list the tasks
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+
+install: $(VENV)/.installed ## create .venv and install agentcron with its dev tools
+
+run: install ## migrate the SQLite database, add the example schedule, serve on $(HOST):$(PORT)
+	$(BIN)/agentcron migrate
+	$(BIN)/agentcron serve --host $(HOST) --port $(PORT)
+
+test: install ## run the whole test suite (PostgreSQL tests too when it is reachable)
+	$(BIN)/pytest
+
+lint: install ## ruff and mypy (strict)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install ## apply ruff's formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+migrate: install ## apply database migrations to AGENTCRON_DATABASE_URL
+	$(BIN)/agentcron migrate
+
+clean: ## remove the virtualenv and local state
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,44 @@
+"""Settings, read once from ``AGENTCRON_*`` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_instance_id() -> str:
+    # Unique per process start: a restarted process must not mistake its predecessor's
+    # leases for its own.
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Settings(BaseSettings):
+    """The service configuration. Every field maps to ``AGENTCRON_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCRON_", extra="ignore")
+
+    database_url: str = "sqlite+aiosqlite:///./var/agentcron.db"
+    disable_scheduler: bool = False
+    scheduler_tick_seconds: float = Field(default=10.0, gt=0, le=3600)
+    scheduler_concurrency: int = Field(default=4, ge=1, le=1000)
+    data_dir: Path = Path("./var")
+    allow_private_webhooks: bool = False
+    log_format: Literal["console", "json"] | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    max_active_schedules: int = Field(default=100_000, ge=1)
+    lease_seconds: float = Field(default=30.0, gt=0)
+    drain_timeout_seconds: float = Field(default=30.0, ge=0)
+    instance_id: str = Field(default_factory=_default_instance_id)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    return Settings()

@@ -1,0 +1,63 @@
+"""The agent seam: the ``Runner`` protocol and the registry of runner types.
+
+A schedule's ``runner`` object names a registered type; its configuration is validated when the
+schedule is created or updated, never first at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.errors import InvalidSchedule
+from core.runners.base import CancelToken, Runner, RunnerType, RunOutcome, RunRequest
+from core.runners.command import CommandRunnerType
+
+_REGISTRY: dict[str, RunnerType] = {}
+
+
+def register_runner_type(runner_type: RunnerType) -> None:
+    """Make ``runner_type`` available to schedules under ``runner_type.name``."""
+    _REGISTRY[runner_type.name] = runner_type
+
+
+def runner_type(name: str) -> RunnerType:
+    """The registered type called ``name``; ``InvalidSchedule`` if there is none."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise InvalidSchedule(
+            f"unknown runner type {name!r}; known types: {known}", field="runner.type"
+        ) from None
+
+
+def validate_runner(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a runner configuration and return its normalised form.
+
+    Raises ``InvalidSchedule`` naming the field (``runner.type``, ``runner.argv.0``...).
+    """
+    kind = config.get("type")
+    if not isinstance(kind, str):
+        raise InvalidSchedule("runner.type is required (a string)", field="runner.type")
+    return runner_type(kind).validate(config)
+
+
+def build_runner(config: Mapping[str, Any]) -> Runner:
+    """A runner instance for a stored (already validated) configuration."""
+    return runner_type(str(config["type"])).build(config)
+
+
+register_runner_type(CommandRunnerType())
+
+__all__ = [
+    "CancelToken",
+    "RunOutcome",
+    "RunRequest",
+    "Runner",
+    "RunnerType",
+    "build_runner",
+    "register_runner_type",
+    "runner_type",
+    "validate_runner",
+]

@@ -1,0 +1,93 @@
+"""The runner contract shared by every agent runner."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class TransientRunError(Exception):
+    """An attempt failed in a way another attempt may not (retried while attempts remain)."""
+
+
+class CancelToken:
+    """A cooperative cancel signal handed to a runner for one attempt.
+
+    The engine sets it on timeout, on a user's cancel and on shutdown; a runner must stop its
+    work promptly once ``cancelled`` is true (or ``wait()`` returns) and then raise or return.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.reason: str | None = None
+
+    def cancel(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a runner gets for one attempt of one run."""
+
+    run_id: uuid.UUID
+    schedule_id: uuid.UUID
+    task_id: uuid.UUID
+    attempt: int
+    trigger: str
+    due_at: datetime | None
+    prompt: str
+    workdir: Path
+    timeout_seconds: float
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A successful attempt: ``output`` is the excerpt kept on the run."""
+
+    output: str
+
+
+class Runner(Protocol):
+    """Runs one agent turn.
+
+    Contract:
+    - ``run`` is idempotent by ``request.run_id``: it may be called again for the same run after
+      a crash or a lost lease (with a higher ``attempt``) and must not duplicate an effect that
+      the first call already made durable.
+    - It returns a ``RunOutcome`` on success. It raises ``RunPermanentError`` when retrying
+      cannot help (bad configuration, target gone, input rejected); any other exception is
+      transient and the engine retries while attempts remain.
+    - It watches ``cancel`` and stops promptly once it is set (timeout, user cancel, shutdown);
+      the engine records the run as ``timed_out`` or ``cancelled`` and delivers nothing.
+    """
+
+    async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome: ...
+
+
+class RunnerType(Protocol):
+    """A named family of runners: validates configurations and builds runners from them."""
+
+    name: str
+
+    def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the normalised config or raise ``InvalidSchedule`` naming ``runner.<field>``."""
+        ...
+
+    def build(self, config: Mapping[str, Any]) -> Runner:
+        """A runner for a configuration that ``validate`` accepted."""
+        ...

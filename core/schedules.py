@@ -1,0 +1,341 @@
+"""The schedule half of the service layer: create, read, list, update, pause, resume, delete.
+
+Every write validates first and computes ``next_run`` before anything reaches the database, so
+bad input never leaves a row behind. ``next_run`` is always recomputed from *now* when the
+timetable or the enabled state changes, which is why a due time missed while paused is never
+run late.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core import triggers
+from core.clock import Clock, utcnow
+from core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from core.notify import keep_masked_secrets, masked_channels, validate_channels
+from core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from core.runners import validate_runner
+from core.specs import ScheduleCreate, ScheduleUpdate, reject_nul
+from core.storage import Database, Run, Schedule
+
+WAKE_CHANNEL = "agentcron_schedules"
+
+
+def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:
+    """An id from a path or a caller; anything that is not a UUID is simply not found."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        raise NotFound(kind, str(value)) from None
+
+
+def schedule_view(schedule: Schedule) -> dict[str, Any]:
+    """The public shape of a schedule (API.md): secrets masked, description in words."""
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    return {
+        "id": schedule.id,
+        "owner": schedule.owner,
+        "name": schedule.name,
+        "prompt": schedule.prompt,
+        "trigger": schedule.trigger,
+        "enabled": schedule.enabled,
+        "mode": schedule.mode,
+        "overlap": schedule.overlap,
+        "catchup": schedule.catchup,
+        "catchup_window_seconds": schedule.catchup_window_seconds,
+        "misfire_grace_seconds": schedule.misfire_grace_seconds,
+        "timeout_seconds": schedule.timeout_seconds,
+        "max_attempts": schedule.max_attempts,
+        "runner": schedule.runner,
+        "notify": masked_channels(schedule.notify),
+        "next_run": schedule.next_run,
+        "description": triggers.describe(trigger),
+        "paused_at": schedule.paused_at,
+        "paused_note": schedule.paused_note,
+        "last_run_at": schedule.last_run_at,
+        "last_status": schedule.last_status,
+        "last_error": schedule.last_error,
+        "last_run_id": schedule.last_run_id,
+        "consecutive_failures": schedule.consecutive_failures,
+        "created_at": schedule.created_at,
+        "updated_at": schedule.updated_at,
+    }
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A trigger in words and its next due times."""
+
+    description: str
+    next: list[datetime]
+
+
+def preview(
+    trigger_data: dict[str, Any], count: int, after: datetime | None, now: datetime
+) -> Preview:
+    """Describe ``trigger_data`` and list up to ``count`` due times strictly after ``after``."""
+    reject_nul(trigger_data, "trigger")
+    trigger = triggers.parse_trigger(trigger_data, now)
+    start = after if after is not None else now
+    return Preview(triggers.describe(trigger), triggers.preview(trigger, start, count))
+
+
+def _next_run(trigger: triggers.Trigger, now: datetime) -> datetime | None:
+    due = triggers.next_fire(trigger, now)
+    return None if due is None else due.astimezone(UTC)
+
+
+class ScheduleService:
+    """Schedule CRUD over one database.
+
+    ``owner=None`` means an administrator (sees everything); otherwise a schedule of another
+    owner is ``NotFound``, never "forbidden". ``on_change`` is called after every committed
+    change to a timetable so the local loop can re-plan its sleep; on PostgreSQL the same
+    transaction also sends a NOTIFY on ``agentcron_schedules`` for other replicas.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        max_active: int = 100_000,
+        clock: Clock = utcnow,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.max_active = max_active
+        self.clock = clock
+        self.on_change = on_change
+
+    async def _announce(self, session: AsyncSession) -> None:
+        if self.db.capabilities.listen_notify:
+            await session.execute(text(f"SELECT pg_notify('{WAKE_CHANNEL}', '')"))
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def _load(
+        self,
+        session: AsyncSession,
+        schedule_id: str | uuid.UUID,
+        owner: str | None,
+        *,
+        lock: bool = False,
+    ) -> Schedule:
+        id = parse_id(schedule_id)
+        query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
+        if owner is not None:
+            query = query.where(Schedule.owner == owner)
+        if lock:
+            query = query.with_for_update()
+        schedule = (await session.execute(query)).scalar_one_or_none()
+        if schedule is None:
+            raise NotFound("schedule", str(schedule_id))
+        return schedule
+
+    async def create(self, spec: ScheduleCreate, owner: str) -> Schedule:
+        """Validate ``spec`` and store a new schedule with its first ``next_run``.
+
+        Raises ``InvalidSchedule`` (naming the field) for bad input and
+        ``ScheduleCapacityExceeded`` when the active-schedule limit is reached; nothing is
+        written in either case.
+        """
+        now = self.clock()
+        for name in ("trigger", "runner"):
+            reject_nul(getattr(spec, name), name)
+        reject_nul(spec.notify, "notify")
+        trigger = triggers.parse_trigger(spec.trigger, now)
+        runner = validate_runner(spec.runner)
+        notify = validate_channels(spec.notify)
+        overlap = spec.overlap or ("skip" if spec.mode == "persistent" else "allow")
+        schedule = Schedule(
+            id=uuid.uuid4(),
+            owner=owner,
+            name=spec.name,
+            prompt=spec.prompt,
+            trigger=triggers.trigger_to_dict(trigger),
+            enabled=spec.enabled,
+            mode=spec.mode,
+            overlap=overlap,
+            catchup=spec.catchup,
+            catchup_window_seconds=spec.catchup_window_seconds,
+            misfire_grace_seconds=spec.misfire_grace_seconds,
+            timeout_seconds=spec.timeout_seconds,
+            max_attempts=spec.max_attempts,
+            runner=runner,
+            notify=notify,
+            next_run=_next_run(trigger, now) if spec.enabled else None,
+            paused_at=None if spec.enabled else now,
+            consecutive_failures=0,
+            created_at=now,
+            updated_at=now,
+        )
+        async with self.db.session() as session:
+            if spec.enabled:
+                await self._check_capacity(session)
+            session.add(schedule)
+            await self._announce(session)
+        self._changed()
+        return schedule
+
+    async def _check_capacity(self, session: AsyncSession) -> None:
+        active = await session.scalar(
+            select(func.count())
+            .select_from(Schedule)
+            .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
+        )
+        if (active or 0) >= self.max_active:
+            raise ScheduleCapacityExceeded(
+                f"at most {self.max_active} active schedules (AGENTCRON_MAX_ACTIVE_SCHEDULES)"
+            )
+
+    async def get(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:
+        """The schedule, or ``NotFound``."""
+        async with self.db.session(write=False) as session:
+            return await self._load(session, schedule_id, owner)
+
+    async def list(
+        self, owner: str | None, limit: int = 50, cursor: str | None = None
+    ) -> Page[Schedule]:
+        """Schedules newest created first (ties by id), ``limit`` per page."""
+        check_limit(limit)
+        query = select(Schedule).where(Schedule.deleted_at.is_(None))
+        if owner is not None:
+            query = query.where(Schedule.owner == owner)
+        if cursor is not None:
+            created, id = decode_cursor(cursor)
+            query = query.where(
+                or_(
+                    Schedule.created_at < created,
+                    (Schedule.created_at == created) & (Schedule.id < id),
+                )
+            )
+        query = query.order_by(Schedule.created_at.desc(), Schedule.id.desc()).limit(limit + 1)
+        async with self.db.session(write=False) as session:
+            rows = list((await session.execute(query)).scalars())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more else None
+        return Page(rows, next_cursor)
+
+    async def update(
+        self, schedule_id: str | uuid.UUID, patch: ScheduleUpdate, owner: str | None
+    ) -> Schedule:
+        """Replace each named field; recompute ``next_run`` if the timetable or state changed."""
+        changes = patch.changes()
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await self._load(session, schedule_id, owner, lock=True)
+            timetable_changed = False
+            if "trigger" in changes:
+                reject_nul(changes["trigger"], "trigger")
+                trigger = triggers.parse_trigger(changes["trigger"], now)
+                changes["trigger"] = triggers.trigger_to_dict(trigger)
+                timetable_changed = True
+            if "runner" in changes:
+                reject_nul(changes["runner"], "runner")
+                changes["runner"] = validate_runner(changes["runner"])
+            if "notify" in changes:
+                reject_nul(changes["notify"], "notify")
+                merged = keep_masked_secrets(changes["notify"], schedule.notify)
+                changes["notify"] = validate_channels(merged)
+            if "enabled" in changes and changes["enabled"] != schedule.enabled:
+                timetable_changed = True
+                if changes["enabled"]:
+                    await self._check_capacity(session)
+                    schedule.paused_at, schedule.paused_note = None, None
+                else:
+                    schedule.paused_at = now
+            for name, value in changes.items():
+                setattr(schedule, name, value)
+            if timetable_changed:
+                schedule.next_run = (
+                    _next_run(triggers.trigger_from_dict(schedule.trigger), now)
+                    if schedule.enabled
+                    else None
+                )
+            schedule.updated_at = now
+            await self._announce(session)
+        self._changed()
+        return schedule
+
+    async def pause(
+        self, schedule_id: str | uuid.UUID, note: str | None, owner: str | None
+    ) -> Schedule:
+        """Stop new scheduled runs: clears ``next_run``; runs already started finish."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await self._load(session, schedule_id, owner, lock=True)
+            schedule.enabled = False
+            schedule.next_run = None
+            schedule.paused_at = schedule.paused_at or now
+            schedule.paused_note = note
+            schedule.updated_at = now
+            await self._announce(session)
+        self._changed()
+        return schedule
+
+    async def resume(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:
+        """Re-enable; the next due time is the first one strictly after now (none run late)."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await self._load(session, schedule_id, owner, lock=True)
+            if not schedule.enabled:
+                await self._check_capacity(session)
+            schedule.enabled = True
+            schedule.paused_at = None
+            schedule.paused_note = None
+            schedule.next_run = _next_run(triggers.trigger_from_dict(schedule.trigger), now)
+            schedule.updated_at = now
+            await self._announce(session)
+        self._changed()
+        return schedule
+
+    async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
+        """Delete a schedule: it stops at once and its pending and running runs are cancelled.
+
+        The row is kept (marked deleted) so its runs stay readable by run id.
+        """
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await self._load(session, schedule_id, owner, lock=True)
+            schedule.deleted_at = now
+            schedule.enabled = False
+            schedule.next_run = None
+            schedule.updated_at = now
+            await session.execute(
+                update(Run)
+                .where(Run.schedule_id == schedule.id, Run.status == "pending")
+                .values(status="cancelled", reason="schedule_deleted", finished_at=now)
+            )
+            await session.execute(
+                update(Run)
+                .where(Run.schedule_id == schedule.id, Run.status == "running")
+                .values(cancel_requested=True)
+            )
+            await self._announce(session)
+        self._changed()
+
+
+def check_preview_after(after: str | None) -> datetime | None:
+    """Parse the optional ``after`` of a preview request (must carry an offset)."""
+    if after is None:
+        return None
+    try:
+        value = datetime.fromisoformat(after)
+    except ValueError:
+        raise InvalidSchedule("after must be an ISO 8601 datetime", field="after") from None
+    if value.tzinfo is None:
+        raise InvalidSchedule("after must carry a UTC offset", field="after")
+    return value

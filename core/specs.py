@@ -1,0 +1,132 @@
+"""What a caller may ask for: the validated shapes of schedule input.
+
+These pydantic models are the request bodies of the HTTP API and the arguments of the Python
+service layer alike, so both reject the same input with the same field paths. Anything that
+needs more than a type check (the trigger, the runner, notify channels) is validated by its own
+module and raises ``InvalidSchedule`` naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.errors import InvalidSchedule
+
+Mode = Literal["isolated", "persistent"]
+Overlap = Literal["allow", "skip", "buffer_one", "cancel_other"]
+Catchup = Literal["skip", "latest"]
+
+MAX_PROMPT_CHARS = 100_000
+MAX_NAME_CHARS = 200
+MAX_NOTE_CHARS = 2_000
+MAX_NOTIFY_CHANNELS = 20
+MAX_TIMEOUT_SECONDS = 7 * 86_400
+MAX_WINDOW_SECONDS = 31_536_000
+
+TRIGGER_DOC = (
+    'Exactly one of {"cron": "<5 fields or @macro>", "timezone": "<IANA zone>"}, '
+    '{"every_seconds": 1..31536000, "start_at": "<datetime>"?} or {"at": "<datetime>"}.'
+)
+
+
+def reject_nul(value: Any, field: str) -> None:
+    """Refuse NUL characters anywhere in ``value``: PostgreSQL text and jsonb cannot hold them."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidSchedule("NUL characters are not allowed", field=field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reject_nul(key, field)
+            reject_nul(item, f"{field}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            reject_nul(item, f"{field}.{index}")
+
+
+def _no_nul(value: str | None) -> str | None:
+    if value is not None and "\x00" in value:
+        raise ValueError("NUL characters are not allowed")
+    return value
+
+
+def _non_blank(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+class _Input(BaseModel):
+    # strict: "5" is not an int and "true" is not a bool; unknown fields are errors, not ignored.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ScheduleCreate(_Input):
+    """A new schedule. Defaults follow API.md; ``overlap`` defaults by ``mode``."""
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    trigger: dict[str, Any] = Field(description=TRIGGER_DOC)
+    enabled: bool = True
+    mode: Mode = "isolated"
+    overlap: Overlap | None = Field(
+        default=None, description="allow (isolated default) | skip (persistent default) | ..."
+    )
+    catchup: Catchup = "skip"
+    catchup_window_seconds: int = Field(default=3600, ge=0, le=MAX_WINDOW_SECONDS)
+    misfire_grace_seconds: int = Field(default=60, ge=0, le=86_400)
+    timeout_seconds: int = Field(default=3600, ge=1, le=MAX_TIMEOUT_SECONDS)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    runner: dict[str, Any]
+    notify: list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_NOTIFY_CHANNELS)
+
+    _nul = field_validator("name", "prompt")(_no_nul)
+    _blank = field_validator("name")(_non_blank)
+
+
+class ScheduleUpdate(_Input):
+    """A partial update: each field named replaces the stored one whole."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
+    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_PROMPT_CHARS)
+    trigger: dict[str, Any] | None = Field(default=None, description=TRIGGER_DOC)
+    enabled: bool | None = None
+    mode: Mode | None = None
+    overlap: Overlap | None = None
+    catchup: Catchup | None = None
+    catchup_window_seconds: int | None = Field(default=None, ge=0, le=MAX_WINDOW_SECONDS)
+    misfire_grace_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
+    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    runner: dict[str, Any] | None = None
+    notify: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_NOTIFY_CHANNELS)
+
+    _nul = field_validator("name", "prompt")(_no_nul)
+    _blank = field_validator("name")(_non_blank)
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the caller named. A null for any of them is refused: none is nullable."""
+        named = {name: getattr(self, name) for name in self.model_fields_set}
+        for name, value in named.items():
+            if value is None:
+                raise InvalidSchedule(f"{name} may not be null", field=name)
+        return named
+
+
+class PauseRequest(_Input):
+    """Body of a pause: an optional note saying why, shown on the schedule."""
+
+    note: str | None = Field(default=None, max_length=MAX_NOTE_CHARS)
+
+    _nul = field_validator("note")(_no_nul)
+
+
+class PreviewRequest(_Input):
+    """Body of a preview: the due times of ``trigger`` strictly after ``after`` (default now)."""
+
+    trigger: dict[str, Any] = Field(description=TRIGGER_DOC)
+    count: int = Field(default=10, ge=1, le=1000)
+    after: str | None = Field(
+        default=None, description="ISO 8601 datetime with an offset; default now"
+    )

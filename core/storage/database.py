@@ -1,0 +1,127 @@
+"""The async engine, sessions, and what the database can do (decided once, at start)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from core.errors import SchedulerUnavailable
+
+# Execution option that asks SQLite for BEGIN IMMEDIATE: a write transaction takes the write
+# lock up front and waits (busy_timeout) instead of failing on lock upgrade mid-transaction.
+_WRITE = "agentcron_write"
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Dialect differences, decided once so no code tests ``dialect.name`` elsewhere."""
+
+    dialect: str
+    skip_locked: bool  # SELECT ... FOR UPDATE SKIP LOCKED
+    listen_notify: bool  # cross-process wake-ups
+    multi_process: bool  # several replicas may share this database
+
+    @classmethod
+    def for_dialect(cls, name: str) -> Capabilities:
+        if name == "postgresql":
+            return cls(dialect=name, skip_locked=True, listen_notify=True, multi_process=True)
+        return cls(dialect=name, skip_locked=False, listen_notify=False, multi_process=False)
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module so BEGIN is ours (see _on_begin).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _ensure_sqlite_dir(url: str) -> None:
+    database = make_url(url).database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+class Database:
+    """One async engine and its sessions.
+
+    ``session(write=True)`` is a unit of work that commits on success and rolls back on error;
+    on SQLite it begins IMMEDIATE. Connection failures surface as ``SchedulerUnavailable``
+    with the driver exception as ``__cause__``.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        backend = make_url(url).get_backend_name()
+        kwargs: dict[str, Any] = {}
+        if backend == "postgresql":
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            kwargs["isolation_level"] = "READ COMMITTED"
+        elif backend == "sqlite":
+            _ensure_sqlite_dir(url)
+        self.url = url
+        self.engine = create_async_engine(url, **kwargs)
+        self.capabilities = Capabilities.for_dialect(backend)
+        if backend == "sqlite":
+            _install_sqlite_hooks(self.engine)
+        self._read = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._write = async_sessionmaker(
+            self.engine.execution_options(**{_WRITE: True}), expire_on_commit=False
+        )
+
+    @asynccontextmanager
+    async def session(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
+        """A transaction: commit on normal exit, roll back on exception."""
+        maker = self._write if write else self._read
+        try:
+            async with maker() as session, session.begin():
+                yield session
+        except (OperationalError, DBAPIError, OSError) as exc:
+            if isinstance(exc, DBAPIError) and not _is_unavailable(exc):
+                raise
+            raise SchedulerUnavailable("the database is unavailable") from exc
+
+    async def ping(self) -> None:
+        """Raise ``SchedulerUnavailable`` unless a trivial query succeeds."""
+        from sqlalchemy import text
+
+        async with self.session(write=False) as session:
+            await session.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _is_unavailable(exc: DBAPIError) -> bool:
+    # Connection-level failures mean "try again later"; integrity and programming errors
+    # are bugs or bad input and must not be disguised as an outage.
+    if exc.connection_invalidated or isinstance(exc, OperationalError):
+        return True
+    text = type(exc.orig).__name__ if exc.orig is not None else ""
+    return any(
+        key in text
+        for key in ("Connection", "CannotConnectNow", "TooManyConnections", "AdminShutdown")
+    )

@@ -1,0 +1,153 @@
+"""Shared fixtures: one database per test on SQLite and on PostgreSQL, and an app client.
+
+PostgreSQL tests use ``AGENTCRON_TEST_PG_URL`` (default: the local ``test`` database). A
+migrated template database is built once per session; each test gets its own clone
+(``CREATE DATABASE ... TEMPLATE``), so tests never see each other's rows. SQLite tests copy a
+migrated file. When PostgreSQL is unreachable its tests are skipped with the reason, unless
+``AGENTCRON_REQUIRE_PG=1``, which turns that into a failure (CI sets it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from core.config import Settings
+from core.storage import Database
+from core.storage.migrate import upgrade
+from web.app import create_app
+
+PG_URL = os.environ.get(
+    "AGENTCRON_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+REQUIRE_PG = os.environ.get("AGENTCRON_REQUIRE_PG", "").lower() in ("1", "true", "yes")
+RUN_TAG = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+
+def _dsn(url: str) -> str:
+    """The asyncpg DSN of a SQLAlchemy URL."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def pg_url_for(database: str) -> str:
+    return make_url(PG_URL).set(database=database).render_as_string(hide_password=False)
+
+
+async def _admin(statement: str) -> None:
+    conn = await asyncpg.connect(_dsn(PG_URL), timeout=5)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+class PgServer:
+    """Creates and drops the per-test databases of this run."""
+
+    def __init__(self) -> None:
+        self.template = f"agentcron_tmpl_{RUN_TAG}"
+        self.created: list[str] = []
+        self._counter = 0
+
+    async def clone(self) -> str:
+        self._counter += 1
+        name = f"agentcron_t_{RUN_TAG}_{self._counter}"
+        await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self.created.append(name)
+        return pg_url_for(name)
+
+    async def drop(self, name: str) -> None:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer | None]:
+    """The migrated template on PostgreSQL, or None (with the reason) when unreachable."""
+    server = PgServer()
+    try:
+        asyncio.run(_admin(f'CREATE DATABASE "{server.template}"'))
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        reason = f"PostgreSQL unreachable at {PG_URL}: {exc!r}"
+        if REQUIRE_PG:
+            pytest.fail(f"{reason} (AGENTCRON_REQUIRE_PG=1)", pytrace=False)
+        yield None
+        return
+    upgrade(pg_url_for(server.template))
+    yield server
+
+    async def cleanup() -> None:
+        for name in [*server.created, server.template]:
+            await server.drop(name)
+
+    asyncio.run(cleanup())
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    upgrade(f"sqlite+aiosqlite:///{path}")
+    return path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+async def db_url(
+    backend: str,
+    tmp_path: Path,
+    sqlite_template: Path,
+    pg_server: PgServer | None,
+) -> str:
+    """A freshly migrated, empty database of ``backend`` for this test alone."""
+    if backend == "sqlite":
+        path = tmp_path / "agentcron.db"
+        shutil.copy(sqlite_template, path)
+        return f"sqlite+aiosqlite:///{path}"
+    if pg_server is None:
+        message = f"PostgreSQL unreachable at {PG_URL}"
+        if REQUIRE_PG:
+            pytest.fail(f"{message} (AGENTCRON_REQUIRE_PG=1)", pytrace=False)
+        pytest.skip(message)
+    return await pg_server.clone()
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = Database(db_url)
+    yield database
+    checked_out = database.engine.sync_engine.pool.checkedout()  # type: ignore[attr-defined]
+    await database.dispose()
+    assert checked_out == 0, f"{checked_out} database connection(s) leaked by the test"
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=db_url,
+        disable_scheduler=True,
+        data_dir=tmp_path / "data",
+        log_format="console",
+    )
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client bound to a live app (lifespan entered) on this test's database."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentcron") as http:
+            yield http

@@ -1,0 +1,276 @@
+"""The schedule half of the HTTP API, on SQLite and PostgreSQL, through the real app."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+
+API = "/api/v1/schedules"
+RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "morning digest",
+        "prompt": "Summarise today's headlines in five bullets.",
+        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": RUNNER,
+    }
+    data.update(overrides)
+    return data
+
+
+async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    response = await client.post(API, json=body(**overrides))
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def count(client: httpx.AsyncClient) -> int:
+    response = await client.get(API, params={"limit": 500})
+    assert response.status_code == 200
+    return len(response.json()["items"])
+
+
+def parse(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
+    before = datetime.now(UTC)
+    created = await create(client)
+    assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
+    assert created["trigger"] == {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"}
+    assert created["enabled"] is True
+    assert created["mode"] == "isolated" and created["overlap"] == "allow"
+    assert created["catchup"] == "skip" and created["catchup_window_seconds"] == 3600
+    assert created["misfire_grace_seconds"] == 60
+    assert created["timeout_seconds"] == 3600 and created["max_attempts"] == 3
+    assert created["notify"] == [] and created["consecutive_failures"] == 0
+    next_run = parse(created["next_run"])
+    assert next_run.utcoffset() == timedelta(0)
+    local = next_run.astimezone(ZoneInfo("Asia/Shanghai"))
+    assert (local.hour, local.minute, local.second) == (8, 0, 0)
+    assert local.isoweekday() <= 5
+    assert before < next_run <= before + timedelta(days=4)
+
+
+async def test_persistent_mode_defaults_to_overlap_skip(client: httpx.AsyncClient) -> None:
+    created = await create(client, mode="persistent")
+    assert created["overlap"] == "skip"
+
+
+async def test_get_list_and_paginate_newest_first(client: httpx.AsyncClient) -> None:
+    ids = [(await create(client, name=f"s{i}"))["id"] for i in range(5)]
+    got = await client.get(f"{API}/{ids[2]}")
+    assert got.status_code == 200 and got.json()["name"] == "s2"
+
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        page = (await client.get(API, params=params)).json()
+        seen += [item["id"] for item in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(reversed(ids))
+    assert pages == 3
+
+
+async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    response = await client.patch(
+        f"{API}/{created['id']}",
+        json={"trigger": {"every_seconds": 90}, "name": "renamed"},
+    )
+    assert response.status_code == 200, response.text
+    patched = response.json()
+    assert patched["name"] == "renamed"
+    assert patched["prompt"] == created["prompt"]
+    assert patched["description"] == "Every 90 seconds"
+    next_run = parse(patched["next_run"])
+    now = datetime.now(UTC)
+    assert now < next_run <= now + timedelta(seconds=91)
+
+
+async def test_pause_resume_with_note(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    paused = await client.post(f"{API}/{created['id']}/pause", json={"note": "holiday"})
+    assert paused.status_code == 200
+    assert paused.json()["enabled"] is False
+    assert paused.json()["paused_note"] == "holiday"
+    assert paused.json()["paused_at"] is not None
+    assert paused.json()["next_run"] is None
+    resumed = await client.post(f"{API}/{created['id']}/resume")
+    assert resumed.status_code == 200
+    data = resumed.json()
+    assert data["enabled"] is True and data["paused_at"] is None and data["paused_note"] is None
+    assert parse(data["next_run"]) > datetime.now(UTC)
+
+
+async def test_pause_without_body(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    paused = await client.post(f"{API}/{created['id']}/pause")
+    assert paused.status_code == 200 and paused.json()["paused_note"] is None
+
+
+async def test_delete_then_404(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    assert (await client.delete(f"{API}/{created['id']}")).status_code == 204
+    missing = await client.get(f"{API}/{created['id']}")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "NotFound"
+    assert created["id"] in missing.json()["error"]["message"]
+    assert await count(client) == 0
+
+
+async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        f"{API}/preview",
+        json={
+            "trigger": {"cron": "30 1 * * *", "timezone": "America/New_York"},
+            "after": "2025-10-30T12:00:00+00:00",
+        },
+    )
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert len(data["next"]) == 10
+    # 2025-11-02 repeats 01:30 in New York: a fixed-time job fires once, at the first (EDT).
+    assert data["next"][:5] == [
+        "2025-10-31T01:30:00-04:00",
+        "2025-11-01T01:30:00-04:00",
+        "2025-11-02T01:30:00-04:00",
+        "2025-11-03T01:30:00-05:00",
+        "2025-11-04T01:30:00-05:00",
+    ]
+
+
+async def test_masked_secret_round_trip(client: httpx.AsyncClient) -> None:
+    secret = "whsec_" + "A" * 32
+    created = await create(
+        client, notify=[{"type": "webhook", "url": "https://example.org/hook", "secret": secret}]
+    )
+    shown = created["notify"][0]["secret"]
+    assert shown != secret and secret not in str(created)
+    patched = await client.patch(f"{API}/{created['id']}", json={"notify": created["notify"]})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["notify"][0]["secret"] == shown
+
+
+BAD_INPUT = [
+    ("cron_field_count", {"trigger": {"cron": "0 8 * *"}}, 422, "trigger.cron"),
+    ("cron_six_fields", {"trigger": {"cron": "0 0 8 * * 1"}}, 422, "trigger.cron"),
+    ("cron_out_of_range", {"trigger": {"cron": "60 8 * * *"}}, 422, "trigger.cron"),
+    ("cron_garbage", {"trigger": {"cron": "every day at 8"}}, 422, "trigger.cron"),
+    ("cron_never", {"trigger": {"cron": "0 0 31 2 *"}}, 422, "trigger.cron"),
+    ("unknown_zone", {"trigger": {"cron": "0 8 * * *", "timezone": "Mars/Base"}}, 422,
+     "trigger.timezone"),
+    ("offset_zone", {"trigger": {"cron": "0 8 * * *", "timezone": "+08:00"}}, 422,
+     "trigger.timezone"),
+    ("interval_zero", {"trigger": {"every_seconds": 0}}, 422, "trigger.every_seconds"),
+    ("interval_negative", {"trigger": {"every_seconds": -5}}, 422, "trigger.every_seconds"),
+    ("interval_huge", {"trigger": {"every_seconds": 10**12}}, 422, "trigger.every_seconds"),
+    ("at_naive", {"trigger": {"at": "2099-01-01T00:00:00"}}, 422, "trigger.at"),
+    ("at_past", {"trigger": {"at": "2001-01-01T00:00:00+00:00"}}, 422, "trigger.at"),
+    ("two_kinds", {"trigger": {"cron": "* * * * *", "every_seconds": 5}}, 422, "trigger"),
+    ("timeout_zero", {"timeout_seconds": 0}, 422, "timeout_seconds"),
+    ("attempts_negative", {"max_attempts": -1}, 422, "max_attempts"),
+    ("unknown_field", {"colour": "blue"}, 422, "colour"),
+    ("prompt_too_long", {"prompt": "x" * 100_001}, 422, "prompt"),
+    ("name_empty", {"name": ""}, 422, "name"),
+    ("name_too_long", {"name": "n" * 201}, 422, "name"),
+    ("name_nul", {"name": "a\x00b"}, 422, "name"),
+    ("runner_unknown", {"runner": {"type": "teleport"}}, 422, "runner.type"),
+    ("runner_argv_empty", {"runner": {"type": "command", "argv": []}}, 422, "runner.argv"),
+    ("int_as_string", {"max_attempts": "3"}, 422, "max_attempts"),
+    ("notify_bad_url", {"notify": [{"type": "webhook", "url": "ftp://x", "secret": "whsec_x"}]},
+     422, "notify.0.url"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "status", "field"),
+    [case[1:] for case in BAD_INPUT],
+    ids=[case[0] for case in BAD_INPUT],
+)
+async def test_bad_input_is_rejected_naming_the_field(
+    client: httpx.AsyncClient, overrides: dict[str, Any], status: int, field: str
+) -> None:
+    response = await client.post(API, json=body(**overrides))
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["field"] == field
+    assert error["type"] in ("InvalidSchedule", "ValidationError")
+    assert error["message"]
+    assert await count(client) == 0
+
+
+async def test_missing_required_field(client: httpx.AsyncClient) -> None:
+    data = body()
+    del data["runner"]
+    response = await client.post(API, json=data)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "runner"
+    assert await count(client) == 0
+
+
+async def test_malformed_json_is_400(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        API, content=b'{"name": "x",', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "ValidationError"
+    assert await count(client) == 0
+
+
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "-1", "1.5", "00000000-0000-0000-0000-000000000000"])
+async def test_unknown_id_is_404_naming_it(client: httpx.AsyncClient, bad_id: str) -> None:
+    for method, suffix in (("GET", ""), ("PATCH", ""), ("DELETE", ""), ("POST", "/pause")):
+        kwargs: dict[str, Any] = {"json": {"name": "x"}} if method == "PATCH" else {}
+        response = await client.request(method, f"{API}/{bad_id}{suffix}", **kwargs)
+        assert response.status_code == 404, (method, response.text)
+        assert bad_id in response.json()["error"]["message"]
+
+
+async def test_patch_bad_input_changes_nothing(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    for patch, field in (
+        ({"trigger": {"cron": "61 * * * *"}}, "trigger.cron"),
+        ({"name": None}, "name"),
+        ({"timeout_seconds": -1}, "timeout_seconds"),
+        ({"bogus": 1}, "bogus"),
+    ):
+        response = await client.patch(f"{API}/{created['id']}", json=patch)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == field
+    after = (await client.get(f"{API}/{created['id']}")).json()
+    assert after == created
+
+
+@pytest.mark.parametrize("limit", [0, 501, -3])
+async def test_list_limit_bounds(client: httpx.AsyncClient, limit: int) -> None:
+    response = await client.get(API, params={"limit": limit})
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "limit"
+
+
+async def test_bad_cursor(client: httpx.AsyncClient) -> None:
+    response = await client.get(API, params={"cursor": "garbage!"})
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "cursor"
+
+
+async def test_health_and_ready(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).status_code == 200
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"]["database"] == "ok"

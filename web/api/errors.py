@@ -1,0 +1,111 @@
+"""The one table mapping agentcron errors to HTTP statuses and the error body of API.md.
+
+Every error body is ``{"error": {"type", "message", "field"}}``. Driver text and stack traces
+never reach a response: unexpected exceptions are logged and answered with a generic 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from core.errors import (
+    AgentcronError,
+    Conflict,
+    InvalidSchedule,
+    NotFound,
+    RunPermanentError,
+    ScheduleCapacityExceeded,
+    SchedulerUnavailable,
+)
+from core.logging import get_logger
+
+log = get_logger(__name__)
+
+STATUS: dict[type[AgentcronError], int] = {
+    InvalidSchedule: 422,
+    NotFound: 404,
+    Conflict: 409,
+    ScheduleCapacityExceeded: 409,
+    SchedulerUnavailable: 503,
+    RunPermanentError: 422,
+}
+
+_HTTP_TYPES = {401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed"}
+
+
+def error_body(type_: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": {"type": type_, "message": message, "field": field}}
+
+
+def _status_for(exc: AgentcronError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def _field(loc: Sequence[int | str]) -> str | None:
+    # FastAPI prefixes the location with where the value came from; clients name fields only.
+    parts = (
+        [str(part) for part in loc[1:]]
+        if loc and loc[0] in ("body", "query", "path")
+        else [str(p) for p in loc]
+    )
+    return ".".join(parts) or None
+
+
+async def _agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AgentcronError)
+    status = _status_for(exc)
+    if isinstance(exc, SchedulerUnavailable):
+        log.warning("scheduler_unavailable", error=exc.message)
+    field = getattr(exc, "field", None)
+    headers = {"Retry-After": "5"} if status == 503 else None
+    return JSONResponse(error_body(type(exc).__name__, exc.message, field), status, headers=headers)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    if first.get("type") in ("json_invalid", "model_attributes_type") or (
+        first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",)
+    ):
+        message = (
+            "request body is not valid JSON"
+            if first.get("type") == "json_invalid"
+            else ("request body must be a JSON object")
+        )
+        return JSONResponse(error_body("ValidationError", message), 400)
+    field = _field(first.get("loc", ()))
+    message = str(first.get("msg", "invalid value"))
+    if field:
+        message = f"{field}: {message}"
+    return JSONResponse(error_body("ValidationError", message, field), 422)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    type_ = _HTTP_TYPES.get(exc.status_code, "HTTPError")
+    return JSONResponse(
+        error_body(type_, str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None)
+    )
+
+
+async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled_error", exc_info=exc)
+    return JSONResponse(error_body("InternalError", "internal error"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers; the table above is the whole policy."""
+    app.add_exception_handler(AgentcronError, _agentcron_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,33 @@
+"""Liveness and readiness probes (no key needed)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from core.errors import SchedulerUnavailable
+from core.storage import Database
+
+router = APIRouter(tags=["service"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up and serving HTTP."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Ready when the database answers (and, once the engine runs, when its loop is alive)."""
+    db: Database = request.app.state.db
+    checks: dict[str, str] = {}
+    try:
+        await db.ping()
+        checks["database"] = "ok"
+    except SchedulerUnavailable:
+        checks["database"] = "unavailable"
+    ready = all(value == "ok" for value in checks.values())
+    return JSONResponse(
+        {"status": "ok" if ready else "unavailable", "checks": checks}, 200 if ready else 503
+    )

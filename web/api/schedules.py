@@ -1,0 +1,83 @@
+"""Schedule endpoints of API.md. Handlers only translate HTTP to ``core`` calls."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response, status
+
+from core.clock import utcnow
+from core.schedules import check_preview_after, preview, schedule_view
+from core.specs import PauseRequest, PreviewRequest, ScheduleCreate, ScheduleUpdate
+from web.api.deps import LOCAL_OWNER, OwnerDep, SchedulesDep
+from web.api.schemas import ErrorOut, PreviewOut, ScheduleOut, SchedulePage
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 404, 409, 422, 503)
+}
+router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"], responses=ERRORS)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_schedule(
+    spec: ScheduleCreate, schedules: SchedulesDep, owner: OwnerDep
+) -> ScheduleOut:
+    schedule = await schedules.create(spec, owner or LOCAL_OWNER)
+    return ScheduleOut.model_validate(schedule_view(schedule))
+
+
+@router.get("")
+async def list_schedules(
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> SchedulePage:
+    page = await schedules.list(owner, limit, cursor)
+    items = [ScheduleOut.model_validate(schedule_view(s)) for s in page.items]
+    return SchedulePage(items=items, next_cursor=page.next_cursor)
+
+
+@router.post("/preview")
+async def preview_trigger(request: PreviewRequest) -> PreviewOut:
+    result = preview(request.trigger, request.count, check_preview_after(request.after), utcnow())
+    return PreviewOut(description=result.description, next=result.next)
+
+
+@router.get("/{schedule_id}")
+async def get_schedule(schedule_id: str, schedules: SchedulesDep, owner: OwnerDep) -> ScheduleOut:
+    return ScheduleOut.model_validate(schedule_view(await schedules.get(schedule_id, owner)))
+
+
+@router.patch("/{schedule_id}")
+async def update_schedule(
+    schedule_id: str, patch: ScheduleUpdate, schedules: SchedulesDep, owner: OwnerDep
+) -> ScheduleOut:
+    schedule = await schedules.update(schedule_id, patch, owner)
+    return ScheduleOut.model_validate(schedule_view(schedule))
+
+
+@router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_schedule(schedule_id: str, schedules: SchedulesDep, owner: OwnerDep) -> Response:
+    await schedules.delete(schedule_id, owner)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/{schedule_id}/pause")
+async def pause_schedule(
+    schedule_id: str,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    body: Annotated[PauseRequest | None, Body()] = None,
+) -> ScheduleOut:
+    note = body.note if body is not None else None
+    return ScheduleOut.model_validate(
+        schedule_view(await schedules.pause(schedule_id, note, owner))
+    )
+
+
+@router.post("/{schedule_id}/resume")
+async def resume_schedule(
+    schedule_id: str, schedules: SchedulesDep, owner: OwnerDep
+) -> ScheduleOut:
+    return ScheduleOut.model_validate(schedule_view(await schedules.resume(schedule_id, owner)))

@@ -1,0 +1,58 @@
+"""Response shapes of the HTTP API (request shapes live in ``core.specs``)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ScheduleOut(BaseModel):
+    id: uuid.UUID
+    owner: str
+    name: str
+    prompt: str
+    trigger: dict[str, Any]
+    enabled: bool
+    mode: str
+    overlap: str
+    catchup: str
+    catchup_window_seconds: int
+    misfire_grace_seconds: int
+    timeout_seconds: int
+    max_attempts: int
+    runner: dict[str, Any]
+    notify: list[dict[str, Any]]
+    next_run: datetime | None
+    description: str
+    paused_at: datetime | None
+    paused_note: str | None
+    last_run_at: datetime | None
+    last_status: str | None
+    last_error: str | None
+    last_run_id: uuid.UUID | None
+    consecutive_failures: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SchedulePage(BaseModel):
+    items: list[ScheduleOut]
+    next_cursor: str | None
+
+
+class PreviewOut(BaseModel):
+    description: str
+    next: list[datetime]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail

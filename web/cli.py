@@ -1,0 +1,61 @@
+"""The ``agentcron`` command: ``serve`` and ``migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.config import get_settings
+from core.logging import configure_logging, get_logger
+
+
+def _migrate(_args: argparse.Namespace) -> int:
+    from core.storage.migrate import upgrade
+
+    settings = get_settings()
+    upgrade(settings.database_url)
+    get_logger("agentcron.cli").info("migrated", database_url=_safe_url(settings.database_url))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    uvicorn.run(
+        "web.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+    )
+    return 0
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; returns the process exit code."""
+    parser = argparse.ArgumentParser(
+        prog="agentcron", description="Run AI-agent work on a timetable."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the HTTP API (and the scheduler loop)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=_serve)
+    migrate = commands.add_parser("migrate", help="apply database migrations")
+    migrate.set_defaults(func=_migrate)
+
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
