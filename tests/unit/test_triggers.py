@@ -1,0 +1,458 @@
+"""Cron meaning (DESIGN.md contract point 1), validation, intervals, one-shots, describe."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from core.errors import InvalidSchedule
+from core.triggers import (
+    MAX_INTERVAL_SECONDS,
+    CronTrigger,
+    IntervalTrigger,
+    OneShotTrigger,
+    describe,
+    is_wildcard_job,
+    next_fire,
+    parse_trigger,
+    preview,
+    trigger_from_dict,
+    trigger_to_dict,
+)
+
+NOW = datetime(2025, 1, 1, 12, 0, 30, 250_000, tzinfo=UTC)  # a Wednesday
+
+
+def fires(cron: str, count: int, after: datetime = NOW, zone: str = "UTC") -> list[datetime]:
+    return preview(CronTrigger(cron, zone), after, count)
+
+
+def days(cron: str, count: int, after: datetime = NOW) -> list[date]:
+    return [fire.date() for fire in fires(cron, count, after)]
+
+
+# --------------------------------------------------------------------------------------------
+# Cron meaning
+# --------------------------------------------------------------------------------------------
+
+
+def test_dom_and_dow_both_restricted_is_or() -> None:
+    # Every Friday and every 13th (January 2025: Fridays 3, 10, 17, 24, 31; Monday the 13th).
+    assert days("0 0 13 * 5", 6) == [date(2025, 1, d) for d in (3, 10, 13, 17, 24, 31)]
+
+
+def test_dom_starting_with_star_is_and() -> None:
+    # Odd days that are Mondays: Mondays in Jan-Mar 2025 are 6,13,20,27 / 3,10,17,24 / 3,...,31.
+    expected = [(1, 13), (1, 27), (2, 3), (2, 17), (3, 3), (3, 17), (3, 31)]
+    assert days("0 0 */2 * 1", 7) == [date(2025, m, d) for m, d in expected]
+
+
+def test_dow_starting_with_star_is_and() -> None:
+    # Days 1-7 of the month that fall on an even weekday number (Sun, Tue, Thu, Sat).
+    got = days("0 0 1-7 * */2", 8)
+    assert all(d.day <= 7 and (d.weekday() + 1) % 7 in (0, 2, 4, 6) for d in got)
+    assert got[:4] == [date(2025, 1, 2), date(2025, 1, 4), date(2025, 1, 5), date(2025, 1, 7)]
+
+
+def test_full_range_day_of_month_still_ors() -> None:
+    # 1-31 does not start with "*": OR with Monday, so every day matches.
+    assert days("0 0 1-31 * 1", 3) == [date(2025, 1, 2), date(2025, 1, 3), date(2025, 1, 4)]
+
+
+def test_dow_zero_to_seven_is_every_day() -> None:
+    assert days("0 0 * * 0-7", 7) == [date(2025, 1, 2) + timedelta(days=k) for k in range(7)]
+
+
+@pytest.mark.parametrize("cron", ["0 0 * * 7", "0 0 * * 0", "0 0 * * SUN", "0 0 * * sun"])
+def test_seven_and_zero_are_sunday(cron: str) -> None:
+    assert days(cron, 3) == [date(2025, 1, 5), date(2025, 1, 12), date(2025, 1, 19)]
+
+
+def test_weekday_names_and_ranges() -> None:
+    assert days("0 0 * * MON-FRI", 5) == [date(2025, 1, d) for d in (2, 3, 6, 7, 8)]
+    assert days("0 0 * * mon,Wed", 3) == [date(2025, 1, d) for d in (6, 8, 13)]
+
+
+def test_month_names() -> None:
+    assert days("0 0 1 jan *", 2) == [date(2026, 1, 1), date(2027, 1, 1)]
+    assert days("0 0 1 FEB-mar *", 3) == [date(2025, 2, 1), date(2025, 3, 1), date(2026, 2, 1)]
+
+
+def test_equal_bound_range_is_one_value() -> None:
+    # croniter would read 5-5 as "every hour".
+    got = fires("0 5-5 * * *", 3)
+    assert [f.hour for f in got] == [5, 5, 5]
+    assert [f.minute for f in fires("5-5 * * * *", 2)] == [5, 5]
+
+
+def test_reversed_weekday_range_wraps() -> None:
+    # FRI-MON = Fri, Sat, Sun, Mon.
+    assert days("0 0 * * FRI-MON", 5) == [date(2025, 1, d) for d in (3, 4, 5, 6, 10)]
+    assert days("0 0 * * 6-2", 5) == [date(2025, 1, d) for d in (4, 5, 6, 7, 11)]
+
+
+def test_reversed_hour_range_wraps() -> None:
+    assert [f.hour for f in fires("0 22-2 * * *", 6)] == [22, 23, 0, 1, 2, 22]
+    # The step walks the wrapped sequence 22, 23, 0, 1, 2.
+    assert [f.hour for f in fires("0 22-2/2 * * *", 4)] == [22, 0, 2, 22]
+
+
+def test_reversed_minute_range_wraps() -> None:
+    after = datetime(2025, 1, 1, 12, 49, tzinfo=UTC)
+    got = [f.minute for f in fires("50-10 * * * *", 13, after)]
+    assert got == [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 0, 1, 2]
+
+
+def test_steps_and_lists() -> None:
+    after = datetime(2025, 1, 1, 0, 0, tzinfo=UTC)
+    assert [f.minute for f in fires("*/20 * * * *", 3, after)] == [20, 40, 0]
+    assert [f.minute for f in fires("10-40/15 * * * *", 3, after)] == [10, 25, 40]
+    assert [f.minute for f in fires("1,2,59 * * * *", 3, after)] == [1, 2, 59]
+
+
+def test_dow_step_counts_seven_as_sunday() -> None:
+    # 1-7/2 = 1, 3, 5, 7 = Mon, Wed, Fri, Sun.
+    assert days("0 0 * * 1-7/2", 4) == [date(2025, 1, d) for d in (3, 5, 6, 8)]
+
+
+@pytest.mark.parametrize(
+    ("macro", "cron"),
+    [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@HOURLY", "0 * * * *"),
+    ],
+)
+def test_macros(macro: str, cron: str) -> None:
+    assert fires(macro, 3) == fires(cron, 3)
+
+
+def test_feb_29_is_valid_and_rare_matches_are_found() -> None:
+    assert days("0 0 29 2 *", 2) == [date(2028, 2, 29), date(2032, 2, 29)]
+    # Feb 29 that is a Sunday (*/7 = 0,7; AND since it starts with "*"): 2032, 2060, 2088,
+    # then 40 years across the non-leap 2100.
+    got = days("0 0 29 2 */7", 4)
+    assert got == [date(2032, 2, 29), date(2060, 2, 29), date(2088, 2, 29), date(2128, 2, 29)]
+    # Both restricted: OR, so every Monday of February counts too.
+    assert days("0 0 29 2 1", 2) == [date(2025, 2, 3), date(2025, 2, 10)]
+
+
+def test_next_fire_strictly_after_and_in_zone() -> None:
+    trigger = CronTrigger("0 8 * * 1-5", "Asia/Shanghai")
+    at_fire = datetime(2025, 1, 2, 8, 0, tzinfo=timezone(timedelta(hours=8)))
+    got = next_fire(trigger, at_fire)
+    assert got is not None
+    assert got.isoformat() == "2025-01-03T08:00:00+08:00"
+    assert str(got.tzinfo) == "Asia/Shanghai"
+
+
+def test_next_fire_rejects_naive_after() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        next_fire(CronTrigger("* * * * *"), datetime(2025, 1, 1))
+
+
+def test_wildcard_job() -> None:
+    assert is_wildcard_job("0 */2 * * *")
+    assert is_wildcard_job("*/5 3 * * *")
+    assert is_wildcard_job("@hourly")
+    assert not is_wildcard_job("0 0-23/2 * * *")
+    assert not is_wildcard_job("@daily")
+    assert not is_wildcard_job("0 8 * * 1-5")
+
+
+# --------------------------------------------------------------------------------------------
+# Cron rejections
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cron", "fragment"),
+    [
+        ("0 0 * * * *", "5 fields"),
+        ("0 0 * * * * 2030", "seconds and years are not supported"),
+        ("0 * * *", "5 fields"),
+        ("5/15 * * * *", "5-59/15"),
+        ("0 3/2 * * *", "3-23/2"),
+        ("*/0 * * * *", "step 0"),
+        ("0 0-23/0 * * *", "step 0"),
+        ("60 * * * *", "minute 60 is out of range 0-59"),
+        ("0 24 * * *", "hour 24 is out of range 0-23"),
+        ("0 0 32 * *", "day of month 32 is out of range 1-31"),
+        ("0 0 0 * *", "day of month 0 is out of range 1-31"),
+        ("0 0 * 13 *", "month 13 is out of range 1-12"),
+        ("0 0 * * 8", "day of week 8 is out of range 0-7"),
+        ("0 0 L * *", "L W # ? H R"),
+        ("0 0 15W * *", "L W # ? H R"),
+        ("0 0 * * 5#2", "L W # ? H R"),
+        ("0 0 ? * *", "L W # ? H R"),
+        ("0 0 * * 5L", "L W # ? H R"),
+        ("H * * * *", "L W # ? H R"),
+        ("R R * * *", "L W # ? H R"),
+        ("@reboot", "@reboot"),
+        ("@fortnightly", "unknown cron macro"),
+        ("garbage", "5 fields"),
+        ("a b c d e", "not a number"),
+        ("0 0 * foo *", "unknown"),
+        ("1,,2 * * * *", "empty"),
+        ("", "empty"),
+        ("   ", "empty"),
+        ("0 0 31 2 *", "never fires"),
+        ("0 0 30 2 *", "never fires"),
+        ("0 0 31 4,6,9,11 *", "never fires"),
+        ("0 0 30,31 2 */2", "never fires"),
+    ],
+)
+def test_cron_rejections(cron: str, fragment: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger({"cron": cron}, NOW)
+    assert caught.value.field == "trigger.cron"
+    assert fragment in caught.value.message
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 31 2 5", "0 0 31 1-2 *", " 5 4 * * * "])
+def test_cron_accepted(cron: str) -> None:
+    trigger = parse_trigger({"cron": cron}, NOW)
+    assert trigger == CronTrigger(cron.strip(), "UTC")
+    assert next_fire(trigger, NOW) is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Zones and trigger shape
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zone", ["+08:00", "UTC+8", "GMT-5", "-0500", "8"])
+def test_offsets_are_not_zones(zone: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger({"cron": "0 8 * * *", "timezone": zone}, NOW)
+    assert caught.value.field == "trigger.timezone"
+    assert "Asia/Shanghai" in caught.value.message
+    assert "offset" in caught.value.message
+
+
+@pytest.mark.parametrize("zone", ["", "Mars/Olympus_Mons", "../../etc/passwd", 8])
+def test_bad_zones(zone: object) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger({"cron": "0 8 * * *", "timezone": zone}, NOW)
+    assert caught.value.field == "trigger.timezone"
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Shanghai", "Etc/GMT+8", "America/New_York"])
+def test_good_zones(zone: str) -> None:
+    assert parse_trigger({"cron": "0 8 * * *", "timezone": zone}, NOW) == CronTrigger(
+        "0 8 * * *", zone
+    )
+
+
+def test_timezone_defaults_to_utc() -> None:
+    assert parse_trigger({"cron": "@daily"}, NOW) == CronTrigger("@daily", "UTC")
+    assert parse_trigger({"cron": "@daily", "timezone": None}, NOW) == CronTrigger("@daily")
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({}, "trigger"),
+        ({"cron": "@daily", "at": "2030-01-01T00:00:00Z"}, "trigger"),
+        ({"cron": "@daily", "every_seconds": 60}, "trigger"),
+        ({"cron": "@daily", "colour": "red"}, "trigger.colour"),
+        ({"cron": "@daily", "start_at": "2030-01-01T00:00:00Z"}, "trigger.start_at"),
+        ({"every_seconds": 60, "timezone": "UTC"}, "trigger.timezone"),
+        ({"timezone": "UTC"}, "trigger"),
+        ({"cron": 5}, "trigger.cron"),
+        ({"every_seconds": "60"}, "trigger.every_seconds"),
+        ({"every_seconds": 60.0}, "trigger.every_seconds"),
+        ({"every_seconds": True}, "trigger.every_seconds"),
+        ({"every_seconds": 0}, "trigger.every_seconds"),
+        ({"every_seconds": MAX_INTERVAL_SECONDS + 1}, "trigger.every_seconds"),
+        ({"every_seconds": 60, "start_at": "2025-01-01T00:00:00"}, "trigger.start_at"),
+        ({"every_seconds": 60, "start_at": "yesterday"}, "trigger.start_at"),
+        ({"every_seconds": 60, "start_at": 5}, "trigger.start_at"),
+        ({"at": "2030-01-01T00:00:00"}, "trigger.at"),
+        ({"at": datetime(2030, 1, 1)}, "trigger.at"),
+        ({"at": "not a date"}, "trigger.at"),
+    ],
+)
+def test_shape_rejections(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger(data, NOW)
+    assert caught.value.field == field
+
+
+def test_not_a_mapping() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger(["cron"], NOW)  # type: ignore[arg-type]
+    assert caught.value.field == "trigger"
+
+
+# --------------------------------------------------------------------------------------------
+# Interval
+# --------------------------------------------------------------------------------------------
+
+
+def test_interval_default_start_is_now_truncated() -> None:
+    trigger = parse_trigger({"every_seconds": 90}, NOW)
+    assert trigger == IntervalTrigger(90, datetime(2025, 1, 1, 12, 0, 30, tzinfo=UTC))
+    # The first due time is one interval after creation.
+    assert next_fire(trigger, NOW) == datetime(2025, 1, 1, 12, 2, 0, tzinfo=UTC)
+
+
+def test_interval_grid_strictly_after() -> None:
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    trigger = IntervalTrigger(3600, start)
+    assert next_fire(trigger, start) == start + timedelta(hours=1)
+    assert next_fire(trigger, start + timedelta(hours=5)) == start + timedelta(hours=6)
+    just_before = start + timedelta(hours=5, microseconds=-1)
+    assert next_fire(trigger, just_before) == start + timedelta(hours=5)
+    assert preview(trigger, start + timedelta(minutes=30), 3) == [
+        start + timedelta(hours=h) for h in (1, 2, 3)
+    ]
+
+
+def test_interval_future_start_is_first_fire() -> None:
+    trigger = parse_trigger({"every_seconds": 60, "start_at": "2025-06-01T09:00:00+08:00"}, NOW)
+    assert isinstance(trigger, IntervalTrigger)
+    assert trigger.start_at == datetime(2025, 6, 1, 1, 0, tzinfo=UTC)
+    assert trigger.start_at.utcoffset() == timedelta(0)
+    assert next_fire(trigger, NOW) == trigger.start_at
+
+
+def test_interval_ignores_dst() -> None:
+    # Real-time grid: 24 h across the New York spring change is 01:00 -> 02:00 local.
+    start = datetime.fromisoformat("2025-03-08T01:00:00-05:00")
+    trigger = parse_trigger({"every_seconds": 86_400, "start_at": start.isoformat()}, NOW)
+    got = next_fire(trigger, start)
+    assert got == datetime.fromisoformat("2025-03-09T02:00:00-04:00")
+
+
+def test_interval_accepts_z_and_datetime() -> None:
+    a = parse_trigger({"every_seconds": 5, "start_at": "2025-01-01T00:00:00Z"}, NOW)
+    b = parse_trigger({"every_seconds": 5, "start_at": datetime(2025, 1, 1, tzinfo=UTC)}, NOW)
+    assert a == b
+
+
+# --------------------------------------------------------------------------------------------
+# One-shot
+# --------------------------------------------------------------------------------------------
+
+
+def test_one_shot_fires_once() -> None:
+    trigger = parse_trigger({"at": "2025-01-02T08:00:00+08:00"}, NOW)
+    at = datetime(2025, 1, 2, 0, 0, tzinfo=UTC)
+    assert trigger == OneShotTrigger(at)
+    assert next_fire(trigger, NOW) == at
+    assert next_fire(trigger, at) is None
+    assert preview(trigger, NOW, 5) == [at]
+
+
+@pytest.mark.parametrize("at", ["2024-12-31T00:00:00Z", NOW.isoformat()])
+def test_one_shot_in_the_past(at: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger({"at": at}, NOW)
+    assert caught.value.field == "trigger.at"
+    assert "past" in caught.value.message
+
+
+def test_naive_now_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        parse_trigger({"cron": "@daily"}, datetime(2025, 1, 1))
+
+
+# --------------------------------------------------------------------------------------------
+# Stored form
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        CronTrigger("0 8 * * 1-5", "Asia/Shanghai"),
+        CronTrigger("@hourly"),
+        IntervalTrigger(90, datetime(2025, 1, 1, 0, 0, 1, 500, tzinfo=UTC)),
+        OneShotTrigger(datetime(2026, 12, 1, 9, tzinfo=UTC)),
+    ],
+)
+def test_round_trip(trigger: CronTrigger | IntervalTrigger | OneShotTrigger) -> None:
+    stored = trigger_to_dict(trigger)
+    assert trigger_from_dict(stored) == trigger
+
+
+def test_stored_form_is_json_safe_utc() -> None:
+    assert trigger_to_dict(OneShotTrigger(datetime(2026, 12, 1, 9, tzinfo=UTC))) == {
+        "at": "2026-12-01T09:00:00+00:00"
+    }
+    assert trigger_to_dict(IntervalTrigger(60, datetime(2025, 1, 1, tzinfo=UTC))) == {
+        "every_seconds": 60,
+        "start_at": "2025-01-01T00:00:00+00:00",
+    }
+    assert trigger_to_dict(CronTrigger("@daily")) == {"cron": "@daily", "timezone": "UTC"}
+
+
+def test_from_dict_has_no_future_check() -> None:
+    old = {"at": "2001-01-01T00:00:00+00:00"}
+    assert trigger_from_dict(old) == OneShotTrigger(datetime(2001, 1, 1, tzinfo=UTC))
+
+
+# --------------------------------------------------------------------------------------------
+# describe
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone", "text"),
+    [
+        ("0 8 * * 1-5", "Asia/Shanghai", "At 08:00, Monday through Friday, Asia/Shanghai"),
+        ("*/15 * * * *", "UTC", "Every 15 minutes, UTC"),
+        ("0 0 1 * *", "UTC", "At 00:00, on day 1 of the month, UTC"),
+        ("@monthly", "UTC", "At 00:00, on day 1 of the month, UTC"),
+        ("@yearly", "UTC", "At 00:00, on January 1, UTC"),
+        ("@daily", "Europe/Paris", "At 00:00, Europe/Paris"),
+        ("@weekly", "UTC", "At 00:00, on Sunday, UTC"),
+        ("@hourly", "UTC", "Every hour, UTC"),
+        ("* * * * *", "UTC", "Every minute, UTC"),
+        ("30 * * * *", "UTC", "Every hour at minute 30, UTC"),
+        ("0 */2 * * *", "UTC", "Every 2 hours from 00:00 to 22:00, UTC"),
+        ("30 9,17 * * *", "UTC", "At 09:30 and 17:30, UTC"),
+        ("0 9 * * mon,wed,fri", "UTC", "At 09:00, on Monday, Wednesday and Friday, UTC"),
+        ("0 10 * * 6,0", "UTC", "At 10:00, on Saturday and Sunday, UTC"),
+        ("0 10 * * FRI-MON", "UTC", "At 10:00, Friday through Monday, UTC"),
+        ("0 0 1,15 * *", "UTC", "At 00:00, on days 1 and 15 of the month, UTC"),
+        ("0 0 13 * 5", "UTC", "At 00:00, on day 13 of the month or on Friday, UTC"),
+        ("0 6 * JAN-MAR *", "UTC", "At 06:00, January through March, UTC"),
+        (
+            "*/5 9-17 * * 1-5",
+            "UTC",
+            "Every 5 minutes, between 09:00 and 17:59, Monday through Friday, UTC",
+        ),
+        ("1-7/3 5-20/4 */3 * *", "Europe/Paris", "Cron '1-7/3 5-20/4 */3 * *' (Europe/Paris)"),
+    ],
+)
+def test_describe_cron(cron: str, zone: str, text: str) -> None:
+    assert describe(CronTrigger(cron, zone)) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (90, "Every 90 seconds"),
+        (1, "Every second"),
+        (60, "Every minute"),
+        (900, "Every 15 minutes"),
+        (3600, "Every hour"),
+        (7200, "Every 2 hours"),
+        (86_400, "Every day"),
+    ],
+)
+def test_describe_interval(seconds: int, text: str) -> None:
+    assert describe(IntervalTrigger(seconds, NOW)) == text
+
+
+def test_describe_one_shot() -> None:
+    at = datetime.fromisoformat("2026-12-01T10:00:00+01:00")
+    assert describe(OneShotTrigger(at)) == "Once at 2026-12-01T09:00:00+00:00"
