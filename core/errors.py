@@ -51,3 +51,7 @@ class ScheduleCapacityExceeded(AgentcronError):
 
 class RunPermanentError(AgentcronError):
     """Raised by a runner when retrying cannot help: bad config, target gone, input rejected."""
+
+
+class StartupError(AgentcronError):
+    """A configuration that cannot work; the message says what to change."""

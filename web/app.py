@@ -1,4 +1,4 @@
-"""The FastAPI application factory. The lifespan owns the database (and, later, the loop)."""
+"""The FastAPI application factory. The lifespan owns the database and the scheduler loop."""
 
 from __future__ import annotations
 
@@ -9,12 +9,33 @@ from fastapi import FastAPI
 
 from core.config import Settings, get_settings
 from core.logging import configure_logging, get_logger
+from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database
-from web.api import health, schedules
+from core.storage.lock import EngineLock
+from core.storage.migrate import check_schema
+from web.api import health, runs, schedules
 from web.api.errors import install_error_handlers
+from web.scheduler import EngineProperties, SchedulerLoop
 
 log = get_logger(__name__)
+
+
+def engine_properties(settings: Settings, db: Database) -> EngineProperties:
+    """The promises this configuration makes (logged at start, contract point 14)."""
+    caps = db.capabilities
+    return EngineProperties(
+        instance_id=settings.instance_id,
+        dialect=caps.dialect,
+        # PostgreSQL: any replica continues a dead one's runs. SQLite: one engine per file,
+        # so recovery happens when that process (or its replacement) starts again.
+        recovery_scope="cluster" if caps.multi_process else "process",
+        max_active_schedules=settings.max_active_schedules,
+        pause_visibility="immediate: checked under the schedule's row lock when a run starts",
+        lease_seconds=settings.lease_seconds,
+        tick_seconds=settings.scheduler_tick_seconds,
+        concurrency=settings.scheduler_concurrency,
+    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -24,13 +45,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings.database_url)
-        app.state.settings = settings
-        app.state.db = db
-        app.state.schedules = ScheduleService(db, max_active=settings.max_active_schedules)
-        log.info("service_started", database=db.capabilities.dialect)
+        lock = EngineLock(settings.database_url)
+        loop: SchedulerLoop | None = None
         try:
+            await check_schema(db)
+            ledger = Ledger(
+                db,
+                owner=settings.instance_id,
+                lease_seconds=settings.lease_seconds,
+                data_dir=settings.data_dir,
+            )
+            service = ScheduleService(db, max_active=settings.max_active_schedules)
+            if not settings.disable_scheduler:
+                if not db.capabilities.multi_process:
+                    lock.acquire()
+                loop = SchedulerLoop(
+                    ledger,
+                    concurrency=settings.scheduler_concurrency,
+                    tick_seconds=settings.scheduler_tick_seconds,
+                    drain_timeout=settings.drain_timeout_seconds,
+                )
+                service.on_change = ledger.on_change = loop.wake
+            app.state.settings = settings
+            app.state.db = db
+            app.state.schedules = service
+            app.state.ledger = ledger
+            app.state.loop = loop
+            if loop is not None:
+                loop.start()
+                log.info("engine_started", **vars(engine_properties(settings, db)))
+            else:
+                log.info("engine_disabled", reason="AGENTCRON_DISABLE_SCHEDULER")
             yield
         finally:
+            if loop is not None:
+                await loop.stop()
+            lock.release()
             await db.dispose()
             log.info("service_stopped")
 
@@ -43,6 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(schedules.router)
+    app.include_router(runs.router)
+    app.include_router(runs.schedule_runs)
     return app
 
 

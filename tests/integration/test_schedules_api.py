@@ -173,10 +173,18 @@ BAD_INPUT = [
     ("cron_out_of_range", {"trigger": {"cron": "60 8 * * *"}}, 422, "trigger.cron"),
     ("cron_garbage", {"trigger": {"cron": "every day at 8"}}, 422, "trigger.cron"),
     ("cron_never", {"trigger": {"cron": "0 0 31 2 *"}}, 422, "trigger.cron"),
-    ("unknown_zone", {"trigger": {"cron": "0 8 * * *", "timezone": "Mars/Base"}}, 422,
-     "trigger.timezone"),
-    ("offset_zone", {"trigger": {"cron": "0 8 * * *", "timezone": "+08:00"}}, 422,
-     "trigger.timezone"),
+    (
+        "unknown_zone",
+        {"trigger": {"cron": "0 8 * * *", "timezone": "Mars/Base"}},
+        422,
+        "trigger.timezone",
+    ),
+    (
+        "offset_zone",
+        {"trigger": {"cron": "0 8 * * *", "timezone": "+08:00"}},
+        422,
+        "trigger.timezone",
+    ),
     ("interval_zero", {"trigger": {"every_seconds": 0}}, 422, "trigger.every_seconds"),
     ("interval_negative", {"trigger": {"every_seconds": -5}}, 422, "trigger.every_seconds"),
     ("interval_huge", {"trigger": {"every_seconds": 10**12}}, 422, "trigger.every_seconds"),
@@ -193,8 +201,12 @@ BAD_INPUT = [
     ("runner_unknown", {"runner": {"type": "teleport"}}, 422, "runner.type"),
     ("runner_argv_empty", {"runner": {"type": "command", "argv": []}}, 422, "runner.argv"),
     ("int_as_string", {"max_attempts": "3"}, 422, "max_attempts"),
-    ("notify_bad_url", {"notify": [{"type": "webhook", "url": "ftp://x", "secret": "whsec_x"}]},
-     422, "notify.0.url"),
+    (
+        "notify_bad_url",
+        {"notify": [{"type": "webhook", "url": "ftp://x", "secret": "whsec_x"}]},
+        422,
+        "notify.0.url",
+    ),
 ]
 
 
@@ -233,7 +245,9 @@ async def test_malformed_json_is_400(client: httpx.AsyncClient) -> None:
     assert await count(client) == 0
 
 
-@pytest.mark.parametrize("bad_id", ["not-a-uuid", "-1", "1.5", "00000000-0000-0000-0000-000000000000"])
+@pytest.mark.parametrize(
+    "bad_id", ["not-a-uuid", "-1", "1.5", "00000000-0000-0000-0000-000000000000"]
+)
 async def test_unknown_id_is_404_naming_it(client: httpx.AsyncClient, bad_id: str) -> None:
     for method, suffix in (("GET", ""), ("PATCH", ""), ("DELETE", ""), ("POST", "/pause")):
         kwargs: dict[str, Any] = {"json": {"name": "x"}} if method == "PATCH" else {}

@@ -19,7 +19,7 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when the database answers (and, once the engine runs, when its loop is alive)."""
+    """Ready when the database answers and the scheduler loop (unless disabled) is running."""
     db: Database = request.app.state.db
     checks: dict[str, str] = {}
     try:
@@ -27,6 +27,9 @@ async def readyz(request: Request) -> JSONResponse:
         checks["database"] = "ok"
     except SchedulerUnavailable:
         checks["database"] = "unavailable"
+    loop = request.app.state.loop
+    if loop is not None:
+        checks["scheduler"] = "ok" if loop.healthy else "unavailable"
     ready = all(value == "ok" for value in checks.values())
     return JSONResponse(
         {"status": "ok" if ready else "unavailable", "checks": checks}, 200 if ready else 503

@@ -56,3 +56,35 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+class DeliveryOut(BaseModel):
+    index: int
+    channel: str
+    target: str
+    status: str
+    attempts: int
+    error: str | None
+
+
+class RunOut(BaseModel):
+    id: uuid.UUID
+    schedule_id: uuid.UUID
+    trigger: str
+    due_at: datetime | None
+    replay_of: uuid.UUID | None
+    status: str
+    reason: str | None
+    attempt: int
+    task_id: uuid.UUID | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    output: str | None
+    deliveries: list[DeliveryOut]
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None

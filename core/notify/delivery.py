@@ -1,0 +1,153 @@
+"""Deterministic delivery: the engine, not the agent, sends a finished run to its channels.
+
+Each applicable channel (its ``notify_on`` lists the run's status) gets a ``deliveries`` row,
+attempted with the shared ``RetryPolicy``; every attempt is counted on the row. A failed
+delivery is recorded on the delivery and never changes the run's status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from core.clock import Clock, utcnow
+from core.errors import RunPermanentError
+from core.logging import get_logger
+from core.notify.base import DeliveryRequest, Notifier
+from core.notify.file import FileNotifier
+from core.retry import RetryPolicy
+from core.storage import Database, Delivery, Run, Schedule
+
+log = get_logger(__name__)
+
+NOTIFIERS: dict[str, Notifier] = {"file": FileNotifier()}
+DEFAULT_POLICY = RetryPolicy(max_attempts=3, base=1.0, cap=30.0)
+
+
+def register_notifier(kind: str, notifier: Notifier) -> None:
+    """Make a channel type deliverable (built-ins and the ``agentcron.notifiers`` group)."""
+    NOTIFIERS[kind] = notifier
+
+
+def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str) -> dict[str, Any]:
+    """The documented payload: ``{"type": "run.finished", "schedule": {...}, "run": Run}``."""
+    return {
+        "type": "run.finished",
+        "schedule": {"id": str(schedule_id), "name": name},
+        "run": dict(run_view),
+    }
+
+
+async def deliver_run(
+    db: Database,
+    run: Run,
+    run_view: Mapping[str, Any],
+    workdir: Path,
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    clock: Clock = utcnow,
+) -> None:
+    """Deliver a finished run to each of its channels; record every attempt."""
+    channels = [
+        (index, channel)
+        for index, channel in enumerate(run.payload.get("notify", []))
+        if run.status in channel.get("notify_on", ["succeeded"])
+    ]
+    if not channels:
+        return
+    async with db.session(write=False) as session:
+        schedule = await session.get(Schedule, run.schedule_id)
+    name = schedule.name if schedule is not None else str(run.payload.get("name", ""))
+    body = delivery_body(run_view, run.schedule_id, name)
+    await asyncio.gather(
+        *(
+            _deliver_one(db, run.id, index, channel, body, workdir, policy, clock)
+            for index, channel in channels
+        )
+    )
+
+
+async def _deliver_one(
+    db: Database,
+    run_id: uuid.UUID,
+    index: int,
+    channel: Mapping[str, Any],
+    body: Mapping[str, Any],
+    workdir: Path,
+    policy: RetryPolicy,
+    clock: Clock,
+) -> None:
+    kind = str(channel.get("type"))
+    notifier = NOTIFIERS.get(kind)
+    target = notifier.target(channel) if notifier is not None else kind
+    now = clock()
+    async with db.session() as session:
+        existing = (
+            await session.execute(
+                select(Delivery).where(Delivery.run_id == run_id, Delivery.index == index)
+            )
+        ).scalar_one_or_none()
+        if existing is not None and existing.status == "delivered":
+            return
+        if existing is None:
+            existing = Delivery(
+                id=uuid.uuid4(),
+                run_id=run_id,
+                index=index,
+                channel=kind,
+                target=target,
+                status="pending",
+                attempts=0,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(existing)
+        delivery_id = existing.id
+    request = DeliveryRequest(f"{run_id}.{index}", channel, body, workdir)
+    attempt = 0
+    while True:
+        attempt += 1
+        status, error = "delivered", None
+        try:
+            if notifier is None:
+                raise RunPermanentError(f"no notifier for channel type {kind!r} is installed")
+            await notifier.deliver(request)
+        except RunPermanentError as exc:
+            status, error = "failed", exc.message
+        except Exception as exc:  # transient by contract: retried while attempts remain
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            if policy.should_retry(attempt):
+                await _record(db, delivery_id, "pending", attempt, error, clock)
+                await asyncio.sleep(policy.delay(attempt))
+                continue
+        await _record(db, delivery_id, status, attempt, error, clock)
+        if status == "failed":
+            log.warning(
+                "delivery_failed", run_id=str(run_id), channel=kind, index=index, error=error
+            )
+        return
+
+
+async def _record(
+    db: Database,
+    delivery_id: uuid.UUID,
+    status: str,
+    attempts: int,
+    error: str | None,
+    clock: Clock,
+) -> None:
+    async with db.session() as session:
+        delivery = await session.get(Delivery, delivery_id)
+        if delivery is not None:
+            delivery.status = status
+            delivery.attempts = attempts
+            delivery.error = error
+            delivery.updated_at = clock()
+
+
+__all__ = ["NOTIFIERS", "deliver_run", "delivery_body", "register_notifier"]

@@ -1,0 +1,40 @@
+"""The ``file`` channel: writes the delivery body as one JSON line into the task's directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core.errors import RunPermanentError
+from core.notify.base import DeliveryRequest
+
+
+class FileNotifier:
+    """``{"type": "file", "path": "relative/path", "mode": "append" | "replace"}``."""
+
+    def target(self, channel: Mapping[str, Any]) -> str:
+        return f"file:{channel['path']}"
+
+    async def deliver(self, request: DeliveryRequest) -> None:
+        root = request.workdir.resolve()
+        path = (root / str(request.channel["path"])).resolve()
+        if not path.is_relative_to(root):
+            raise RunPermanentError("file channel path leaves the task's working directory")
+        line = json.dumps(request.body, default=str, ensure_ascii=False) + "\n"
+        append = request.channel.get("mode", "append") == "append"
+        await asyncio.to_thread(_write, path, line, append)
+
+
+def _write(path: Path, line: str, append: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if append:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
+    else:
+        # Replace atomically so a reader never sees half a document.
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(line, encoding="utf-8")
+        tmp.replace(path)

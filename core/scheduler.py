@@ -1,0 +1,599 @@
+"""The run ledger: claim due runs, start and finish attempts, leases, run now, replay, history.
+
+Engine contract points (DESIGN.md) enforced here:
+- one run per due time: runs are inserted with ON CONFLICT DO NOTHING on
+  UNIQUE(schedule_id, due_at), never read-then-write (3);
+- lateness is judged at claim time against ``misfire_grace_seconds`` (4);
+- every attempt is admitted under the caller's lease and the schedule's row lock, so overlap
+  policies hold across replicas (5, 6, 7);
+- pause is visible at once: a scheduled run of a paused schedule that was claimed before the
+  pause is skipped when it would start (9).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core import triggers
+from core.clock import Clock, utcnow
+from core.errors import Conflict, NotFound
+from core.logging import get_logger
+from core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from core.schedules import WAKE_CHANNEL, parse_id
+from core.storage import Database, Delivery, Run, Schedule, Task
+from core.storage import queries as q
+
+log = get_logger(__name__)
+
+MAX_DUE_PER_CLAIM = 100  # due times of one schedule handled per claim; the rest stay due
+OUTPUT_EXCERPT_CHARS = 64 * 1024
+ERROR_CHARS = 8 * 1024
+TERMINAL = ("succeeded", "failed", "skipped", "timed_out", "cancelled")
+
+
+@dataclass(frozen=True)
+class DuePlan:
+    """What a claim does with one due schedule: the due times that get a run, how many were
+    missed (skipped by the catch-up policy), and the schedule's next ``next_run``."""
+
+    run_at: list[datetime]
+    missed: int
+    next_run: datetime | None
+
+
+def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
+    """Decide the runs of one due schedule at ``now`` (pure; contract point 4).
+
+    A due time ``d <= now`` with ``now - d <= misfire_grace_seconds`` gets a run. Older ones
+    were missed: with catch-up ``skip`` they are not run; with ``latest`` the most recent missed
+    one runs once, if it is within ``catchup_window_seconds`` and no on-time due time already
+    runs. Due times older than both bounds are never enumerated, so a year-long outage costs
+    the same as a minute-long one.
+    """
+    assert schedule.next_run is not None
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    grace = timedelta(seconds=schedule.misfire_grace_seconds)
+    window = timedelta(seconds=schedule.catchup_window_seconds)
+    horizon = max(grace, window) if schedule.catchup == "latest" else grace
+    earliest = now - horizon
+    missed = 0
+    due: datetime | None = schedule.next_run
+    if schedule.next_run < earliest:
+        missed += 1  # at least next_run itself; the rest of the jump is not counted
+        due = _utc(triggers.next_fire(trigger, earliest - timedelta(microseconds=1)))
+    on_time: list[datetime] = []
+    latest_missed: datetime | None = None
+    while due is not None and due <= now and len(on_time) < MAX_DUE_PER_CLAIM:
+        if now - due <= grace:
+            on_time.append(due)
+        else:
+            missed += 1
+            latest_missed = due
+        due = _utc(triggers.next_fire(trigger, due))
+    run_at = on_time
+    if (
+        schedule.catchup == "latest"
+        and not on_time
+        and latest_missed is not None
+        and now - latest_missed <= window
+    ):
+        run_at = [latest_missed]
+        missed -= 1
+    return DuePlan(run_at=run_at, missed=missed, next_run=due)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def run_payload(schedule: Schedule) -> dict[str, Any]:
+    """The snapshot a run keeps of its schedule, so replays re-run exactly what ran."""
+    return {
+        "name": schedule.name,
+        "prompt": schedule.prompt,
+        "runner": schedule.runner,
+        "notify": schedule.notify,
+        "timeout_seconds": schedule.timeout_seconds,
+        "max_attempts": schedule.max_attempts,
+    }
+
+
+@dataclass
+class Claim:
+    """The result of one ``claim_due_jobs``: runs now leased to the caller."""
+
+    runs: list[Run]
+    full: bool  # the batch limit was reached: claim again at once
+    recovered: int = 0  # runs taken over from an expired lease
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    """What ``start_attempt`` decided for a run this instance leases."""
+
+    action: str  # "run" | "wait" | "done" | "lost"
+    run: Run | None = None
+    task: Task | None = None
+    schedule_enabled: bool = True
+
+
+@dataclass
+class Ledger:
+    """The service layer of the engine over one database. ``owner`` is this instance's id."""
+
+    db: Database
+    owner: str
+    lease_seconds: float = 30.0
+    data_dir: Path = Path("./var")
+    clock: Clock = utcnow
+    on_change: Callable[[], None] | None = None
+    _notify_sql: Any = field(default=None, init=False)
+
+    def _lease_until(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.lease_seconds)
+
+    # -- claiming -------------------------------------------------------------------------
+
+    async def claim_due_jobs(self, now: datetime, limit: int = 500) -> Claim:
+        """Take due work in one transaction and lease it to this instance.
+
+        Eligible: enabled, undeleted schedules with ``next_run <= now`` (row-locked, skipping
+        rows another replica holds), plus runs nobody leases whose ``available_at <= now``
+        (manual, replay, retries) and runs whose lease expired. For each due schedule, the
+        runs of ``plan_due_times`` are inserted in one multi-row INSERT ... ON CONFLICT DO
+        NOTHING and ``next_run`` is advanced in one executemany UPDATE. Returns the leased
+        runs; ``full`` says the limit was reached and more may be due.
+        """
+        until = self._lease_until(now)
+        async with self.db.session() as session:
+            schedules = list((await session.execute(q.due_schedules(now, limit))).scalars())
+            rows: list[dict[str, Any]] = []
+            advances: list[dict[str, Any]] = []
+            for schedule in schedules:
+                plan = plan_due_times(schedule, now)
+                if plan.missed:
+                    log.info(
+                        "due_times_missed",
+                        schedule_id=str(schedule.id),
+                        missed=plan.missed,
+                        catchup=schedule.catchup,
+                    )
+                payload = run_payload(schedule)
+                rows.extend(
+                    {
+                        "id": uuid.uuid4(),
+                        "schedule_id": schedule.id,
+                        "trigger": "schedule",
+                        "due_at": due,
+                        "status": "pending",
+                        "attempt": 0,
+                        "payload": payload,
+                        "created_at": now,
+                        "available_at": now,
+                        "lease_owner": self.owner,
+                        "lease_expires_at": until,
+                        "cancel_requested": False,
+                    }
+                    for due in plan.run_at
+                )
+                advances.append({"id": schedule.id, "next_run": plan.next_run})
+            inserted: set[uuid.UUID] = set()
+            for start in range(0, len(rows), 500):
+                batch = rows[start : start + 500]
+                result = await session.execute(q.insert_runs(self.db.capabilities.dialect, batch))
+                inserted.update(result.scalars())
+            if advances:
+                await session.execute(update(Schedule), advances)
+            claimed = [_run_from_row(row) for row in rows if row["id"] in inserted]
+
+            room = limit - len(schedules)
+            recovered = 0
+            if room > 0:
+                ids = list((await session.execute(q.claimable_runs(now, room))).scalars())
+                if ids:
+                    taken = list(
+                        (await session.execute(q.lease_runs(ids, self.owner, until))).scalars()
+                    )
+                    recovered = sum(
+                        1 for run in taken if run.attempt > 0 or run.status == "running"
+                    )
+                    claimed.extend(taken)
+                full = len(ids) >= room
+            else:
+                full = True
+        return Claim(runs=claimed, full=full or len(schedules) >= limit, recovered=recovered)
+
+    async def next_wakeup(self, now: datetime) -> datetime | None:
+        """The earliest instant a claim could find new work (None: nothing scheduled)."""
+        async with self.db.session(write=False) as session:
+            row = (await session.execute(q.next_wakeup(now, self.owner))).one()
+        candidates = [value for value in row if value is not None]
+        return min(candidates) if candidates else None
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def renew_leases(self, now: datetime) -> dict[uuid.UUID, bool]:
+        """Extend every lease this instance holds. Returns ``{run_id: cancel_requested}``;
+        a run missing from it is no longer ours (its lease was lost to another replica)."""
+        async with self.db.session() as session:
+            rows = (await session.execute(q.renew_leases(self.owner, self._lease_until(now)))).all()
+        return {row[0]: bool(row[1]) for row in rows}
+
+    async def release(self, run_ids: Sequence[uuid.UUID]) -> None:
+        """Give leased runs back so any replica can continue them at once (shutdown)."""
+        if not run_ids:
+            return
+        async with self.db.session() as session:
+            await session.execute(q.release_leases(self.owner, list(run_ids), self.clock()))
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    async def start_attempt(self, run_id: uuid.UUID) -> StartDecision:
+        """Admit one attempt of a run this instance leases, or decide it does not run.
+
+        In one transaction, under the schedule's row lock: check the lease; skip a scheduled
+        run of a paused or deleted schedule; apply the overlap policy against the schedule's
+        other running runs; resolve and save the task (reusing a saved one: dispatch is
+        idempotent by run id); take the task's run lock; mark the run running and count the
+        attempt. ``wait`` means try again shortly (buffered or waiting for a lock).
+        """
+        now = self.clock()
+        async with self.db.session() as session:
+            run = await session.get(Run, run_id, with_for_update=True)
+            if run is None or run.lease_owner != self.owner or run.status not in q.ACTIVE:
+                return StartDecision("lost")
+            if run.cancel_requested:
+                self._finish(run, "cancelled", now, reason="cancel_requested")
+                return StartDecision("done", run)
+            schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
+            assert schedule is not None
+            if schedule.deleted_at is not None:
+                self._finish(run, "cancelled", now, reason="schedule_deleted")
+                return StartDecision("done", run)
+            if run.trigger == "schedule" and not schedule.enabled:
+                self._finish(run, "skipped", now, reason="paused")
+                return StartDecision("done", run)
+
+            siblings = list(
+                (await session.execute(q.running_siblings(schedule.id, run.id))).scalars()
+            )
+            if siblings and run.status == "pending":
+                policy = schedule.overlap
+                if policy == "skip":
+                    self._finish(run, "skipped", now, reason="overlap")
+                    run.error = f"run {siblings[0]} of this schedule was still going"
+                    return StartDecision("done", run)
+                if policy == "buffer_one":
+                    if run.reason != "buffered":
+                        waiting = await session.scalar(q.buffered_siblings(schedule.id, run.id))
+                        if waiting:
+                            self._finish(run, "skipped", now, reason="overlap")
+                            run.error = "one run of this schedule was already waiting"
+                            return StartDecision("done", run)
+                        run.reason = "buffered"
+                    return StartDecision("wait", run)
+                if policy == "cancel_other":
+                    await session.execute(
+                        update(Run).where(Run.id.in_(siblings)).values(cancel_requested=True)
+                    )
+                    run.reason = "cancelling_other"
+                    return StartDecision("wait", run)
+
+            task = await self._resolve_task(session, run, schedule, now)
+            if task.lock_run_id not in (None, run.id):
+                holder = await session.get(Run, task.lock_run_id)
+                if holder is not None and holder.status == "running":
+                    return StartDecision("wait", run)
+            task.lock_run_id = run.id
+            task.updated_at = now
+            run.status = "running"
+            run.reason = None
+            run.attempt += 1
+            run.started_at = run.started_at or now
+            run.lease_expires_at = self._lease_until(now)
+            return StartDecision("run", run, task, schedule.enabled)
+
+    async def _resolve_task(
+        self, session: AsyncSession, run: Run, schedule: Schedule, now: datetime
+    ) -> Task:
+        # A saved task is reused, so a resumed run continues in the same task (contract 6).
+        if run.task_id is not None:
+            task = await session.get(Task, run.task_id, with_for_update=True)
+            if task is not None:
+                return task
+        if schedule.mode == "persistent" and schedule.task_id is not None and run.task_id is None:
+            task = await session.get(Task, schedule.task_id, with_for_update=True)
+            if task is not None:
+                run.task_id = task.id
+                return task
+        task = Task(
+            id=run.task_id or uuid.uuid4(),
+            schedule_id=schedule.id,
+            owner=schedule.owner,
+            # Stable per schedule: files an agent keeps survive even when each run starts a
+            # fresh conversation (isolated mode).
+            workdir=str((self.data_dir / "tasks" / str(schedule.id)).resolve()),
+            conversation=[],
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(task)
+        await session.flush()
+        run.task_id = task.id
+        if schedule.mode == "persistent":
+            schedule.task_id = task.id
+        return task
+
+    async def finish_attempt(
+        self,
+        run_id: uuid.UUID,
+        status: str,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_at: datetime | None = None,
+    ) -> Run | None:
+        """Record the outcome of the attempt this instance ran.
+
+        ``retry_at`` set: the run goes back to ``pending`` (lease released) until then, for any
+        replica to retry. Otherwise the run ends with ``status`` and the schedule's ``last_*``
+        fields and ``consecutive_failures`` are updated. Returns None if the lease was lost
+        meanwhile (another replica owns the run now and will record it).
+        """
+        now = self.clock()
+        async with self.db.session() as session:
+            run = await session.get(Run, run_id, with_for_update=True)
+            if run is None or run.lease_owner != self.owner or run.status != "running":
+                return None
+            run.output = output[-OUTPUT_EXCERPT_CHARS:] if output is not None else run.output
+            run.error = error[-ERROR_CHARS:] if error is not None else None
+            if run.task_id is not None:
+                await session.execute(
+                    update(Task)
+                    .where(Task.id == run.task_id, Task.lock_run_id == run.id)
+                    .values(lock_run_id=None, updated_at=now)
+                )
+            if retry_at is not None:
+                run.status = "pending"
+                run.reason = "retry"
+                run.available_at = retry_at
+                run.lease_owner = None
+                run.lease_expires_at = None
+                return run
+            self._finish(run, status, now)
+            schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
+            if schedule is not None:
+                schedule.last_run_at = now
+                schedule.last_status = status
+                schedule.last_error = run.error
+                schedule.last_run_id = run.id
+                schedule.consecutive_failures = (
+                    0 if status == "succeeded" else schedule.consecutive_failures + 1
+                )
+        return run
+
+    async def release_for_takeover(self, run_id: uuid.UUID) -> None:
+        """Stop a running attempt without an outcome (shutdown): any replica continues it."""
+        now = self.clock()
+        async with self.db.session() as session:
+            run = await session.get(Run, run_id, with_for_update=True)
+            if run is None or run.lease_owner != self.owner or run.status not in q.ACTIVE:
+                return
+            if run.task_id is not None:
+                await session.execute(
+                    update(Task)
+                    .where(Task.id == run.task_id, Task.lock_run_id == run.id)
+                    .values(lock_run_id=None)
+                )
+            run.status = "pending"
+            run.reason = "released"
+            run.lease_owner = None
+            run.lease_expires_at = None
+            run.available_at = now
+
+    @staticmethod
+    def _finish(run: Run, status: str, now: datetime, reason: str | None = None) -> None:
+        run.status = status
+        run.reason = reason
+        run.finished_at = now
+        run.lease_owner = None
+        run.lease_expires_at = None
+
+    # -- run now, replay, cancel, history -------------------------------------------------
+
+    async def _announce(self, session: AsyncSession) -> None:
+        if self.db.capabilities.listen_notify:
+            await session.execute(text(f"SELECT pg_notify('{WAKE_CHANNEL}', '')"))
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def run_now(self, schedule_id: str | uuid.UUID, owner: str | None) -> Run:
+        """Queue a manual run of the schedule as it is now; ``next_run`` does not move."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await _visible_schedule(session, schedule_id, owner)
+            run = _queued_run(schedule.id, "manual", run_payload(schedule), now)
+            session.add(run)
+            await self._announce(session)
+        self._changed()
+        return run
+
+    async def replay(self, run_id: str | uuid.UUID, owner: str | None) -> Run:
+        """Queue a re-run of an earlier run's saved payload (prompt and runner as they were)."""
+        now = self.clock()
+        async with self.db.session() as session:
+            original, schedule = await _visible_run(session, run_id, owner)
+            if schedule.deleted_at is not None:
+                raise Conflict("the schedule of this run was deleted; it cannot be replayed")
+            run = _queued_run(schedule.id, "replay", dict(original.payload), now)
+            run.replay_of = original.id
+            session.add(run)
+            await self._announce(session)
+        self._changed()
+        return run
+
+    async def cancel(self, run_id: str | uuid.UUID, owner: str | None) -> Run:
+        """Cancel a pending run at once, or ask a running one to stop (cooperatively).
+
+        Raises ``Conflict`` if the run already finished.
+        """
+        now = self.clock()
+        async with self.db.session() as session:
+            run, _ = await _visible_run(session, run_id, owner, lock=True)
+            if run.status in TERMINAL:
+                raise Conflict(f"run {run.id} already finished ({run.status})")
+            run.cancel_requested = True
+            if run.status == "pending":
+                self._finish(run, "cancelled", now, reason="cancel_requested")
+        self._changed()
+        return run
+
+    async def get_run(
+        self, run_id: str | uuid.UUID, owner: str | None
+    ) -> tuple[Run, list[Delivery]]:
+        """A run (also of a deleted schedule) with its deliveries."""
+        async with self.db.session(write=False) as session:
+            run, _ = await _visible_run(session, run_id, owner)
+            deliveries = await _deliveries(session, [run.id])
+        return run, deliveries.get(run.id, [])
+
+    async def list_runs(
+        self,
+        schedule_id: str | uuid.UUID,
+        owner: str | None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[tuple[Run, list[Delivery]]]:
+        """Runs of a schedule newest first (ties by id) across every trigger."""
+        check_limit(limit)
+        async with self.db.session(write=False) as session:
+            schedule = await _visible_schedule(session, schedule_id, owner)
+            query = select(Run).where(Run.schedule_id == schedule.id)
+            if cursor is not None:
+                created, id = decode_cursor(cursor)
+                query = query.where(
+                    (Run.created_at < created) | ((Run.created_at == created) & (Run.id < id))
+                )
+            query = query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1)
+            runs = list((await session.execute(query)).scalars())
+            more = len(runs) > limit
+            runs = runs[:limit]
+            deliveries = await _deliveries(session, [run.id for run in runs])
+        next_cursor = encode_cursor(runs[-1].created_at, runs[-1].id) if more else None
+        return Page([(run, deliveries.get(run.id, [])) for run in runs], next_cursor)
+
+    async def count_runs(self, schedule_id: uuid.UUID) -> dict[str, int]:
+        """Runs of a schedule by status (diagnostics and tests)."""
+        async with self.db.session(write=False) as session:
+            rows = await session.execute(
+                select(Run.status, func.count())
+                .where(Run.schedule_id == schedule_id)
+                .group_by(Run.status)
+            )
+            return {status: int(count) for status, count in rows.all()}
+
+
+def _run_from_row(row: dict[str, Any]) -> Run:
+    return Run(**row)
+
+
+def _queued_run(
+    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime
+) -> Run:
+    return Run(
+        id=uuid.uuid4(),
+        schedule_id=schedule_id,
+        trigger=trigger,
+        due_at=None,
+        status="pending",
+        attempt=0,
+        payload=payload,
+        created_at=now,
+        available_at=now,
+        cancel_requested=False,
+    )
+
+
+async def _visible_schedule(
+    session: AsyncSession, schedule_id: str | uuid.UUID, owner: str | None
+) -> Schedule:
+    id = parse_id(schedule_id)
+    query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
+    if owner is not None:
+        query = query.where(Schedule.owner == owner)
+    schedule = (await session.execute(query)).scalar_one_or_none()
+    if schedule is None:
+        raise NotFound("schedule", str(schedule_id))
+    return schedule
+
+
+async def _visible_run(
+    session: AsyncSession, run_id: str | uuid.UUID, owner: str | None, *, lock: bool = False
+) -> tuple[Run, Schedule]:
+    id = parse_id(run_id, "run")
+    query = select(Run, Schedule).join(Schedule, Run.schedule_id == Schedule.id).where(Run.id == id)
+    if owner is not None:
+        query = query.where(Schedule.owner == owner)
+    if lock:
+        query = query.with_for_update(of=Run)
+    row = (await session.execute(query)).one_or_none()
+    if row is None:
+        raise NotFound("run", str(run_id))
+    return row[0], row[1]
+
+
+async def _deliveries(
+    session: AsyncSession, run_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, list[Delivery]]:
+    if not run_ids:
+        return {}
+    rows = await session.execute(
+        select(Delivery)
+        .where(Delivery.run_id.in_(run_ids))
+        .order_by(Delivery.run_id, Delivery.index)
+    )
+    result: dict[uuid.UUID, list[Delivery]] = {}
+    for delivery in rows.scalars():
+        result.setdefault(delivery.run_id, []).append(delivery)
+    return result
+
+
+def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
+    """The public shape of a run (API.md)."""
+    return {
+        "id": run.id,
+        "schedule_id": run.schedule_id,
+        "trigger": run.trigger,
+        "due_at": run.due_at,
+        "replay_of": run.replay_of,
+        "status": run.status,
+        "reason": run.reason,
+        "attempt": run.attempt,
+        "task_id": run.task_id,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "error": run.error,
+        "output": run.output,
+        "deliveries": [
+            {
+                "index": d.index,
+                "channel": d.channel,
+                "target": d.target,
+                "status": d.status,
+                "attempts": d.attempts,
+                "error": d.error,
+            }
+            for d in deliveries
+        ],
+    }

@@ -1,0 +1,56 @@
+"""Run endpoints of API.md: run now, history, get, replay, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from core.scheduler import run_view
+from web.api.deps import EngineDep, LedgerDep, OwnerDep
+from web.api.schedules import ERRORS
+from web.api.schemas import RunOut, RunPage
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"], responses=ERRORS)
+schedule_runs = APIRouter(prefix="/api/v1/schedules", tags=["runs"], responses=ERRORS)
+
+
+@schedule_runs.post("/{schedule_id}/run", status_code=status.HTTP_202_ACCEPTED)
+async def run_now(schedule_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
+    """Queue a manual run; returns once its record is saved. The timetable does not move."""
+    return RunOut.model_validate(run_view(await ledger.run_now(schedule_id, owner)))
+
+
+@schedule_runs.get("/{schedule_id}/runs")
+async def list_runs(
+    schedule_id: str,
+    ledger: LedgerDep,
+    owner: OwnerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> RunPage:
+    """Runs of a schedule, newest first, across every trigger."""
+    page = await ledger.list_runs(schedule_id, owner, limit, cursor)
+    items = [RunOut.model_validate(run_view(run, deliveries)) for run, deliveries in page.items]
+    return RunPage(items=items, next_cursor=page.next_cursor)
+
+
+@router.get("/{run_id}")
+async def get_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
+    run, deliveries = await ledger.get_run(run_id, owner)
+    return RunOut.model_validate(run_view(run, deliveries))
+
+
+@router.post("/{run_id}/replay", status_code=status.HTTP_202_ACCEPTED)
+async def replay_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
+    """Queue a re-run of the saved payload of ``run_id``; the new run points back to it."""
+    return RunOut.model_validate(run_view(await ledger.replay(run_id, owner)))
+
+
+@router.post("/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
+async def cancel_run(run_id: str, ledger: LedgerDep, engine: EngineDep, owner: OwnerDep) -> RunOut:
+    """Cancel a pending run, or stop a running one cooperatively (409 if already finished)."""
+    run = await ledger.cancel(run_id, owner)
+    if engine is not None:
+        engine.cancel_local(run.id)
+    return RunOut.model_validate(run_view(run))
