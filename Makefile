@@ -25,6 +25,7 @@ install: $(VENV)/.installed ## create .venv and install agentcron with its dev t
 
 run: install ## migrate the SQLite database, add the example schedule, serve on $(HOST):$(PORT)
 	$(BIN)/agentcron migrate
+	$(BIN)/agentcron example
 	$(BIN)/agentcron serve --host $(HOST) --port $(PORT)
 
 test: install ## run the whole test suite (PostgreSQL tests too when it is reachable)

@@ -158,7 +158,14 @@ class Ledger:
             rows: list[dict[str, Any]] = []
             advances: list[dict[str, Any]] = []
             for schedule in schedules:
-                plan = plan_due_times(schedule, now)
+                try:
+                    plan = plan_due_times(schedule, now)
+                except Exception:
+                    # One unreadable schedule must not block every claim after it (a poison
+                    # pill): take it off the timetable and say why.
+                    log.exception("schedule_unplannable", schedule_id=str(schedule.id))
+                    advances.append({"id": schedule.id, "next_run": None})
+                    continue
                 if plan.missed:
                     log.info(
                         "due_times_missed",
@@ -197,16 +204,14 @@ class Ledger:
             room = limit - len(schedules)
             recovered = 0
             if room > 0:
-                ids = list((await session.execute(q.claimable_runs(now, room))).scalars())
-                if ids:
-                    taken = list(
-                        (await session.execute(q.lease_runs(ids, self.owner, until))).scalars()
-                    )
-                    recovered = sum(
-                        1 for run in taken if run.attempt > 0 or run.status == "running"
-                    )
+                found = (await session.execute(q.claimable_runs(now, room))).all()
+                if found:
+                    ids = [row.id for row in found]
+                    taken = (await session.execute(q.lease_runs(ids, self.owner, until))).scalars()
                     claimed.extend(taken)
-                full = len(ids) >= room
+                    # A run that had a lease was another replica's: this is a takeover.
+                    recovered = sum(1 for row in found if row.lease_owner is not None)
+                full = len(found) >= room
             else:
                 full = True
         return Claim(runs=claimed, full=full or len(schedules) >= limit, recovered=recovered)

@@ -316,6 +316,13 @@ class SchedulerLoop:
             bound.warning("run_lease_lost")
             return
         bound.info("run_finished", status=run.status, error=run.error)
+        # Deliver outside the concurrency slot: a slow receiver must not hold up other runs.
+        # The task is tracked with the runs, so shutdown drains deliveries too.
+        delivery = asyncio.create_task(self._deliver(run, workdir, bound))
+        self._runs.add(delivery)
+        delivery.add_done_callback(self._runs.discard)
+
+    async def _deliver(self, run: Run, workdir: str, bound: Any) -> None:
         try:
             await deliver_run(self.ledger.db, run, run_view(run), Path(workdir), clock=self.clock)
         except Exception as exc:  # a failed delivery never fails the run

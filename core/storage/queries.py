@@ -49,11 +49,11 @@ def insert_runs(dialect: str, rows: Sequence[dict[str, Any]]) -> Any:
     )
 
 
-def claimable_runs(now: datetime, limit: int) -> Select[uuid.UUID]:
+def claimable_runs(now: datetime, limit: int) -> Select[uuid.UUID, str | None]:
     """Runs this instance may take: queued ones (manual, replay, retry whose backoff is over)
     that nobody leases, and pending or running ones whose lease expired (a dead replica's)."""
     return (
-        select(Run.id)
+        select(Run.id, Run.lease_owner)
         .where(
             Run.status.in_(ACTIVE),
             or_(

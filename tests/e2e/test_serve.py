@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import signal
+import time
 import subprocess
 from pathlib import Path
 
@@ -16,11 +17,11 @@ from tests.e2e.conftest import Server
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_curl_commands() -> list[str]:
-    """The curl commands of the README's quick start, in order."""
+def readme_curl_commands(marker: str = "quickstart") -> list[str]:
+    """The curl commands of a marked README block, in order."""
     text = README.read_text()
-    block = re.search(r"<!-- quickstart -->\n```(?:sh|bash)?\n(.*?)```", text, re.S)
-    assert block, "README has no quickstart block"
+    block = re.search(rf"<!-- {marker} -->\n```(?:sh|bash)?\n(.*?)```", text, re.S)
+    assert block, f"README has no {marker} block"
     commands = []
     for line in block.group(1).replace("\\\n", " ").splitlines():
         line = line.strip()
@@ -45,6 +46,35 @@ def test_readme_curl_example_works_verbatim(server: Server) -> None:
     preview = json.loads(outputs[1])
     assert len(preview["next"]) == 10
     assert all(item.endswith("+08:00") for item in preview["next"])
+
+
+def run_curl(command: str, port: str, **substitutions: str) -> str:
+    argv = []
+    for arg in shlex.split(command):
+        arg = arg.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+        for key, value in substitutions.items():
+            arg = arg.replace(key, value)
+        argv.append(arg)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, (command, done.stderr)
+    return done.stdout
+
+
+def test_readme_firing_example_runs_the_agent(server: Server) -> None:
+    create, history = readme_curl_commands("firing")
+    port = server.url.rsplit(":", 1)[1]
+    schedule = json.loads(run_curl(create, port))
+    deadline = time.monotonic() + 25
+    runs: list[dict[str, object]] = []
+    while time.monotonic() < deadline:
+        runs = json.loads(run_curl(history, port, SCHEDULE_ID=schedule["id"]))["items"]
+        if any(run["status"] == "succeeded" for run in runs):
+            break
+        time.sleep(0.5)
+    done = [run for run in runs if run["status"] == "succeeded"]
+    assert done, f"no run succeeded: {runs}\n{server.log()[-3000:]}"
+    assert done[0]["trigger"] == "schedule"
+    assert done[0]["output"] == "agent got: hello agent\n"
 
 
 def test_sigterm_stops_cleanly(server: Server) -> None:

@@ -1,0 +1,125 @@
+"""Storage behaves the same on SQLite and PostgreSQL: aware UTC times, the run key, rollback."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError, StatementError
+
+from core.storage import Database, Run, Schedule
+
+
+def schedule_row(**overrides: Any) -> Schedule:
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "owner": "o",
+        "name": "n",
+        "prompt": "p",
+        "trigger": {"every_seconds": 60, "start_at": now.isoformat()},
+        "enabled": True,
+        "mode": "isolated",
+        "overlap": "allow",
+        "catchup": "skip",
+        "catchup_window_seconds": 3600,
+        "misfire_grace_seconds": 60,
+        "timeout_seconds": 60,
+        "max_attempts": 3,
+        "runner": {"type": "command", "argv": ["true"]},
+        "notify": [],
+        "consecutive_failures": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+    values.update(overrides)
+    return Schedule(**values)
+
+
+def run_row(schedule_id: uuid.UUID, due_at: datetime | None) -> Run:
+    now = datetime.now(UTC)
+    return Run(
+        id=uuid.uuid4(),
+        schedule_id=schedule_id,
+        trigger="schedule",
+        due_at=due_at,
+        status="pending",
+        attempt=0,
+        payload={},
+        created_at=now,
+        available_at=now,
+        cancel_requested=False,
+    )
+
+
+async def test_datetimes_come_back_aware_utc(db: Database) -> None:
+    shanghai = timezone(timedelta(hours=8))
+    local = datetime(2026, 3, 1, 8, 0, 0, 123456, tzinfo=shanghai)
+    row = schedule_row(next_run=local)
+    async with db.session() as session:
+        session.add(row)
+    async with db.session(write=False) as session:
+        stored = await session.scalar(select(Schedule.next_run).where(Schedule.id == row.id))
+    assert stored is not None
+    assert stored.tzinfo is not None and stored.utcoffset() == timedelta(0)
+    assert stored == local
+    assert stored.isoformat() == "2026-03-01T00:00:00.123456+00:00"
+
+
+async def test_time_order_survives_storage(db: Database) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    # Offsets differ, so a naive text comparison of local times would order these wrongly.
+    times = [
+        base.astimezone(timezone(timedelta(hours=-5))),
+        (base + timedelta(minutes=1)).astimezone(timezone(timedelta(hours=9))),
+        base + timedelta(minutes=2),
+    ]
+    async with db.session() as session:
+        session.add_all(schedule_row(next_run=t) for t in times)
+    async with db.session(write=False) as session:
+        due = list(
+            await session.scalars(
+                select(Schedule.next_run)
+                .where(Schedule.next_run <= base + timedelta(minutes=1))
+                .order_by(Schedule.next_run)
+            )
+        )
+    assert due == times[:2]
+
+
+async def test_naive_datetime_is_refused(db: Database) -> None:
+    with pytest.raises(StatementError, match="aware"):
+        async with db.session() as session:
+            session.add(schedule_row(next_run=datetime(2026, 1, 1)))
+    async with db.session(write=False) as session:
+        assert await session.scalar(select(func.count()).select_from(Schedule)) == 0
+
+
+async def test_one_run_per_due_time_is_a_constraint(db: Database) -> None:
+    parent = schedule_row()
+    due = datetime(2026, 1, 1, 8, tzinfo=UTC)
+    async with db.session() as session:
+        session.add(parent)
+    async with db.session() as session:
+        session.add(run_row(parent.id, due))
+    with pytest.raises(IntegrityError):
+        async with db.session() as session:
+            session.add(run_row(parent.id, due))
+    # Manual and replay runs have no due time and may repeat.
+    async with db.session() as session:
+        session.add_all([run_row(parent.id, None), run_row(parent.id, None)])
+    async with db.session(write=False) as session:
+        assert await session.scalar(select(func.count()).select_from(Run)) == 3
+
+
+async def test_failed_unit_of_work_writes_nothing(db: Database) -> None:
+    with pytest.raises(RuntimeError):
+        async with db.session() as session:
+            session.add(schedule_row())
+            await session.flush()
+            raise RuntimeError("boom")
+    async with db.session(write=False) as session:
+        assert await session.scalar(select(func.count()).select_from(Schedule)) == 0
