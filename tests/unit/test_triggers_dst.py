@@ -27,7 +27,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.triggers import CronTrigger, _parse_cron, next_fire, preview
+from core.triggers import CronTrigger, next_fire, preview
+from core.triggers.cron import parse_cron
 
 # (id, cron, zone, after, expected local fire times)
 CASES: list[tuple[str, str, str, str, list[str]]] = [
@@ -517,7 +518,7 @@ def test_next_fire_is_pure(cron: str, zone: str, day: str) -> None:
 
 
 def _matches(cron: str, wall: datetime) -> bool:
-    spec = _parse_cron(cron)
+    spec = parse_cron(cron)
     dom = wall.day in spec.days
     dow = (wall.weekday() + 1) % 7 in spec.weekdays
     day = (dom or dow) if not (spec.dom_star or spec.dow_star) else (dom and dow)
@@ -536,7 +537,7 @@ def _oracle(cron: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[d
     matched wall time L at the first instant whose wall clock reads L or later (all the zones
     here shift on whole minutes, so a minute scan is exact).
     """
-    wildcard = _parse_cron(cron).wildcard
+    wildcard = parse_cron(cron).wildcard
     fires: list[datetime] = []
     instant = start - timedelta(hours=30)
     high_water = instant.astimezone(zone).replace(tzinfo=None)

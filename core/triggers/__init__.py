@@ -1,0 +1,110 @@
+"""Due-time arithmetic: cron, interval and one-shot triggers, time zones, DST, validation.
+
+Everything here is a pure function of its arguments: the current time is always passed in
+(``now`` / ``after``), never read. The meaning of cron (DESIGN.md contract point 1) is decided
+by our own parser (:mod:`core.triggers.cron`), and the DST rules (contract point 2) are applied
+with :mod:`zoneinfo` by :mod:`core.triggers.search`, the only module that imports croniter;
+croniter is only ever asked one question: "which naive wall-clock minutes match this (already
+validated and normalised) expression?". The trigger kinds, their validation and stored form
+live in :mod:`core.triggers.kinds`, the English descriptions in :mod:`core.triggers.describe`.
+
+Cron meaning (Debian / Vixie cron):
+
+* 5 fields ``minute hour day-of-month month day-of-week`` or an ``@macro``;
+* lists, ranges, ``*/n`` and ``a-b/n`` steps, 3-letter month and weekday names;
+* day-of-week 0 and 7 are Sunday; ``a-a`` is the single value ``a``; a reversed range
+  (``FRI-MON``, hour ``22-2``) wraps around the end of its cycle;
+* day-of-month and day-of-week both restricted: a day matches if either matches; if either
+  field starts with ``*``: both must match.
+
+DST rules, given the naive local times ``L`` the expression matches in the trigger's zone:
+
+* ``L`` occurs once: fire at that instant;
+* ``L`` occurs twice (autumn fold): a fixed-time job fires at the first occurrence only, a
+  wildcard job (minute or hour field starting with ``*``) at both;
+* ``L`` does not occur (spring gap): a fixed-time job fires at the first instant after the
+  gap, a wildcard job does not fire for it;
+* the fire times are a set of instants: several skipped times collapse into one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from core.triggers.cron import is_wildcard_job
+from core.triggers.describe import describe
+from core.triggers.kinds import (
+    MAX_INTERVAL_SECONDS,
+    CronTrigger,
+    IntervalTrigger,
+    OneShotTrigger,
+    Trigger,
+    parse_trigger,
+    require_aware,
+    trigger_from_dict,
+    trigger_to_dict,
+)
+from core.triggers.search import next_cron
+
+__all__ = [
+    "MAX_INTERVAL_SECONDS",
+    "CronTrigger",
+    "IntervalTrigger",
+    "OneShotTrigger",
+    "Trigger",
+    "describe",
+    "is_wildcard_job",
+    "next_fire",
+    "parse_trigger",
+    "preview",
+    "trigger_from_dict",
+    "trigger_to_dict",
+]
+
+
+def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
+    """The smallest fire instant strictly after ``after``, or ``None`` if there is none.
+
+    ``after`` is an aware datetime in any zone (``ValueError`` if naive). The result is a pure
+    function of the instant ``after``: asking from inside the second pass of a repeated hour
+    never returns a first-pass instant, and never anything at or before ``after``.
+
+    * cron: an aware datetime in the trigger's ``ZoneInfo`` (its ``utcoffset()`` is the zone's
+      offset at that instant), following the DST rules in the module docstring;
+    * interval: UTC, the smallest ``start_at + k * every_seconds`` (k >= 0) after ``after``,
+      so a future ``start_at`` is itself the first fire;
+    * one-shot: ``at`` (UTC) if it lies after ``after``, else ``None``.
+
+    Store and compare cron results in UTC (``.astimezone(UTC)``): Python compares two datetimes
+    sharing one ``ZoneInfo`` by wall clock, and ``==`` across zones is always False for a time
+    in a repeated hour (PEP 495).
+    """
+    moment = require_aware(after, "after")
+    if isinstance(trigger, CronTrigger):
+        found = next_cron(trigger, moment)
+        return None if found is None else found.astimezone(ZoneInfo(trigger.timezone))
+    if isinstance(trigger, IntervalTrigger):
+        start = trigger.start_at.astimezone(UTC)
+        if start > moment:
+            return start
+        every = timedelta(seconds=trigger.every_seconds)
+        try:
+            return start + ((moment - start) // every + 1) * every
+        except OverflowError:
+            return None
+    at = trigger.at.astimezone(UTC)
+    return at if at > moment else None
+
+
+def preview(trigger: Trigger, after: datetime, count: int) -> list[datetime]:
+    """Up to ``count`` successive fire instants strictly after ``after`` (fewer if they end)."""
+    times: list[datetime] = []
+    cursor = after
+    while len(times) < count:
+        found = next_fire(trigger, cursor)
+        if found is None:
+            break
+        times.append(found)
+        cursor = found
+    return times

@@ -1,0 +1,199 @@
+"""The three trigger kinds, read from user input and to and from their stored form.
+
+``parse_trigger`` validates what a user sends (API.md "Trigger"); ``trigger_to_dict`` and
+``trigger_from_dict`` are the JSON-safe stored form and its inverse. Cron text is checked by
+:mod:`core.triggers.cron`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from core.errors import InvalidSchedule
+from core.triggers.cron import CRON_FIELD, parse_cron
+
+MAX_INTERVAL_SECONDS: Final = 31_536_000
+
+
+@dataclass(frozen=True)
+class CronTrigger:
+    """A validated cron expression (as the user wrote it, stripped) in an IANA zone."""
+
+    cron: str
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True)
+class IntervalTrigger:
+    """Fires at ``start_at + k * every_seconds`` (k >= 0) in real (UTC) time."""
+
+    every_seconds: int
+    start_at: datetime
+
+
+@dataclass(frozen=True)
+class OneShotTrigger:
+    """Fires once, at ``at`` (aware, UTC)."""
+
+    at: datetime
+
+
+Trigger = CronTrigger | IntervalTrigger | OneShotTrigger
+
+_KIND_KEYS: Final = {
+    "cron": frozenset({"cron", "timezone"}),
+    "every_seconds": frozenset({"every_seconds", "start_at"}),
+    "at": frozenset({"at"}),
+}
+_ALL_KEYS: Final = frozenset().union(*_KIND_KEYS.values())
+# "+08:00", "UTC+8", "GMT-5", "8": offsets, which do not follow DST; IANA names never match.
+_OFFSET_LIKE = re.compile(r"^\s*(?:utc|gmt|z)?\s*[+\-\u2212]?\s*\d", re.IGNORECASE)
+
+
+def _zone(name: object) -> ZoneInfo:
+    """Load an IANA zone or raise ``InvalidSchedule`` on ``trigger.timezone``."""
+    field = "trigger.timezone"
+    if not isinstance(name, str):
+        raise InvalidSchedule("timezone must be a string (an IANA name)", field=field)
+    hint = "use an IANA zone name such as 'Asia/Shanghai' or 'UTC'"
+    if not name.strip():
+        raise InvalidSchedule(f"timezone is empty: {hint}", field=field)
+    if _OFFSET_LIKE.match(name):
+        raise InvalidSchedule(
+            f"timezone {name!r} is a UTC offset, not a zone (offsets change with DST): {hint}",
+            field=field,
+        )
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise InvalidSchedule(f"unknown timezone {name!r}: {hint}", field=field) from exc
+
+
+def _aware_utc(value: object, field: str) -> datetime:
+    """A datetime or ISO-8601 string with an offset, as aware UTC."""
+    key = field.rsplit(".", 1)[-1]
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError as exc:
+            raise InvalidSchedule(
+                f"{key} {value!r} is not an ISO-8601 datetime", field=field
+            ) from exc
+    elif isinstance(value, datetime):
+        parsed = value
+    else:
+        raise InvalidSchedule(f"{key} must be an ISO-8601 datetime string", field=field)
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise InvalidSchedule(
+            f"{key} {parsed.isoformat()!r} has no UTC offset; add one, e.g. 'Z' or '+08:00'",
+            field=field,
+        )
+    return parsed.astimezone(UTC)
+
+
+def require_aware(value: datetime, what: str) -> datetime:
+    """``value`` as aware UTC; ``ValueError`` (a caller bug) if it is naive."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be an aware datetime, got {value!r}")
+    return value.astimezone(UTC)
+
+
+def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
+    """Shared by ``parse_trigger`` (``now`` given) and ``trigger_from_dict`` (trusted)."""
+    if not isinstance(data, Mapping):
+        raise InvalidSchedule("trigger must be an object", field="trigger")
+    for key in data:
+        if key not in _ALL_KEYS:
+            raise InvalidSchedule(f"unknown trigger field {key!r}", field=f"trigger.{key}")
+    kinds = [kind for kind in _KIND_KEYS if kind in data]
+    if len(kinds) != 1:
+        found = " and ".join(repr(k) for k in kinds) if kinds else "none"
+        raise InvalidSchedule(
+            f"trigger needs exactly one of 'cron', 'every_seconds' or 'at' (got {found})",
+            field="trigger",
+        )
+    kind = kinds[0]
+    for key in data:
+        if key not in _KIND_KEYS[kind]:
+            raise InvalidSchedule(
+                f"{key!r} does not apply to a {kind!r} trigger", field=f"trigger.{key}"
+            )
+
+    if kind == "cron":
+        cron = data["cron"]
+        if not isinstance(cron, str):
+            raise InvalidSchedule("cron must be a string", field=CRON_FIELD)
+        # A JSON null timezone means "not given", as for any optional field.
+        timezone = data.get("timezone")
+        timezone = "UTC" if timezone is None else timezone
+        _zone(timezone)
+        parse_cron(cron)
+        return CronTrigger(cron=cron.strip(), timezone=timezone)
+
+    if kind == "every_seconds":
+        every = data["every_seconds"]
+        field = "trigger.every_seconds"
+        if isinstance(every, bool) or not isinstance(every, int):
+            raise InvalidSchedule("every_seconds must be an integer", field=field)
+        if not 1 <= every <= MAX_INTERVAL_SECONDS:
+            raise InvalidSchedule(
+                f"every_seconds {every} is out of range 1-{MAX_INTERVAL_SECONDS} (one year)",
+                field=field,
+            )
+        start = data.get("start_at")
+        if start is not None:
+            start_at = _aware_utc(start, "trigger.start_at")
+        elif now is not None:
+            start_at = require_aware(now, "now").replace(microsecond=0)
+        else:
+            raise InvalidSchedule("stored interval trigger lacks start_at", "trigger.start_at")
+        return IntervalTrigger(every_seconds=every, start_at=start_at)
+
+    at = _aware_utc(data["at"], "trigger.at")
+    if now is not None and at <= require_aware(now, "now"):
+        raise InvalidSchedule(
+            f"at {at.isoformat()} lies in the past (now is {now.astimezone(UTC).isoformat()})",
+            field="trigger.at",
+        )
+    return OneShotTrigger(at=at)
+
+
+def parse_trigger(data: Mapping[str, Any], now: datetime) -> Trigger:
+    """Validate user input (API.md "Trigger") into a ``Trigger``.
+
+    ``data`` holds exactly one of ``{"cron", "timezone"?}``, ``{"every_seconds", "start_at"?}``
+    or ``{"at"}``; ``now`` is an aware datetime. Datetimes may be given as ``datetime`` or as
+    ISO-8601 strings, and must carry an offset; they are stored as UTC. An interval's
+    ``start_at`` defaults to ``now`` truncated to the whole second; a one-shot ``at`` must lie
+    strictly after ``now``. A JSON null for an optional key counts as absent.
+
+    Raises ``InvalidSchedule`` whose ``field`` is ``trigger`` or ``trigger.<key>`` and whose
+    message says what is wrong. Raises ``ValueError`` if ``now`` is naive (a caller bug).
+    """
+    require_aware(now, "now")
+    return _build(data, now)
+
+
+def trigger_to_dict(trigger: Trigger) -> dict[str, Any]:
+    """The JSON-safe stored form; ``trigger_from_dict`` turns it back into an equal trigger."""
+    if isinstance(trigger, CronTrigger):
+        return {"cron": trigger.cron, "timezone": trigger.timezone}
+    if isinstance(trigger, IntervalTrigger):
+        return {
+            "every_seconds": trigger.every_seconds,
+            "start_at": trigger.start_at.astimezone(UTC).isoformat(),
+        }
+    return {"at": trigger.at.astimezone(UTC).isoformat()}
+
+
+def trigger_from_dict(data: Mapping[str, Any]) -> Trigger:
+    """Rebuild a trigger from its stored form (no "lies in the future" check).
+
+    Raises ``InvalidSchedule`` if the stored form is not one ``trigger_to_dict`` could make.
+    """
+    return _build(data, None)
