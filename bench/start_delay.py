@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -81,8 +80,8 @@ async def measure(
         AGENTCRON_LOG_FORMAT="json",
     )
     log = (workdir / "server.log").open("wb")
-    server = subprocess.Popen(
-        [AGENTCRON, "serve", "--port", str(port)], env=env, stdout=log, stderr=log
+    server = await asyncio.create_subprocess_exec(
+        AGENTCRON, "serve", "--port", str(port), env=env, stdout=log, stderr=log
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -114,7 +113,7 @@ async def measure(
             window_end = datetime.now(UTC)
     finally:
         server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
+        await asyncio.wait_for(server.wait(), 60)
         log.close()
 
     db = Database(url)
@@ -164,8 +163,9 @@ async def main() -> None:
     )
     if delays:
         print(
-            f"start delay ms: p50={statistics.median(delays):.1f} p90={percentile(delays, 0.9):.1f} "
-            f"p99={percentile(delays, 0.99):.1f} max={max(delays):.1f} min={min(delays):.1f}"
+            f"start delay ms: p50={statistics.median(delays):.1f} "
+            f"p90={percentile(delays, 0.9):.1f} p99={percentile(delays, 0.99):.1f} "
+            f"max={max(delays):.1f} min={min(delays):.1f}"
         )
 
 

@@ -55,39 +55,52 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
     A due time ``d <= now`` with ``now - d <= misfire_grace_seconds`` gets a run. Older ones
     were missed: with catch-up ``skip`` they are not run; with ``latest`` the most recent missed
     one runs once, if it is within ``catchup_window_seconds`` and no on-time due time already
-    runs. Due times older than both bounds are never enumerated, so a year-long outage costs
-    the same as a minute-long one.
+    runs. Missed due times are never enumerated: the plan jumps to the grace boundary and finds
+    the latest missed one by probing back in doubling steps, so a year-long outage costs about
+    what a minute-long one does, whatever the catch-up window.
     """
     assert schedule.next_run is not None
     trigger = triggers.trigger_from_dict(schedule.trigger)
     grace = timedelta(seconds=schedule.misfire_grace_seconds)
     window = timedelta(seconds=schedule.catchup_window_seconds)
-    horizon = max(grace, window) if schedule.catchup == "latest" else grace
-    earliest = now - horizon
+    boundary = now - grace  # a due time at or after this is on time
     missed = 0
-    due: datetime | None = schedule.next_run
-    if schedule.next_run < earliest:
-        missed += 1  # at least next_run itself; the rest of the jump is not counted
-        due = _utc(triggers.next_fire(trigger, earliest - timedelta(microseconds=1)))
-    on_time: list[datetime] = []
     latest_missed: datetime | None = None
+    due: datetime | None = schedule.next_run
+    if schedule.next_run < boundary:
+        missed += 1  # at least next_run itself; the rest of the jump is not counted
+        if schedule.catchup == "latest":
+            floor = max(schedule.next_run, now - window)
+            latest_missed = _last_fire_before(trigger, boundary, floor)
+        due = _utc(triggers.next_fire(trigger, boundary - timedelta(microseconds=1)))
+    on_time: list[datetime] = []
     while due is not None and due <= now and len(on_time) < MAX_DUE_PER_CLAIM:
-        if now - due <= grace:
-            on_time.append(due)
-        else:
-            missed += 1
-            latest_missed = due
+        on_time.append(due)
         due = _utc(triggers.next_fire(trigger, due))
     run_at = on_time
-    if (
-        schedule.catchup == "latest"
-        and not on_time
-        and latest_missed is not None
-        and now - latest_missed <= window
-    ):
+    if schedule.catchup == "latest" and not on_time and latest_missed is not None:
         run_at = [latest_missed]
         missed -= 1
     return DuePlan(run_at=run_at, missed=missed, next_run=due)
+
+
+def _last_fire_before(
+    trigger: triggers.Trigger, before: datetime, floor: datetime
+) -> datetime | None:
+    """The latest fire time in ``[floor, before)``, or None. Probes back from ``before`` in
+    doubling steps, so the cost grows with log(distance), not with the fire times skipped."""
+    step = timedelta(seconds=1)
+    while True:
+        probe = max(before - step, floor)
+        found = _utc(triggers.next_fire(trigger, probe - timedelta(microseconds=1)))
+        if found is not None and found < before:
+            later = _utc(triggers.next_fire(trigger, found))
+            while later is not None and later < before:
+                found, later = later, _utc(triggers.next_fire(trigger, later))
+            return found
+        if probe <= floor:
+            return None
+        step *= 2
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -225,11 +238,22 @@ class Ledger:
 
     # -- leases ---------------------------------------------------------------------------
 
-    async def renew_leases(self, now: datetime) -> dict[uuid.UUID, bool]:
-        """Extend every lease this instance holds. Returns ``{run_id: cancel_requested}``;
-        a run missing from it is no longer ours (its lease was lost to another replica)."""
+    async def renew_leases(
+        self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
+    ) -> dict[uuid.UUID, bool]:
+        """Extend the leases this instance holds: only on ``run_ids`` when given (the runs the
+        engine still works on, so the lease of a run whose attempt died lapses and the run is
+        taken over). Returns ``{run_id: cancel_requested}``; a run missing from it is no longer
+        ours (its lease was lost to another replica)."""
+        until = self._lease_until(now)
         async with self.db.session() as session:
-            rows = (await session.execute(q.renew_leases(self.owner, self._lease_until(now)))).all()
+            if run_ids is None:
+                rows = list((await session.execute(q.renew_leases(self.owner, until))).all())
+            else:
+                ids, rows = list(run_ids), []
+                for start in range(0, len(ids), 1000):
+                    batch = q.renew_leases(self.owner, until, ids[start : start + 1000])
+                    rows.extend((await session.execute(batch)).all())
         return {row[0]: bool(row[1]) for row in rows}
 
     async def release(self, run_ids: Sequence[uuid.UUID]) -> None:
@@ -270,20 +294,25 @@ class Ledger:
             siblings = list(
                 (await session.execute(q.running_siblings(schedule.id, run.id))).scalars()
             )
+            policy = schedule.overlap
+            # Under buffer_one the run already waiting goes next, even between two of its
+            # looks: a newer one would be a second waiter.
+            if (
+                policy == "buffer_one"
+                and run.status == "pending"
+                and run.reason != "buffered"
+                and await session.scalar(q.buffered_siblings(schedule.id, run.id))
+            ):
+                self._finish(run, "skipped", now, reason="overlap")
+                run.error = "one run of this schedule was already waiting"
+                return StartDecision("done", run)
             if siblings and run.status == "pending":
-                policy = schedule.overlap
                 if policy == "skip":
                     self._finish(run, "skipped", now, reason="overlap")
                     run.error = f"run {siblings[0]} of this schedule was still going"
                     return StartDecision("done", run)
                 if policy == "buffer_one":
-                    if run.reason != "buffered":
-                        waiting = await session.scalar(q.buffered_siblings(schedule.id, run.id))
-                        if waiting:
-                            self._finish(run, "skipped", now, reason="overlap")
-                            run.error = "one run of this schedule was already waiting"
-                            return StartDecision("done", run)
-                        run.reason = "buffered"
+                    run.reason = "buffered"
                     return StartDecision("wait", run)
                 if policy == "cancel_other":
                     await session.execute(
@@ -358,6 +387,10 @@ class Ledger:
             run = await session.get(Run, run_id, with_for_update=True)
             if run is None or run.lease_owner != self.owner or run.status != "running":
                 return None
+            # Lock the schedule before writing the run: a second UPDATE of the run in this
+            # transaction fires its foreign-key check (FOR KEY SHARE on the schedule row), and
+            # two runs of one schedule finishing at once then deadlock upgrading that lock.
+            schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
             run.output = output[-OUTPUT_EXCERPT_CHARS:] if output is not None else run.output
             run.error = error[-ERROR_CHARS:] if error is not None else None
             if run.task_id is not None:
@@ -374,7 +407,6 @@ class Ledger:
                 run.lease_expires_at = None
                 return run
             self._finish(run, status, now)
-            schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
             if schedule is not None:
                 schedule.last_run_at = now
                 schedule.last_status = status

@@ -75,7 +75,7 @@ class ScheduleCreate(_Input):
     )
     catchup: Catchup = "skip"
     catchup_window_seconds: int = Field(default=3600, ge=0, le=MAX_WINDOW_SECONDS)
-    misfire_grace_seconds: int = Field(default=60, ge=0, le=86_400)
+    misfire_grace_seconds: int = Field(default=60, ge=1, le=86_400)
     timeout_seconds: int = Field(default=3600, ge=1, le=MAX_TIMEOUT_SECONDS)
     max_attempts: int = Field(default=3, ge=1, le=100)
     runner: dict[str, Any]
@@ -96,7 +96,7 @@ class ScheduleUpdate(_Input):
     overlap: Overlap | None = None
     catchup: Catchup | None = None
     catchup_window_seconds: int | None = Field(default=None, ge=0, le=MAX_WINDOW_SECONDS)
-    misfire_grace_seconds: int | None = Field(default=None, ge=0, le=86_400)
+    misfire_grace_seconds: int | None = Field(default=None, ge=1, le=86_400)
     timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
     max_attempts: int | None = Field(default=None, ge=1, le=100)
     runner: dict[str, Any] | None = None

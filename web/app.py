@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from core.config import Settings, get_settings
+from core.errors import SchedulerUnavailable
 from core.logging import configure_logging, get_logger
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
@@ -48,7 +49,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lock = EngineLock(settings.database_url)
         loop: SchedulerLoop | None = None
         try:
-            await check_schema(db)
+            try:
+                await check_schema(db)
+            except SchedulerUnavailable:
+                # Start anyway: /readyz says 503 and the loop retries until the database is back.
+                log.warning("schema_check_skipped", reason="database unavailable")
             ledger = Ledger(
                 db,
                 owner=settings.instance_id,

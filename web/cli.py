@@ -57,8 +57,47 @@ def _example(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _preflight() -> str | None:
+    """Why the service cannot start (schema behind, a second engine on one SQLite file), or
+    None. The lifespan checks the same again; checking here first gives a plain message
+    instead of a traceback."""
+    import asyncio
+
+    from core.errors import SchedulerUnavailable, StartupError
+    from core.storage import Database
+    from core.storage.lock import EngineLock
+    from core.storage.migrate import check_schema
+
+    settings = get_settings()
+
+    async def schema() -> None:
+        db = Database(settings.database_url)
+        try:
+            await check_schema(db)
+        except SchedulerUnavailable:
+            pass  # the service starts and reports 503 until the database is back
+        finally:
+            await db.dispose()
+
+    try:
+        asyncio.run(schema())
+        if not settings.disable_scheduler and "sqlite" in settings.database_url.split(":", 1)[0]:
+            lock = EngineLock(settings.database_url)
+            lock.acquire()
+            lock.release()
+    except StartupError as exc:
+        return exc.message
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+
+    problem = _preflight()
+    if problem is not None:
+        get_logger("agentcron.cli").error("startup_refused", reason=problem)
+        sys.stderr.write(f"agentcron: cannot start: {problem}\n")
+        return 2
 
     uvicorn.run(
         "web.app:app_from_env",

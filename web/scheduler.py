@@ -219,7 +219,10 @@ class SchedulerLoop:
                 "run_interrupted", error=str(exc), exc_info=not isinstance(exc, AgentcronError)
             )
         finally:
-            self._held.discard(run.id)
+            # Once stopping, a run that never started stays listed so ``stop()`` releases it
+            # even if this task gave up before ``stop()`` looked (a slot freed meanwhile).
+            if not self._stop.is_set():
+                self._held.discard(run.id)
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -276,7 +279,9 @@ class SchedulerLoop:
             self._tokens.pop(run.id, None)
 
         if token.cancelled:
-            await self._record_cancelled(run, token.reason or "cancel", timeout, bound)
+            await self._record_cancelled(
+                run, token.reason or "cancel", timeout, task.workdir, bound
+            )
             return
         if error is None:
             finished = await self.ledger.finish_attempt(run.id, "succeeded", output=output)
@@ -291,7 +296,9 @@ class SchedulerLoop:
             finished = await self.ledger.finish_attempt(run.id, "failed", error=error)
         await self._finished(finished, task.workdir, bound)
 
-    async def _record_cancelled(self, run: Run, reason: str, limit: float, bound: Any) -> None:
+    async def _record_cancelled(
+        self, run: Run, reason: str, limit: float, workdir: str, bound: Any
+    ) -> None:
         if reason == "shutdown":
             await self.ledger.release_for_takeover(run.id)
             bound.info("run_released", reason="shutdown")
@@ -300,14 +307,16 @@ class SchedulerLoop:
             bound.warning("run_lease_lost")
             return
         if reason == "timeout":
+            # The attempt's half-finished output is not saved, so channels that ask for
+            # timed_out runs get the record without it (contract point 8).
             finished = await self.ledger.finish_attempt(
                 run.id, "timed_out", error=f"timed out after {limit:g} s"
             )
-        else:
-            finished = await self.ledger.finish_attempt(
-                run.id, "cancelled", error="cancelled on request"
-            )
-        # Half-finished output is never delivered (contract point 8): only the record.
+            await self._finished(finished, workdir, bound)
+            return
+        finished = await self.ledger.finish_attempt(
+            run.id, "cancelled", error="cancelled on request"
+        )
         if finished is not None:
             bound.info("run_finished", status=finished.status)
 
@@ -338,12 +347,14 @@ class SchedulerLoop:
 
     async def _heartbeat(self) -> None:
         interval = max(0.2, min(self.ledger.lease_seconds / 3, 2.0))
-        while not self._stop.is_set():
-            await self._sleep_or_stop(interval)
+        # Not bound to the stop event: runs draining at shutdown keep their leases renewed
+        # until ``stop()`` cancels this task, or a replica would take them over mid-run.
+        while True:
+            await asyncio.sleep(interval)
             if not self._held:
                 continue
             try:
-                leases = await self.ledger.renew_leases(self.clock())
+                leases = await self.ledger.renew_leases(self.clock(), list(self._held))
             except Exception as exc:
                 self._set_health(False, exc)
                 continue

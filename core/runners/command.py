@@ -23,6 +23,7 @@ OUTPUT_LIMIT = 64 * 1024
 STDERR_LIMIT = 8 * 1024
 STDERR_LINES = 20
 KILL_GRACE_SECONDS = 5.0
+EXIT_POLL_SECONDS = 0.002
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -46,6 +47,38 @@ class _Tail:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> int:
+    """The leader's exit status as soon as it exits. ``Process.wait()`` also waits for the
+    pipes to close, which a background child holding stdout can delay for as long as it runs.
+
+    asyncio has no public event for "exited, pipes still open", so on Linux we wait for the
+    process's pidfd to become readable (it does at exit) and poll only where there is none.
+    """
+    if proc.returncode is None:
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfd here, or the child is already reaped
+            pidfd = None
+        if pidfd is not None:
+            loop = asyncio.get_running_loop()
+            exited: asyncio.Future[None] = loop.create_future()
+
+            def on_exit() -> None:
+                if not exited.done():
+                    exited.set_result(None)
+
+            loop.add_reader(pidfd, on_exit)
+            try:
+                await exited
+            finally:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+    # asyncio's child watcher records the status a moment after the exit itself.
+    while proc.returncode is None:  # noqa: ASYNC110
+        await asyncio.sleep(EXIT_POLL_SECONDS)
+    return proc.returncode
 
 
 class CommandRunner:
@@ -91,7 +124,7 @@ class CommandRunner:
             asyncio.ensure_future(stderr.drain(proc.stderr)),
         ]
         feeder = asyncio.ensure_future(self._feed(proc.stdin, request.prompt))
-        waiter = asyncio.ensure_future(proc.wait())
+        waiter = asyncio.ensure_future(_exited(proc))
         cancelled = asyncio.ensure_future(cancel.wait())
         try:
             await asyncio.wait({waiter, cancelled}, return_when=asyncio.FIRST_COMPLETED)
@@ -101,6 +134,8 @@ class CommandRunner:
             # (and must not keep our pipes open).
             _signal_group(proc.pid, signal.SIGKILL)
             await asyncio.wait(readers, timeout=2.0)
+            with contextlib.suppress(TimeoutError):  # let the transport see its pipes close
+                await asyncio.wait_for(proc.wait(), 2.0)
         finally:
             for fut in (*readers, feeder, waiter, cancelled):
                 fut.cancel()

@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -99,7 +100,7 @@ class Database:
         try:
             async with maker() as session, session.begin():
                 yield session
-        except (OperationalError, DBAPIError, OSError) as exc:
+        except (DBAPIError, OSError, PoolTimeout) as exc:
             if isinstance(exc, DBAPIError) and not _is_unavailable(exc):
                 raise
             raise SchedulerUnavailable("the database is unavailable") from exc
@@ -116,12 +117,11 @@ class Database:
 
 
 def _is_unavailable(exc: DBAPIError) -> bool:
-    # Connection-level failures mean "try again later"; integrity and programming errors
-    # are bugs or bad input and must not be disguised as an outage.
-    if exc.connection_invalidated or isinstance(exc, OperationalError):
+    """Connection-level failures mean "try again later"; integrity and programming errors are
+    bugs or bad input and must not be disguised as an outage."""
+    if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
         return True
-    text = type(exc.orig).__name__ if exc.orig is not None else ""
-    return any(
-        key in text
-        for key in ("Connection", "CannotConnectNow", "TooManyConnections", "AdminShutdown")
-    )
+    # SQLSTATE classes: 08 connection exception, 53 insufficient resources (too many
+    # connections), 57P operator intervention (shutdown, "not accepting connections").
+    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+    return sqlstate.startswith(("08", "53", "57P"))

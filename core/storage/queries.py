@@ -76,21 +76,24 @@ def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
     )
 
 
-def renew_leases(owner: str, until: datetime) -> Update:
-    """Extend every lease ``owner`` holds; returns (id, cancel_requested) of each."""
-    return (
-        update(Run)
-        .where(Run.lease_owner == owner, Run.status.in_(ACTIVE))
-        .values(lease_expires_at=until)
-        .returning(Run.id, Run.cancel_requested)
-    )
+def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = None) -> Update:
+    """Extend the leases ``owner`` holds (only on ``ids`` when given); returns
+    (id, cancel_requested) of each."""
+    query = update(Run).where(Run.lease_owner == owner, Run.status.in_(ACTIVE))
+    if ids is not None:
+        query = query.where(Run.id.in_(ids))
+    return query.values(lease_expires_at=until).returning(Run.id, Run.cancel_requested)
 
 
 def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Update:
-    """Give runs back to the pool, available at once to any replica."""
+    """Give queued (not yet started) runs back to the pool, available at once to any replica.
+
+    A run that started meanwhile is left alone: its attempt is executing here and is drained
+    (or released by ``release_for_takeover``); releasing it would let a replica run it twice.
+    """
     return (
         update(Run)
-        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status.in_(ACTIVE))
+        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == "pending")
         .values(status="pending", lease_owner=None, lease_expires_at=None, available_at=now)
     )
 

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import httpx
 import pytest
+from sqlalchemy import select
+
+from core.storage import Database, Run, Schedule
+from tests.conftest import PG_URL, REQUIRE_PG, PgServer
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -87,3 +97,204 @@ def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
     running = start_server(server_env, tmp_path / "server.log")
     yield running
     running.stop()
+
+
+# -- several real processes on one database (replicas, crash, drain, restart) -------------------
+
+
+def stop_server(server: Server, timeout: float = 30) -> int:
+    """SIGTERM, wait up to ``timeout``, then SIGKILL: never leaves the process running.
+
+    Returns the exit status (negative: killed by that signal). The log file is closed.
+    """
+    try:
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+        try:
+            return server.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait(timeout=10)
+            raise AssertionError(
+                f"server did not stop within {timeout} s of SIGTERM:\n{server.log()[-4000:]}"
+            ) from None
+    finally:
+        server.log_file.close()
+
+
+def kill_server(server: Server) -> int:
+    """SIGKILL (a crash): no shutdown code runs. Returns the exit status."""
+    try:
+        if server.process.poll() is None:
+            server.process.kill()
+        return server.process.wait(timeout=10)
+    finally:
+        server.log_file.close()
+
+
+class Fleet:
+    """The servers one test starts; whatever still runs at teardown is killed."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.servers: list[Server] = []
+
+    def start(self, env: dict[str, str], name: str) -> Server:
+        """Start ``agentcron serve`` (blocking until /healthz answers); log in ``<name>.log``."""
+        server = start_server(env, self.log_dir / f"{name}.log")
+        self.servers.append(server)
+        return server
+
+    def close(self) -> None:
+        for server in self.servers:
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait(timeout=10)
+            server.log_file.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """Starts servers for this test and kills any survivor at teardown, even on failure."""
+    servers = Fleet(tmp_path)
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+async def pg_url(pg_server: PgServer | None) -> str:
+    """A freshly migrated PostgreSQL database for this test (skip, or fail under
+    AGENTCRON_REQUIRE_PG=1, when PostgreSQL is unreachable: as the ``db_url`` fixture does)."""
+    if pg_server is None:
+        message = f"PostgreSQL unreachable at {PG_URL}"
+        if REQUIRE_PG:
+            pytest.fail(f"{message} (AGENTCRON_REQUIRE_PG=1)", pytrace=False)
+        pytest.skip(message)
+    return await pg_server.clone()
+
+
+def engine_env(database_url: str, data_dir: Path, instance_id: str, **extra: str) -> dict[str, str]:
+    """The environment of one engine process: JSON logs, its own instance id and data dir.
+
+    ``extra`` keys are AGENTCRON_* names without the prefix (``LEASE_SECONDS="3"``).
+    """
+    env = dict(os.environ)
+    env.update(
+        AGENTCRON_DATABASE_URL=database_url,
+        AGENTCRON_DATA_DIR=str(data_dir),
+        AGENTCRON_LOG_FORMAT="json",
+        AGENTCRON_INSTANCE_ID=instance_id,
+    )
+    env.update({f"AGENTCRON_{key}": value for key, value in extra.items()})
+    return env
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose command line contains ``marker`` (read from /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_processes_with(marker: str) -> list[int]:
+    """SIGKILL the process groups of every process carrying ``marker``; returns their pids."""
+    pids = processes_with(marker)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+class RunProbe:
+    """Reads runs and schedules straight from the database (not through the API)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.db = Database(database_url, pool_size=2)
+
+    async def runs(self, schedule_id: str | uuid.UUID | None = None) -> list[Run]:
+        query = select(Run).order_by(Run.schedule_id, Run.due_at, Run.created_at)
+        if schedule_id is not None:
+            query = query.where(Run.schedule_id == uuid.UUID(str(schedule_id)))
+        async with self.db.session(write=False) as session:
+            return list((await session.execute(query)).scalars())
+
+    async def run(self, run_id: uuid.UUID) -> Run:
+        async with self.db.session(write=False) as session:
+            run = await session.get(Run, run_id)
+        assert run is not None, f"run {run_id} vanished"
+        return run
+
+    async def schedule(self, schedule_id: str | uuid.UUID) -> Schedule:
+        async with self.db.session(write=False) as session:
+            schedule = await session.get(Schedule, uuid.UUID(str(schedule_id)))
+        assert schedule is not None, f"schedule {schedule_id} vanished"
+        return schedule
+
+    async def close(self) -> None:
+        await self.db.dispose()
+
+
+@pytest.fixture
+async def probe_factory() -> AsyncIterator[Callable[[str], RunProbe]]:
+    """``probe_factory(url)`` opens a ``RunProbe``; every probe is closed at teardown."""
+    probes: list[RunProbe] = []
+
+    def open_probe(database_url: str) -> RunProbe:
+        probes.append(RunProbe(database_url))
+        return probes[-1]
+
+    yield open_probe
+    for probe in probes:
+        await probe.close()
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[T]],
+    what: str,
+    within: float = 30,
+    interval: float = 0.15,
+) -> T:
+    """Poll ``check`` until it returns a truthy value (returned); fail after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {within:g} s waiting for {what}; last: {value!r}")
+        await asyncio.sleep(interval)
+
+
+def json_events(log_text: str, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines of one ``event`` (non-JSON lines are ignored)."""
+    found = []
+    for line in log_text.splitlines():
+        if f'"{event}"' not in line:
+            continue
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("event") == event:
+                found.append(record)
+    return found
+
+
+def command_runner(script: str, *args: str) -> dict[str, Any]:
+    """A ``command`` runner spec running ``sh -c script`` with ``$0``, ``$1``... = ``args``."""
+    return {"type": "command", "argv": ["sh", "-c", script, *args]}
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()

@@ -6,8 +6,8 @@ import json
 import re
 import shlex
 import signal
-import time
 import subprocess
+import time
 from pathlib import Path
 
 import httpx

@@ -193,6 +193,9 @@ BAD_INPUT = [
     ("two_kinds", {"trigger": {"cron": "* * * * *", "every_seconds": 5}}, 422, "trigger"),
     ("timeout_zero", {"timeout_seconds": 0}, 422, "timeout_seconds"),
     ("attempts_negative", {"max_attempts": -1}, 422, "max_attempts"),
+    # The loop claims a due time a few milliseconds after it comes due: a zero grace would
+    # make every due time "missed", so it is refused rather than silently never run.
+    ("misfire_grace_zero", {"misfire_grace_seconds": 0}, 422, "misfire_grace_seconds"),
     ("unknown_field", {"colour": "blue"}, 422, "colour"),
     ("prompt_too_long", {"prompt": "x" * 100_001}, 422, "prompt"),
     ("name_empty", {"name": ""}, 422, "name"),

@@ -1,0 +1,66 @@
+"""Start-up checks with real processes (contract point 14): a configuration that cannot work is
+refused at start, with a message that says what to change."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import AGENTCRON, Fleet, Server, free_port, json_events
+
+
+def serve_until_exit(env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``agentcron serve`` expecting it to give up; killed (and failing) after ``timeout``."""
+    return subprocess.run(
+        [AGENTCRON, "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+async def test_second_engine_on_one_sqlite_file_is_refused(
+    server: Server, server_env: dict[str, str], fleet: Fleet
+) -> None:
+    second = await asyncio.to_thread(serve_until_exit, server_env)
+    output = second.stdout + second.stderr
+    assert second.returncode != 0, output
+    assert "another agentcron engine already runs on this SQLite database" in output
+    assert "PostgreSQL" in output and "AGENTCRON_DISABLE_SCHEDULER=1" in output
+    assert "Traceback" not in output  # a plain message, not a stack trace
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await http.get(f"{server.url}/readyz")).status_code == 200  # first unharmed
+
+        # The remedy the message names works: an API-only process beside the engine.
+        api_only = await asyncio.to_thread(
+            fleet.start, dict(server_env, AGENTCRON_DISABLE_SCHEDULER="1"), "api-only"
+        )
+        assert (await http.get(f"{api_only.url}/readyz")).status_code == 200
+        body = {
+            "name": "from the api-only process",
+            "prompt": "hello",
+            "trigger": {"cron": "0 8 * * *"},
+            "runner": {"type": "command", "argv": ["true"]},
+        }
+        created = await http.post(f"{api_only.url}/api/v1/schedules", json=body)
+        assert created.status_code == 201, created.text
+        listed = await http.get(f"{server.url}/api/v1/schedules/{created.json()['id']}")
+        assert listed.status_code == 200
+    assert json_events(api_only.log(), "engine_disabled")
+    assert not json_events(api_only.log(), "engine_started")
+
+
+@pytest.mark.slow
+async def test_unmigrated_database_is_refused(tmp_path: Path, server_env: dict[str, str]) -> None:
+    env = dict(server_env, AGENTCRON_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
+    done = await asyncio.to_thread(serve_until_exit, env)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "run `agentcron migrate`" in output
+    assert "Traceback" not in output

@@ -1,0 +1,263 @@
+"""``Ledger.claim_due_jobs`` on both databases with an explicit ``now`` (contract 3, 4, 7)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, insert, select, update
+
+from core import triggers
+from core.scheduler import Claim, Ledger
+from core.schedules import ScheduleService
+from core.specs import ScheduleCreate
+from core.storage import Database, Run, Schedule
+
+T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+DUE = T0 + 60 * S  # every schedule below is due here ...
+NOW = T0 + 70 * S  # ... and claimed 10 s later, well inside the 60 s misfire grace
+RUNNER = {"type": "command", "argv": ["true"]}
+
+
+def schedule_rows(count: int, every: int = 60) -> list[dict[str, Any]]:
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=every, start_at=T0))
+    return [
+        {
+            "id": uuid.uuid4(),
+            "owner": "local",
+            "name": f"bulk {i}",
+            "prompt": "p",
+            "trigger": trigger,
+            "enabled": True,
+            "mode": "isolated",
+            "overlap": "allow",
+            "catchup": "skip",
+            "catchup_window_seconds": 3600,
+            "misfire_grace_seconds": 60,
+            "timeout_seconds": 60,
+            "max_attempts": 3,
+            "runner": RUNNER,
+            "notify": [],
+            "next_run": DUE,
+            "consecutive_failures": 0,
+            "created_at": T0,
+            "updated_at": T0,
+        }
+        for i in range(count)
+    ]
+
+
+async def add_schedules(db: Database, count: int) -> list[uuid.UUID]:
+    rows = schedule_rows(count)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), rows)
+    return [row["id"] for row in rows]
+
+
+@contextmanager
+def counting_statements(db: Database) -> Iterator[list[str]]:
+    """Every SQL statement sent to the database while the block runs (BEGIN included)."""
+    statements: list[str] = []
+
+    def record(
+        _conn: Any, _cursor: Any, statement: str, _params: Any, _ctx: Any, _many: bool
+    ) -> None:
+        statements.append(statement)
+
+    engine = db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+async def all_runs(db: Database) -> list[Run]:
+    async with db.session(write=False) as session:
+        return list((await session.execute(select(Run))).scalars())
+
+
+async def duplicate_due_times(db: Database) -> list[Any]:
+    async with db.session(write=False) as session:
+        query = (
+            select(Run.schedule_id, Run.due_at, func.count())
+            .where(Run.due_at.is_not(None))
+            .group_by(Run.schedule_id, Run.due_at)
+            .having(func.count() > 1)
+        )
+        return list((await session.execute(query)).all())
+
+
+def fixed(now: datetime) -> Any:
+    return lambda: now
+
+
+async def test_claims_1200_due_schedules_in_batches_with_constant_statements(
+    db: Database,
+) -> None:
+    ids = await add_schedules(db, 1200)
+    ledger = Ledger(db, owner="replica-a", lease_seconds=30, clock=fixed(NOW))
+
+    claims: list[Claim] = []
+    per_batch: list[int] = []
+    for _ in range(5):
+        with counting_statements(db) as statements:
+            claim = await ledger.claim_due_jobs(NOW, limit=500)
+        claims.append(claim)
+        per_batch.append(len(statements))
+        if not claim.full:
+            break
+
+    assert [len(c.runs) for c in claims] == [500, 500, 200]
+    assert [c.full for c in claims] == [True, True, False]
+    # A handful of statements per batch (select, insert, update, ...), never one per schedule.
+    assert max(per_batch) <= 10, per_batch
+
+    claimed = [run for c in claims for run in c.runs]
+    assert len({run.id for run in claimed}) == 1200
+    assert {run.schedule_id for run in claimed} == set(ids)
+    assert all(run.due_at == DUE and run.trigger == "schedule" for run in claimed)
+
+    runs = await all_runs(db)
+    assert len(runs) == 1200
+    assert {run.id for run in runs} == {run.id for run in claimed}
+    assert all(run.lease_owner == "replica-a" and run.status == "pending" for run in runs)
+    assert all(run.lease_expires_at == NOW + 30 * S for run in runs)
+    assert all(run.payload["runner"] == RUNNER for run in runs)
+    async with db.session(write=False) as session:
+        next_runs = set((await session.execute(select(Schedule.next_run))).scalars())
+    assert next_runs == {T0 + 120 * S}  # advanced past now, on the grid
+
+    # Claiming again at the same instant finds nothing and writes nothing.
+    with counting_statements(db) as statements:
+        again = await ledger.claim_due_jobs(NOW, limit=500)
+    assert again.runs == [] and not again.full
+    assert not [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+    assert len(await all_runs(db)) == 1200
+
+
+async def test_a_stale_next_run_never_doubles_a_due_time(db: Database) -> None:
+    # A replica that planned from an old next_run (say, a clock behind) must not create a
+    # second run for a due time that already has one: the UNIQUE constraint decides.
+    ids = await add_schedules(db, 3)
+    ledger = Ledger(db, owner="replica-a", clock=fixed(NOW))
+    first = await ledger.claim_due_jobs(NOW)
+    assert len(first.runs) == 3
+    async with db.session() as session:
+        await session.execute(update(Schedule).values(next_run=DUE))
+    second = await ledger.claim_due_jobs(NOW)
+    assert second.runs == []
+    runs = await all_runs(db)
+    assert sorted(run.schedule_id for run in runs) == sorted(ids)
+    assert await duplicate_due_times(db) == []
+
+
+async def test_claim_returns_manual_runs_and_expired_leases_only(db: Database) -> None:
+    service = ScheduleService(db, clock=fixed(NOW))
+    spec = ScheduleCreate(name="hourly", prompt="p", trigger={"every_seconds": 3600}, runner=RUNNER)
+    schedule = await service.create(spec, "local")
+    assert schedule.next_run == NOW + 3600 * S  # not due: only queued runs can be claimed
+    me = Ledger(db, owner="replica-b", lease_seconds=30, clock=fixed(NOW))
+    manual = await me.run_now(schedule.id, None)
+
+    def run_row(**values: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "id": uuid.uuid4(),
+            "schedule_id": schedule.id,
+            "trigger": "manual",
+            "due_at": None,
+            "status": "running",
+            "attempt": 1,
+            "payload": {"prompt": "p", "runner": RUNNER},
+            "created_at": T0,
+            "available_at": T0,
+            "started_at": T0,
+            "cancel_requested": False,
+        }
+        row.update(values)
+        return row
+
+    task_id = uuid.uuid4()
+    expired = run_row(lease_owner="dead-replica", lease_expires_at=NOW - S, task_id=task_id)
+    held = run_row(lease_owner="live-replica", lease_expires_at=NOW + 20 * S)
+    backing_off = run_row(status="pending", attempt=1, available_at=NOW + 10 * S)
+    finished = run_row(status="succeeded", lease_owner=None)
+    async with db.session() as session:
+        await session.execute(insert(Run), [expired, held, backing_off, finished])
+
+    claim = await me.claim_due_jobs(NOW)
+    by_id = {run.id: run for run in claim.runs}
+    assert set(by_id) == {manual.id, expired["id"]}
+    assert claim.recovered == 1
+    assert not claim.full
+
+    taken = by_id[expired["id"]]  # the same run, continued by its new owner
+    assert taken.lease_owner == "replica-b"
+    assert taken.lease_expires_at == NOW + 30 * S
+    assert taken.task_id == task_id and taken.attempt == 1 and taken.status == "running"
+    assert by_id[manual.id].trigger == "manual" and by_id[manual.id].due_at is None
+
+    async with db.session(write=False) as session:
+        still_held = await session.get(Run, held["id"])
+    assert still_held is not None and still_held.lease_owner == "live-replica"
+
+    # Once its lease is held by us, nobody else gets it; a second claim returns nothing new.
+    other = Ledger(db, owner="replica-c", clock=fixed(NOW))
+    assert (await other.claim_due_jobs(NOW)).runs == []
+
+
+async def test_a_due_schedule_and_queued_runs_share_one_batch_limit(db: Database) -> None:
+    await add_schedules(db, 4)
+    ledger = Ledger(db, owner="replica-a", clock=fixed(NOW))
+    service = ScheduleService(db, clock=fixed(NOW))
+    spec = ScheduleCreate(name="x", prompt="p", trigger={"every_seconds": 3600}, runner=RUNNER)
+    schedule = await service.create(spec, "local")
+    manual = [await ledger.run_now(schedule.id, None) for _ in range(3)]
+
+    first = await ledger.claim_due_jobs(NOW, limit=5)
+    assert len(first.runs) == 5 and first.full
+    second = await ledger.claim_due_jobs(NOW, limit=5)
+    assert len(second.runs) == 2 and not second.full
+    got = {run.id for run in first.runs + second.runs}
+    assert {run.id for run in manual} <= got
+    assert len(got) == 7
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # replicas share a database only there
+async def test_concurrent_replicas_claim_disjoint_runs(db: Database) -> None:
+    await add_schedules(db, 1200)
+    other_db = Database(db.url)
+    try:
+        ledgers = [
+            Ledger(db, owner="replica-a", clock=fixed(NOW)),
+            Ledger(other_db, owner="replica-b", clock=fixed(NOW)),
+        ]
+
+        async def drain(ledger: Ledger) -> list[Run]:
+            got: list[Run] = []
+            while True:
+                claim = await ledger.claim_due_jobs(NOW, limit=100)
+                got.extend(claim.runs)
+                if not claim.runs and not claim.full:
+                    return got
+
+        a, b = await asyncio.gather(*(drain(ledger) for ledger in ledgers))
+    finally:
+        await other_db.dispose()
+
+    ids_a, ids_b = {run.id for run in a}, {run.id for run in b}
+    assert len(ids_a) == len(a) and len(ids_b) == len(b)
+    assert ids_a.isdisjoint(ids_b)
+    runs = await all_runs(db)
+    assert len(runs) == 1200
+    assert ids_a | ids_b == {run.id for run in runs}
+    owners = {run.id: run.lease_owner for run in runs}
+    assert all(owners[i] == "replica-a" for i in ids_a)
+    assert all(owners[i] == "replica-b" for i in ids_b)
+    assert await duplicate_due_times(db) == []

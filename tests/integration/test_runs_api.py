@@ -1,0 +1,193 @@
+"""The Runs half of the HTTP API (API.md "Runs"), through the real app with the engine off."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+
+from core.storage import Database, Run
+
+API = "/api/v1"
+RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
+
+
+async def create_schedule(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "digest",
+        "prompt": "Summarise today's headlines.",
+        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": RUNNER,
+    }
+    body.update(overrides)
+    response = await client.post(f"{API}/schedules", json=body)
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def run_now(client: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:
+    response = await client.post(f"{API}/schedules/{schedule_id}/run")
+    assert response.status_code == 202, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def stored_run(db: Database, run_id: str) -> Run:
+    async with db.session(write=False) as session:
+        run = await session.get(Run, uuid.UUID(run_id))
+    assert run is not None
+    return run
+
+
+def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error"}
+    assert body["error"]["type"] == type_
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert "Traceback" not in body["error"]["message"]
+    return body
+
+
+async def test_run_now_queues_a_manual_run_and_keeps_the_timetable(
+    client: httpx.AsyncClient,
+) -> None:
+    schedule = await create_schedule(client)
+    run = await run_now(client, schedule["id"])
+    assert run["trigger"] == "manual"
+    assert run["status"] == "pending"
+    assert run["schedule_id"] == schedule["id"]
+    assert run["due_at"] is None and run["replay_of"] is None
+    assert run["attempt"] == 0 and run["started_at"] is None and run["finished_at"] is None
+    assert run["deliveries"] == []
+    uuid.UUID(run["id"])
+
+    after = (await client.get(f"{API}/schedules/{schedule['id']}")).json()
+    assert after["next_run"] == schedule["next_run"]
+
+    fetched = await client.get(f"{API}/runs/{run['id']}")
+    assert fetched.status_code == 200
+    assert fetched.json() == run
+
+
+async def test_run_now_of_an_unknown_schedule_is_404(client: httpx.AsyncClient) -> None:
+    assert_error(await client.post(f"{API}/schedules/{uuid.uuid4()}/run"), 404, "NotFound")
+    assert_error(await client.post(f"{API}/schedules/not-a-uuid/run"), 404, "NotFound")
+
+
+async def test_history_lists_newest_first_across_triggers_with_pagination(
+    client: httpx.AsyncClient,
+) -> None:
+    schedule = await create_schedule(client)
+    other = await create_schedule(client, name="other")
+    await run_now(client, other["id"])  # never listed under the first schedule
+    made = [await run_now(client, schedule["id"]) for _ in range(4)]
+    replay = await client.post(f"{API}/runs/{made[0]['id']}/replay")
+    assert replay.status_code == 202
+    made.append(replay.json())
+    expected = [run["id"] for run in reversed(made)]
+
+    seen: list[str] = []
+    triggers: set[str] = set()
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 2}
+        if cursor is not None:
+            params["cursor"] = cursor
+        response = await client.get(f"{API}/schedules/{schedule['id']}/runs", params=params)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        assert len(page["items"]) <= 2
+        seen += [item["id"] for item in page["items"]]
+        triggers |= {item["trigger"] for item in page["items"]}
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == expected
+    assert pages == 3
+    assert triggers == {"manual", "replay"}
+
+    whole = (await client.get(f"{API}/schedules/{schedule['id']}/runs")).json()
+    assert [item["id"] for item in whole["items"]] == expected
+    assert whole["next_cursor"] is None
+
+
+async def test_history_rejects_bad_limits_and_cursors(client: httpx.AsyncClient) -> None:
+    schedule = await create_schedule(client)
+    url = f"{API}/schedules/{schedule['id']}/runs"
+    assert_error(await client.get(url, params={"limit": 0}), 422, "ValidationError")
+    assert_error(await client.get(url, params={"limit": 501}), 422, "ValidationError")
+    body = assert_error(await client.get(url, params={"cursor": "garbage"}), 422, "InvalidSchedule")
+    assert body["error"]["field"] == "cursor"
+
+
+async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Database) -> None:
+    schedule = await create_schedule(client, prompt="the old prompt")
+    original = await run_now(client, schedule["id"])
+    patched = await client.patch(
+        f"{API}/schedules/{schedule['id']}",
+        json={"prompt": "the new prompt", "runner": {"type": "command", "argv": ["true"]}},
+    )
+    assert patched.status_code == 200
+
+    response = await client.post(f"{API}/runs/{original['id']}/replay")
+    assert response.status_code == 202, response.text
+    replay = response.json()
+    assert replay["trigger"] == "replay"
+    assert replay["replay_of"] == original["id"]
+    assert replay["id"] != original["id"]
+    assert replay["schedule_id"] == schedule["id"]
+    assert replay["status"] == "pending" and replay["due_at"] is None
+
+    replayed = await stored_run(db, replay["id"])
+    assert replayed.payload["prompt"] == "the old prompt"
+    assert replayed.payload["runner"] == RUNNER
+    assert replayed.payload == (await stored_run(db, original["id"])).payload
+    # A fresh run now takes the schedule as it is now.
+    fresh = await stored_run(db, (await run_now(client, schedule["id"]))["id"])
+    assert fresh.payload["prompt"] == "the new prompt"
+
+    after = (await client.get(f"{API}/schedules/{schedule['id']}")).json()
+    assert after["next_run"] == schedule["next_run"]
+
+
+async def test_cancel_a_pending_run_then_again_is_a_conflict(client: httpx.AsyncClient) -> None:
+    schedule = await create_schedule(client)
+    run = await run_now(client, schedule["id"])
+
+    response = await client.post(f"{API}/runs/{run['id']}/cancel")
+    assert response.status_code == 202, response.text
+    cancelled = response.json()
+    assert cancelled["id"] == run["id"]
+    assert cancelled["status"] == "cancelled"
+    assert cancelled["finished_at"] is not None
+
+    again = await client.post(f"{API}/runs/{run['id']}/cancel")
+    body = assert_error(again, 409, "Conflict")
+    assert "cancelled" in body["error"]["message"]
+    assert (await client.get(f"{API}/runs/{run['id']}")).json()["status"] == "cancelled"
+
+
+async def test_unknown_or_malformed_run_ids_are_404(client: httpx.AsyncClient) -> None:
+    for run_id in (str(uuid.uuid4()), "not-a-uuid", "1"):
+        assert_error(await client.get(f"{API}/runs/{run_id}"), 404, "NotFound")
+        assert_error(await client.post(f"{API}/runs/{run_id}/replay"), 404, "NotFound")
+        assert_error(await client.post(f"{API}/runs/{run_id}/cancel"), 404, "NotFound")
+
+
+async def test_runs_of_a_deleted_schedule_stay_readable_by_id(client: httpx.AsyncClient) -> None:
+    schedule = await create_schedule(client)
+    run = await run_now(client, schedule["id"])
+    assert (await client.delete(f"{API}/schedules/{schedule['id']}")).status_code == 204
+
+    fetched = await client.get(f"{API}/runs/{run['id']}")
+    assert fetched.status_code == 200
+    assert fetched.json()["status"] == "cancelled"  # deleting cancels pending runs
+    assert fetched.json()["reason"] == "schedule_deleted"
+    assert_error(await client.get(f"{API}/schedules/{schedule['id']}/runs"), 404, "NotFound")
+    assert_error(await client.post(f"{API}/runs/{run['id']}/replay"), 409, "Conflict")
+    assert_error(await client.post(f"{API}/schedules/{schedule['id']}/run"), 404, "NotFound")

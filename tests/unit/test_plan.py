@@ -1,0 +1,223 @@
+"""``plan_due_times``: which due times of a due schedule get a run at claim time (contract 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from core import triggers
+from core.scheduler import MAX_DUE_PER_CLAIM, plan_due_times
+from core.storage import Schedule
+
+T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+def interval(every: int, start: datetime = T0) -> dict[str, Any]:
+    return triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=every, start_at=start))
+
+
+def schedule(
+    trigger: dict[str, Any],
+    next_run: datetime | None,
+    *,
+    grace: int = 60,
+    catchup: str = "skip",
+    window: int = 3600,
+) -> Schedule:
+    return Schedule(
+        trigger=trigger,
+        next_run=next_run,
+        misfire_grace_seconds=grace,
+        catchup=catchup,
+        catchup_window_seconds=window,
+    )
+
+
+@pytest.fixture
+def fire_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime]]:
+    """Counts ``triggers.next_fire`` calls made by the planner; fails past 10,000 of them
+    instead of hanging, so an enumerating planner fails fast."""
+    calls: list[datetime] = []
+    real = triggers.next_fire
+
+    def counting(trigger: triggers.Trigger, after: datetime) -> datetime | None:
+        calls.append(after)
+        if len(calls) > 10_000:
+            raise AssertionError("the planner enumerates due times one by one")
+        return real(trigger, after)
+
+    monkeypatch.setattr(triggers, "next_fire", counting)
+    yield calls
+
+
+def test_due_time_inside_misfire_grace_runs() -> None:
+    s = schedule(interval(60), T0 + 60 * S)
+    plan = plan_due_times(s, T0 + 90 * S)
+    assert plan.run_at == [T0 + 60 * S]
+    assert plan.missed == 0
+    assert plan.next_run == T0 + 120 * S
+
+
+def test_every_due_time_inside_grace_gets_its_own_run() -> None:
+    plan = plan_due_times(schedule(interval(10), T0 + 10 * S), T0 + 35 * S)
+    assert plan.run_at == [T0 + 10 * S, T0 + 20 * S, T0 + 30 * S]
+    assert plan.next_run == T0 + 40 * S
+
+
+def test_plan_is_pure() -> None:
+    s = schedule(interval(10), T0 + 10 * S)
+    first = plan_due_times(s, T0 + 35 * S)
+    assert s.next_run == T0 + 10 * S
+    assert plan_due_times(s, T0 + 35 * S) == first
+
+
+def test_older_due_times_are_missed_with_catchup_skip() -> None:
+    # 60 s grid, claimed at T0+181: T0+60 (121 s late) and T0+120 (61 s late) were missed,
+    # T0+180 (1 s late) is on time. Missed ones are never merged into a later run.
+    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 181 * S)
+    assert plan.run_at == [T0 + 180 * S]
+    assert plan.missed >= 1  # a lower bound: the jump over missed times is not counted
+    assert plan.next_run == T0 + 240 * S
+
+
+def test_everything_missed_runs_nothing_and_moves_past_now() -> None:
+    hourly = interval(3600)
+    now = T0 + timedelta(hours=1, minutes=2)
+    plan = plan_due_times(schedule(hourly, T0 + timedelta(hours=1)), now)
+    assert plan.run_at == []
+    assert plan.missed >= 1
+    assert plan.next_run == T0 + timedelta(hours=2)
+
+
+def test_grace_zero_runs_only_an_exactly_due_time() -> None:
+    assert plan_due_times(schedule(interval(60), T0 + 60 * S, grace=0), T0 + 60 * S).run_at == [
+        T0 + 60 * S
+    ]
+    late = plan_due_times(
+        schedule(interval(60), T0 + 60 * S, grace=0), T0 + 60 * S + timedelta(microseconds=1)
+    )
+    assert late.run_at == []
+    assert late.next_run == T0 + 120 * S
+
+
+def test_catchup_latest_runs_only_the_most_recent_missed_time() -> None:
+    hourly = interval(3600)
+    now = T0 + timedelta(hours=3, minutes=2)
+    s = schedule(hourly, T0 + timedelta(hours=1), catchup="latest", window=3600)
+    plan = plan_due_times(s, now)
+    assert plan.run_at == [T0 + timedelta(hours=3)]
+    assert plan.next_run == T0 + timedelta(hours=4)
+
+
+def test_catchup_latest_outside_window_runs_nothing() -> None:
+    hourly = interval(3600)
+    now = T0 + timedelta(hours=3, minutes=2)  # the latest missed one is 120 s old
+    s = schedule(hourly, T0 + timedelta(hours=1), catchup="latest", window=100)
+    plan = plan_due_times(s, now)
+    assert plan.run_at == []
+    assert plan.next_run == T0 + timedelta(hours=4)
+
+
+def test_catchup_latest_adds_nothing_when_an_on_time_due_exists() -> None:
+    s = schedule(interval(60), T0 + 60 * S, catchup="latest", window=3600)
+    plan = plan_due_times(s, T0 + 181 * S)
+    assert plan.run_at == [T0 + 180 * S]  # not also T0+120, the latest missed one
+    assert plan.next_run == T0 + 240 * S
+
+
+def test_year_long_gap_with_catchup_skip_is_bounded(fire_calls: list[datetime]) -> None:
+    now = T0 + timedelta(days=365)
+    plan = plan_due_times(schedule(interval(1), T0 + S), now)
+    # Only the due times inside the 60 s grace run; the year before them is jumped over.
+    assert plan.run_at == [now - k * S for k in range(60, -1, -1)]
+    assert plan.missed >= 1
+    assert plan.next_run == now + S
+    assert len(fire_calls) <= 61 + 5
+
+
+@pytest.mark.parametrize("window", [3600, 31_536_000])
+def test_year_long_gap_with_catchup_latest_is_bounded(
+    fire_calls: list[datetime], window: int
+) -> None:
+    # No on-time due time (grace 0, now between two grid points): only the latest missed one
+    # runs, found without walking through the catch-up window one second at a time.
+    now = T0 + timedelta(days=365, milliseconds=500)
+    s = schedule(interval(1), T0 + S, grace=0, catchup="latest", window=window)
+    plan = plan_due_times(s, now)
+    assert plan.run_at == [T0 + timedelta(days=365)]
+    assert plan.next_run == T0 + timedelta(days=365, seconds=1)
+    assert len(fire_calls) <= 100
+
+
+def test_cap_per_claim_leaves_the_rest_due() -> None:
+    now = T0 + timedelta(hours=1)
+    s = schedule(interval(1), now - 250 * S, grace=300)
+    seen: list[datetime] = []
+    for _ in range(10):
+        plan = plan_due_times(s, now)
+        assert len(plan.run_at) <= MAX_DUE_PER_CLAIM
+        seen.extend(plan.run_at)
+        s.next_run = plan.next_run
+        assert s.next_run is not None
+        if s.next_run > now:
+            break
+        # Capped: the next claim at the same instant finds the rest still due.
+        assert len(plan.run_at) == MAX_DUE_PER_CLAIM
+    assert seen == [now - k * S for k in range(250, -1, -1)]
+    assert s.next_run == now + S
+
+
+def test_one_shot_fires_once_then_has_no_next_run() -> None:
+    at = T0 + timedelta(hours=1)
+    one_shot = triggers.trigger_to_dict(triggers.OneShotTrigger(at=at))
+    plan = plan_due_times(schedule(one_shot, at), at + 5 * S)
+    assert plan.run_at == [at]
+    assert plan.next_run is None
+
+
+def test_one_shot_missed_is_skipped_and_never_due_again() -> None:
+    at = T0 + timedelta(hours=1)
+    one_shot = triggers.trigger_to_dict(triggers.OneShotTrigger(at=at))
+    plan = plan_due_times(schedule(one_shot, at), at + timedelta(hours=2))
+    assert plan.run_at == []
+    assert plan.next_run is None
+
+
+def test_cron_in_zone_advances_in_utc() -> None:
+    cron = {"cron": "0 9 * * *", "timezone": "Asia/Shanghai"}  # 09:00 +08:00 = 01:00 UTC
+    due = datetime(2025, 1, 6, 1, 0, tzinfo=UTC)
+    plan = plan_due_times(schedule(cron, due), due + 30 * S)
+    assert plan.run_at == [due]
+    assert plan.next_run == datetime(2025, 1, 7, 1, 0, tzinfo=UTC)
+    assert plan.next_run is not None and plan.next_run.utcoffset() == timedelta(0)
+
+
+def test_cron_across_spring_gap_in_new_york() -> None:
+    # 30 2 * * * on 2025-03-09 fires at 03:00 EDT (07:00 UTC); the day after at 02:30 EDT.
+    cron = {"cron": "30 2 * * *", "timezone": "America/New_York"}
+    due = datetime(2025, 3, 9, 7, 0, tzinfo=UTC)
+    plan = plan_due_times(schedule(cron, due), due + 10 * S)
+    assert plan.run_at == [due]
+    assert plan.next_run == datetime(2025, 3, 10, 6, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("window_hours", "expected"),
+    [(96, [datetime(2025, 1, 10, 9, 0, tzinfo=UTC)]), (24, [])],
+)
+def test_catchup_latest_over_a_weekend_on_a_weekday_cron(
+    fire_calls: list[datetime], window_hours: int, expected: list[datetime]
+) -> None:
+    # Weekdays at 09:00 UTC; the engine was down from Thursday evening to Monday 08:00. The
+    # latest missed due time is Friday 09:00 (71 h old): it runs if the window reaches it.
+    cron = {"cron": "0 9 * * 1-5", "timezone": "UTC"}
+    friday = datetime(2025, 1, 10, 9, 0, tzinfo=UTC)  # the next_run nobody claimed
+    s = schedule(cron, friday, catchup="latest", window=window_hours * 3600)
+    plan = plan_due_times(s, datetime(2025, 1, 13, 8, 0, tzinfo=UTC))
+    assert plan.run_at == expected
+    assert plan.next_run == datetime(2025, 1, 13, 9, 0, tzinfo=UTC)
+    assert len(fire_calls) <= 40
