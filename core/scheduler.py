@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
@@ -27,7 +27,7 @@ from core.clock import Clock, utcnow
 from core.errors import Conflict, NotFound
 from core.logging import get_logger
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
-from core.schedules import WAKE_CHANNEL, parse_id
+from core.schedules import announce_change, load_schedule, parse_id
 from core.storage import Database, Delivery, Run, Schedule, Task
 from core.storage import queries as q
 
@@ -447,8 +447,7 @@ class Ledger:
     # -- run now, replay, cancel, history -------------------------------------------------
 
     async def _announce(self, session: AsyncSession) -> None:
-        if self.db.capabilities.listen_notify:
-            await session.execute(text(f"SELECT pg_notify('{WAKE_CHANNEL}', '')"))
+        await announce_change(self.db, session)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -458,7 +457,7 @@ class Ledger:
         """Queue a manual run of the schedule as it is now; ``next_run`` does not move."""
         now = self.clock()
         async with self.db.session() as session:
-            schedule = await _visible_schedule(session, schedule_id, owner)
+            schedule = await load_schedule(session, schedule_id, owner)
             run = _queued_run(schedule.id, "manual", run_payload(schedule), now)
             session.add(run)
             await self._announce(session)
@@ -514,7 +513,7 @@ class Ledger:
         """Runs of a schedule newest first (ties by id) across every trigger."""
         check_limit(limit)
         async with self.db.session(write=False) as session:
-            schedule = await _visible_schedule(session, schedule_id, owner)
+            schedule = await load_schedule(session, schedule_id, owner)
             query = select(Run).where(Run.schedule_id == schedule.id)
             if cursor is not None:
                 created, id = decode_cursor(cursor)
@@ -559,19 +558,6 @@ def _queued_run(
         available_at=now,
         cancel_requested=False,
     )
-
-
-async def _visible_schedule(
-    session: AsyncSession, schedule_id: str | uuid.UUID, owner: str | None
-) -> Schedule:
-    id = parse_id(schedule_id)
-    query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
-    if owner is not None:
-        query = query.where(Schedule.owner == owner)
-    schedule = (await session.execute(query)).scalar_one_or_none()
-    if schedule is None:
-        raise NotFound("schedule", str(schedule_id))
-    return schedule
 
 
 async def _visible_run(

@@ -72,6 +72,30 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
     }
 
 
+async def load_schedule(
+    session: AsyncSession, schedule_id: str | uuid.UUID, owner: str | None, *, lock: bool = False
+) -> Schedule:
+    """The undeleted schedule visible to ``owner`` (None: any owner), optionally row-locked;
+    ``NotFound`` otherwise (another owner's schedule is not found, never forbidden)."""
+    id = parse_id(schedule_id)
+    query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
+    if owner is not None:
+        query = query.where(Schedule.owner == owner)
+    if lock:
+        query = query.with_for_update()
+    schedule = (await session.execute(query)).scalar_one_or_none()
+    if schedule is None:
+        raise NotFound("schedule", str(schedule_id))
+    return schedule
+
+
+async def announce_change(db: Database, session: AsyncSession) -> None:
+    """Tell other replicas, on commit of ``session``, that the timetable changed (PostgreSQL
+    NOTIFY; sent only for changes, never per fire, since NOTIFY serialises commits)."""
+    if db.capabilities.listen_notify:
+        await session.execute(text(f"SELECT pg_notify('{WAKE_CHANNEL}', '')"))
+
+
 @dataclass(frozen=True)
 class Preview:
     """A trigger in words and its next due times."""
@@ -111,38 +135,21 @@ class ScheduleService:
         max_active: int = 100_000,
         clock: Clock = utcnow,
         on_change: Callable[[], None] | None = None,
+        allow_private: bool = False,
     ) -> None:
         self.db = db
         self.max_active = max_active
+        # AGENTCRON_ALLOW_PRIVATE_WEBHOOKS: notify targets on loopback/private networks.
+        self.allow_private = allow_private
         self.clock = clock
         self.on_change = on_change
 
     async def _announce(self, session: AsyncSession) -> None:
-        if self.db.capabilities.listen_notify:
-            await session.execute(text(f"SELECT pg_notify('{WAKE_CHANNEL}', '')"))
+        await announce_change(self.db, session)
 
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
-
-    async def _load(
-        self,
-        session: AsyncSession,
-        schedule_id: str | uuid.UUID,
-        owner: str | None,
-        *,
-        lock: bool = False,
-    ) -> Schedule:
-        id = parse_id(schedule_id)
-        query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
-        if owner is not None:
-            query = query.where(Schedule.owner == owner)
-        if lock:
-            query = query.with_for_update()
-        schedule = (await session.execute(query)).scalar_one_or_none()
-        if schedule is None:
-            raise NotFound("schedule", str(schedule_id))
-        return schedule
 
     async def create(self, spec: ScheduleCreate, owner: str) -> Schedule:
         """Validate ``spec`` and store a new schedule with its first ``next_run``.
@@ -157,7 +164,7 @@ class ScheduleService:
         reject_nul(spec.notify, "notify")
         trigger = triggers.parse_trigger(spec.trigger, now)
         runner = validate_runner(spec.runner)
-        notify = validate_channels(spec.notify)
+        notify = validate_channels(spec.notify, allow_private=self.allow_private)
         overlap = spec.overlap or ("skip" if spec.mode == "persistent" else "allow")
         schedule = Schedule(
             id=uuid.uuid4(),
@@ -203,7 +210,7 @@ class ScheduleService:
     async def get(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:
         """The schedule, or ``NotFound``."""
         async with self.db.session(write=False) as session:
-            return await self._load(session, schedule_id, owner)
+            return await load_schedule(session, schedule_id, owner)
 
     async def list(
         self, owner: str | None, limit: int = 50, cursor: str | None = None
@@ -236,7 +243,7 @@ class ScheduleService:
         changes = patch.changes()
         now = self.clock()
         async with self.db.session() as session:
-            schedule = await self._load(session, schedule_id, owner, lock=True)
+            schedule = await load_schedule(session, schedule_id, owner, lock=True)
             timetable_changed = False
             if "trigger" in changes:
                 reject_nul(changes["trigger"], "trigger")
@@ -249,7 +256,7 @@ class ScheduleService:
             if "notify" in changes:
                 reject_nul(changes["notify"], "notify")
                 merged = keep_masked_secrets(changes["notify"], schedule.notify)
-                changes["notify"] = validate_channels(merged)
+                changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
             if "enabled" in changes and changes["enabled"] != schedule.enabled:
                 timetable_changed = True
                 if changes["enabled"]:
@@ -276,7 +283,7 @@ class ScheduleService:
         """Stop new scheduled runs: clears ``next_run``; runs already started finish."""
         now = self.clock()
         async with self.db.session() as session:
-            schedule = await self._load(session, schedule_id, owner, lock=True)
+            schedule = await load_schedule(session, schedule_id, owner, lock=True)
             schedule.enabled = False
             schedule.next_run = None
             schedule.paused_at = schedule.paused_at or now
@@ -290,7 +297,7 @@ class ScheduleService:
         """Re-enable; the next due time is the first one strictly after now (none run late)."""
         now = self.clock()
         async with self.db.session() as session:
-            schedule = await self._load(session, schedule_id, owner, lock=True)
+            schedule = await load_schedule(session, schedule_id, owner, lock=True)
             if not schedule.enabled:
                 await self._check_capacity(session)
             schedule.enabled = True
@@ -309,7 +316,7 @@ class ScheduleService:
         """
         now = self.clock()
         async with self.db.session() as session:
-            schedule = await self._load(session, schedule_id, owner, lock=True)
+            schedule = await load_schedule(session, schedule_id, owner, lock=True)
             schedule.deleted_at = now
             schedule.enabled = False
             schedule.next_run = None

@@ -116,6 +116,12 @@ async def db_url(
         path = tmp_path / "agentcron.db"
         shutil.copy(sqlite_template, path)
         return f"sqlite+aiosqlite:///{path}"
+    return await clone_pg(pg_server)
+
+
+async def clone_pg(pg_server: PgServer | None) -> str:
+    """A fresh PostgreSQL database for one test; skipped with the reason when PostgreSQL is
+    unreachable, or failed under ``AGENTCRON_REQUIRE_PG=1`` (CI) so a skip cannot hide it."""
     if pg_server is None:
         message = f"PostgreSQL unreachable at {PG_URL}"
         if REQUIRE_PG:

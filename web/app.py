@@ -60,7 +60,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 lease_seconds=settings.lease_seconds,
                 data_dir=settings.data_dir,
             )
-            service = ScheduleService(db, max_active=settings.max_active_schedules)
+            service = ScheduleService(
+                db,
+                max_active=settings.max_active_schedules,
+                allow_private=settings.allow_private_webhooks,
+            )
             if not settings.disable_scheduler:
                 if not db.capabilities.multi_process:
                     lock.acquire()
@@ -69,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     concurrency=settings.scheduler_concurrency,
                     tick_seconds=settings.scheduler_tick_seconds,
                     drain_timeout=settings.drain_timeout_seconds,
+                    allow_private=settings.allow_private_webhooks,
                 )
                 service.on_change = ledger.on_change = loop.wake
             app.state.settings = settings

@@ -66,8 +66,10 @@ class SchedulerLoop:
         drain_timeout: float = 30.0,
         clock: Clock = utcnow,
         retry_base: float = 1.0,
+        allow_private: bool = False,
     ) -> None:
         self.ledger = ledger
+        self.allow_private = allow_private
         self.tick = tick_seconds
         self.drain_timeout = drain_timeout
         self.clock = clock
@@ -333,7 +335,14 @@ class SchedulerLoop:
 
     async def _deliver(self, run: Run, workdir: str, bound: Any) -> None:
         try:
-            await deliver_run(self.ledger.db, run, run_view(run), Path(workdir), clock=self.clock)
+            await deliver_run(
+                self.ledger.db,
+                run,
+                run_view(run),
+                Path(workdir),
+                clock=self.clock,
+                allow_private=self.allow_private,
+            )
         except Exception as exc:  # a failed delivery never fails the run
             bound.error("delivery_error", error=str(exc))
 

@@ -1,112 +1,81 @@
-"""Notify channels: validation and masking of channel configurations.
+"""Notify channels: the registry, validation and masking of channel configurations.
 
-Delivery itself (the engine sending a finished run to each channel) lives beside this, one
-module per channel.
+One module per channel type (``file``, ``webhook``, ``email``); third parties add their own
+through the ``agentcron.notifiers`` entry-point group (an object with the ``Notifier``
+protocol). Delivery of a finished run lives in ``core.notify.delivery``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from typing import Any
-from urllib.parse import urlsplit
 
 from core.errors import InvalidSchedule
+from core.logging import get_logger
+from core.notify.base import DeliveryRequest, Notifier
+from core.notify.email import EmailNotifier
+from core.notify.file import FileNotifier
+from core.notify.webhook import WebhookNotifier
+
+log = get_logger(__name__)
 
 NOTIFY_ON = ("succeeded", "failed", "timed_out")
+ENTRY_POINT_GROUP = "agentcron.notifiers"
 _MASK = "…"
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_REGISTRY: dict[str, Notifier] = {}
+_plugins_loaded = False
 
 
-def _fail(message: str, field: str) -> InvalidSchedule:
-    return InvalidSchedule(message, field=field)
+def register_notifier(notifier: Notifier) -> None:
+    """Make a channel type available to schedules under ``notifier.name``."""
+    _REGISTRY[notifier.name] = notifier
 
 
-def _check_keys(channel: Mapping[str, Any], allowed: set[str], field: str) -> None:
-    unknown = set(channel) - allowed - {"type", "notify_on"}
-    if unknown:
-        name = sorted(unknown)[0]
-        raise _fail(f"unknown field {name!r}", f"{field}.{name}")
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+            register_notifier(loaded() if isinstance(loaded, type) else loaded)
+        except Exception:  # a broken plug-in must not take the service down
+            log.exception("notifier_plugin_failed", entry_point=entry.name)
 
 
-def _string(channel: Mapping[str, Any], key: str, field: str, max_len: int = 2000) -> str:
-    value = channel.get(key)
-    if not isinstance(value, str) or not value or len(value) > max_len:
-        raise _fail(f"{key} is required (a string of 1-{max_len} characters)", f"{field}.{key}")
-    return value
+def notifier(kind: str) -> Notifier | None:
+    """The registered channel type called ``kind``, or None."""
+    _load_plugins()
+    return _REGISTRY.get(kind)
 
 
-def _webhook(channel: Mapping[str, Any], field: str) -> dict[str, Any]:
-    _check_keys(channel, {"url", "secret"}, field)
-    url = _string(channel, "url", field)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _fail("url must be an absolute http(s) URL", f"{field}.url")
-    secret = _string(channel, "secret", field, max_len=200)
-    if not secret.startswith("whsec_"):
-        raise _fail("secret must look like whsec_<base64>", f"{field}.secret")
-    try:
-        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-    except (binascii.Error, ValueError):
-        raise _fail("secret is not valid base64 after whsec_", f"{field}.secret") from None
-    if not 24 <= len(key) <= 64:
-        raise _fail("secret must decode to 24-64 bytes", f"{field}.secret")
-    return {"type": "webhook", "url": url, "secret": secret}
-
-
-def _email(channel: Mapping[str, Any], field: str) -> dict[str, Any]:
-    _check_keys(channel, {"to", "smtp_url_env", "from"}, field)
-    to = channel.get("to")
-    if not isinstance(to, list) or not to or len(to) > 50:
-        raise _fail("to must be a list of 1-50 addresses", f"{field}.to")
-    for index, address in enumerate(to):
-        if not isinstance(address, str) or not _EMAIL.match(address):
-            raise _fail("not an email address", f"{field}.to.{index}")
-    env = _string(channel, "smtp_url_env", field, max_len=200)
-    if not _ENV_NAME.match(env):
-        raise _fail("must name an environment variable", f"{field}.smtp_url_env")
-    sender = _string(channel, "from", field, max_len=320)
-    if not _EMAIL.match(sender):
-        raise _fail("not an email address", f"{field}.from")
-    return {"type": "email", "to": list(to), "smtp_url_env": env, "from": sender}
-
-
-def _file(channel: Mapping[str, Any], field: str) -> dict[str, Any]:
-    _check_keys(channel, {"path", "mode"}, field)
-    path = _string(channel, "path", field, max_len=500)
-    if path.startswith(("/", "\\")) or ".." in path.replace("\\", "/").split("/"):
-        raise _fail("path must stay inside the task's working directory", f"{field}.path")
-    mode = channel.get("mode", "append")
-    if mode not in ("append", "replace"):
-        raise _fail("mode must be append or replace", f"{field}.mode")
-    return {"type": "file", "path": path, "mode": mode}
-
-
-_VALIDATORS = {"webhook": _webhook, "email": _email, "file": _file}
-
-
-def validate_channels(channels: Sequence[Any]) -> list[dict[str, Any]]:
+def validate_channels(
+    channels: Sequence[Any], *, allow_private: bool = False
+) -> list[dict[str, Any]]:
     """Check notify channels; return their normalised form or raise ``InvalidSchedule``."""
+    _load_plugins()
     result = []
     for index, channel in enumerate(channels):
         field = f"notify.{index}"
         if not isinstance(channel, Mapping):
-            raise _fail("a channel is an object", field)
+            raise InvalidSchedule("a channel is an object", field=field)
         kind = channel.get("type")
-        validator = _VALIDATORS.get(kind) if isinstance(kind, str) else None
-        if validator is None:
-            raise _fail(f"type must be one of {', '.join(_VALIDATORS)}", f"{field}.type")
-        normalised = validator(channel, field)
+        found = _REGISTRY.get(kind) if isinstance(kind, str) else None
+        if found is None:
+            known = ", ".join(sorted(_REGISTRY))
+            raise InvalidSchedule(f"type must be one of {known}", field=f"{field}.type")
+        normalised = found.validate(channel, field, allow_private=allow_private)
         notify_on = channel.get("notify_on", ["succeeded"])
         if (
             not isinstance(notify_on, list)
             or not notify_on
             or any(item not in NOTIFY_ON for item in notify_on)
         ):
-            raise _fail(f"notify_on is a list of {', '.join(NOTIFY_ON)}", f"{field}.notify_on")
+            raise InvalidSchedule(
+                f"notify_on is a list of {', '.join(NOTIFY_ON)}", field=f"{field}.notify_on"
+            )
         normalised["notify_on"] = list(dict.fromkeys(notify_on))
         result.append(normalised)
     return result
@@ -142,3 +111,19 @@ def keep_masked_secrets(new: list[Any], old: Sequence[Mapping[str, Any]]) -> lis
             channel = {**channel, "secret": old[index]["secret"]}
         merged.append(channel)
     return merged
+
+
+for _builtin in (FileNotifier(), WebhookNotifier(), EmailNotifier()):
+    register_notifier(_builtin)
+
+__all__ = [
+    "NOTIFY_ON",
+    "DeliveryRequest",
+    "Notifier",
+    "keep_masked_secrets",
+    "mask_secret",
+    "masked_channels",
+    "notifier",
+    "register_notifier",
+    "validate_channels",
+]

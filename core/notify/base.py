@@ -1,11 +1,16 @@
-"""The notify seam: the ``Notifier`` protocol and the payload every channel delivers."""
+"""The notify seam: the ``Notifier`` protocol, the delivery request, shared validation helpers."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from core.errors import InvalidSchedule
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -14,25 +19,54 @@ class DeliveryRequest:
 
     ``body`` is the documented payload (``{"type": "run.finished", "schedule": ..., "run":
     ...}``); ``delivery_id`` is ``<run id>.<channel index>``, stable across retries so a
-    receiver can de-duplicate.
+    receiver can de-duplicate. ``allow_private`` is ``AGENTCRON_ALLOW_PRIVATE_WEBHOOKS``.
     """
 
     delivery_id: str
     channel: Mapping[str, Any]
     body: Mapping[str, Any]
     workdir: Path
+    allow_private: bool = False
 
 
 class Notifier(Protocol):
-    """Delivers a finished run to one kind of channel.
+    """One kind of notify channel (``webhook``, ``email``, ``file``, or a plug-in).
 
-    Contract: idempotent by ``delivery_id`` (a retry after a crash may repeat a delivery; the
-    receiver sees the same id). Raise ``RunPermanentError`` when retrying cannot help (4xx,
-    bad address); any other exception is transient and retried with the shared RetryPolicy.
+    Contract:
+    - ``validate`` runs when a schedule is created or updated; it returns the normalised
+      channel or raises ``InvalidSchedule`` naming ``<field>.<key>`` (``field`` is
+      ``notify.<index>``). ``type`` and ``notify_on`` are checked by the caller.
+    - ``deliver`` is idempotent by ``request.delivery_id`` (a retry after a crash may repeat
+      a delivery; the receiver sees the same id). It raises ``RunPermanentError`` when retrying
+      cannot help (a 4xx answer, a refused address); any other exception is transient and is
+      retried with the shared ``RetryPolicy``.
+    - ``target`` says where the channel delivers, safe to show: no secrets, no credentials.
     """
+
+    name: str
+
+    def validate(
+        self, channel: Mapping[str, Any], field: str, *, allow_private: bool
+    ) -> dict[str, Any]: ...
+
+    def target(self, channel: Mapping[str, Any]) -> str: ...
 
     async def deliver(self, request: DeliveryRequest) -> None: ...
 
-    def target(self, channel: Mapping[str, Any]) -> str:
-        """Where the channel delivers, safe to show (no secrets)."""
-        ...
+
+def check_keys(channel: Mapping[str, Any], allowed: set[str], field: str) -> None:
+    """Refuse keys a channel type does not know (``type`` and ``notify_on`` are common)."""
+    unknown = set(channel) - allowed - {"type", "notify_on"}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise InvalidSchedule(f"unknown field {name!r}", field=f"{field}.{name}")
+
+
+def required_string(channel: Mapping[str, Any], key: str, field: str, max_len: int = 2000) -> str:
+    """``channel[key]`` as a non-empty string of at most ``max_len`` characters."""
+    value = channel.get(key)
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise InvalidSchedule(
+            f"{key} is required (a string of 1-{max_len} characters)", field=f"{field}.{key}"
+        )
+    return value

@@ -18,20 +18,14 @@ from sqlalchemy import select
 from core.clock import Clock, utcnow
 from core.errors import RunPermanentError
 from core.logging import get_logger
-from core.notify.base import DeliveryRequest, Notifier
-from core.notify.file import FileNotifier
+from core.notify import notifier as find_notifier
+from core.notify.base import DeliveryRequest
 from core.retry import RetryPolicy
 from core.storage import Database, Delivery, Run, Schedule
 
 log = get_logger(__name__)
 
-NOTIFIERS: dict[str, Notifier] = {"file": FileNotifier()}
 DEFAULT_POLICY = RetryPolicy(max_attempts=3, base=1.0, cap=30.0)
-
-
-def register_notifier(kind: str, notifier: Notifier) -> None:
-    """Make a channel type deliverable (built-ins and the ``agentcron.notifiers`` group)."""
-    NOTIFIERS[kind] = notifier
 
 
 def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str) -> dict[str, Any]:
@@ -51,6 +45,7 @@ async def deliver_run(
     *,
     policy: RetryPolicy = DEFAULT_POLICY,
     clock: Clock = utcnow,
+    allow_private: bool = False,
 ) -> None:
     """Deliver a finished run to each of its channels; record every attempt."""
     channels = [
@@ -66,7 +61,7 @@ async def deliver_run(
     body = delivery_body(run_view, run.schedule_id, name)
     await asyncio.gather(
         *(
-            _deliver_one(db, run.id, index, channel, body, workdir, policy, clock)
+            _deliver_one(db, run.id, index, channel, body, workdir, policy, clock, allow_private)
             for index, channel in channels
         )
     )
@@ -81,9 +76,10 @@ async def _deliver_one(
     workdir: Path,
     policy: RetryPolicy,
     clock: Clock,
+    allow_private: bool,
 ) -> None:
     kind = str(channel.get("type"))
-    notifier = NOTIFIERS.get(kind)
+    notifier = find_notifier(kind)
     target = notifier.target(channel) if notifier is not None else kind
     now = clock()
     async with db.session() as session:
@@ -108,7 +104,7 @@ async def _deliver_one(
             )
             session.add(existing)
         delivery_id = existing.id
-    request = DeliveryRequest(f"{run_id}.{index}", channel, body, workdir)
+    request = DeliveryRequest(f"{run_id}.{index}", channel, body, workdir, allow_private)
     attempt = 0
     while True:
         attempt += 1
@@ -150,4 +146,4 @@ async def _record(
             delivery.updated_at = clock()
 
 
-__all__ = ["NOTIFIERS", "deliver_run", "delivery_body", "register_notifier"]
+__all__ = ["deliver_run", "delivery_body"]

@@ -8,12 +8,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.errors import RunPermanentError
-from core.notify.base import DeliveryRequest
+from core.errors import InvalidSchedule, RunPermanentError
+from core.notify.base import DeliveryRequest, check_keys, required_string
 
 
 class FileNotifier:
-    """``{"type": "file", "path": "relative/path", "mode": "append" | "replace"}``."""
+    """``{"type": "file", "path": "relative/path", "mode": "append" | "replace"}``.
+
+    ``append`` adds one JSON line per run (a daily log); ``replace`` atomically rewrites the
+    file with the latest run, so a reader never sees half a document.
+    """
+
+    name = "file"
+
+    def validate(
+        self, channel: Mapping[str, Any], field: str, *, allow_private: bool
+    ) -> dict[str, Any]:
+        check_keys(channel, {"path", "mode"}, field)
+        path = required_string(channel, "path", field, max_len=500)
+        if path.startswith(("/", "\\")) or ".." in path.replace("\\", "/").split("/"):
+            raise InvalidSchedule(
+                "path must stay inside the task's working directory", field=f"{field}.path"
+            )
+        mode = channel.get("mode", "append")
+        if mode not in ("append", "replace"):
+            raise InvalidSchedule("mode must be append or replace", field=f"{field}.mode")
+        return {"type": self.name, "path": path, "mode": mode}
 
     def target(self, channel: Mapping[str, Any]) -> str:
         return f"file:{channel['path']}"
@@ -34,7 +54,6 @@ def _write(path: Path, line: str, append: bool) -> None:
         with path.open("a", encoding="utf-8") as handle:
             handle.write(line)
     else:
-        # Replace atomically so a reader never sees half a document.
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(line, encoding="utf-8")
         tmp.replace(path)

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from core.storage import Database, Run, Schedule
-from tests.conftest import PG_URL, REQUIRE_PG, PgServer
+from tests.conftest import PgServer, clone_pg
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 T = TypeVar("T")
@@ -167,12 +167,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 async def pg_url(pg_server: PgServer | None) -> str:
     """A freshly migrated PostgreSQL database for this test (skip, or fail under
     AGENTCRON_REQUIRE_PG=1, when PostgreSQL is unreachable: as the ``db_url`` fixture does)."""
-    if pg_server is None:
-        message = f"PostgreSQL unreachable at {PG_URL}"
-        if REQUIRE_PG:
-            pytest.fail(f"{message} (AGENTCRON_REQUIRE_PG=1)", pytrace=False)
-        pytest.skip(message)
-    return await pg_server.clone()
+    return await clone_pg(pg_server)
 
 
 def engine_env(database_url: str, data_dir: Path, instance_id: str, **extra: str) -> dict[str, str]:
