@@ -53,5 +53,11 @@ class RunPermanentError(AgentcronError):
     """Raised by a runner when retrying cannot help: bad config, target gone, input rejected."""
 
 
+class TargetUnavailable(RunPermanentError):
+    """The schedule's runner or channel can no longer work at all (its entry point vanished,
+    its command is missing, its import path fails). The run fails and the schedule is paused
+    with this message, instead of failing again at every due time."""
+
+
 class StartupError(AgentcronError):
     """A configuration that cannot work; the message says what to change."""

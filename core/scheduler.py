@@ -13,7 +13,7 @@ Engine contract points (DESIGN.md) enforced here:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -116,6 +116,7 @@ def run_payload(schedule: Schedule) -> dict[str, Any]:
         "notify": schedule.notify,
         "timeout_seconds": schedule.timeout_seconds,
         "max_attempts": schedule.max_attempts,
+        "mode": schedule.mode,
     }
 
 
@@ -374,13 +375,18 @@ class Ledger:
         output: str | None = None,
         error: str | None = None,
         retry_at: datetime | None = None,
+        turns: Sequence[Mapping[str, Any]] = (),
+        pause_schedule: bool = False,
     ) -> Run | None:
         """Record the outcome of the attempt this instance ran.
 
         ``retry_at`` set: the run goes back to ``pending`` (lease released) until then, for any
         replica to retry. Otherwise the run ends with ``status`` and the schedule's ``last_*``
-        fields and ``consecutive_failures`` are updated. Returns None if the lease was lost
-        meanwhile (another replica owns the run now and will record it).
+        fields and ``consecutive_failures`` are updated. ``turns`` (a successful chat turn)
+        are appended to the task's conversation in the same transaction, except those of a run
+        id already there, so a resumed run never adds its turn twice. ``pause_schedule``
+        pauses the schedule with ``error`` as its note (its runner can no longer work).
+        Returns None if the lease was lost meanwhile (another replica owns the run now).
         """
         now = self.clock()
         async with self.db.session() as session:
@@ -399,6 +405,8 @@ class Ledger:
                     .where(Task.id == run.task_id, Task.lock_run_id == run.id)
                     .values(lock_run_id=None, updated_at=now)
                 )
+                if turns and retry_at is None:
+                    await _append_turns(session, run.task_id, run.id, turns, now)
             if retry_at is not None:
                 run.status = "pending"
                 run.reason = "retry"
@@ -407,6 +415,12 @@ class Ledger:
                 run.lease_expires_at = None
                 return run
             self._finish(run, status, now)
+            if schedule is not None and pause_schedule and schedule.enabled:
+                schedule.enabled = False
+                schedule.next_run = None
+                schedule.paused_at = now
+                schedule.paused_note = f"paused by agentcron: {run.error}"
+                await announce_change(self.db, session)
             if schedule is not None:
                 schedule.last_run_at = now
                 schedule.last_status = status
@@ -537,6 +551,23 @@ class Ledger:
                 .group_by(Run.status)
             )
             return {status: int(count) for status, count in rows.all()}
+
+
+async def _append_turns(
+    session: AsyncSession,
+    task_id: uuid.UUID,
+    run_id: uuid.UUID,
+    turns: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> None:
+    task = await session.get(Task, task_id, with_for_update=True)
+    if task is None:
+        return
+    if any(turn.get("run_id") == str(run_id) for turn in task.conversation):
+        return  # this run's turn is already part of the conversation
+    # A new list (not an in-place append) so the JSON column is seen as changed.
+    task.conversation = [*task.conversation, *({**turn, "run_id": str(run_id)} for turn in turns)]
+    task.updated_at = now
 
 
 def _run_from_row(row: dict[str, Any]) -> Run:

@@ -15,7 +15,7 @@ from core.schedules import ScheduleService
 from core.storage import Database
 from core.storage.lock import EngineLock
 from core.storage.migrate import check_schema
-from web.api import health, runs, schedules
+from web.api import health, runs, schedules, tasks
 from web.api.errors import install_error_handlers
 from web.scheduler import EngineProperties, SchedulerLoop
 
@@ -105,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(schedules.router)
     app.include_router(runs.router)
     app.include_router(runs.schedule_runs)
+    app.include_router(tasks.router)
     return app
 
 

@@ -24,11 +24,17 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 from core.clock import Clock, utcnow
-from core.errors import AgentcronError, InvalidSchedule, RunPermanentError, SchedulerUnavailable
+from core.errors import (
+    AgentcronError,
+    InvalidSchedule,
+    RunPermanentError,
+    SchedulerUnavailable,
+    TargetUnavailable,
+)
 from core.logging import get_logger
 from core.notify.delivery import deliver_run
 from core.retry import RetryPolicy
-from core.runners import CancelToken, RunRequest, build_runner
+from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
 from core.scheduler import Ledger, StartDecision, run_view
 from core.schedules import WAKE_CHANNEL
 from core.storage import Run
@@ -239,16 +245,20 @@ class SchedulerLoop:
         self._tokens[run.id] = token
         timeout = float(payload["timeout_seconds"])
         timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
-        output: str | None = None
+        outcome: RunOutcome | None = None
         error: str | None = None
         transient = False
+        unavailable = False  # the runner can no longer work at all: pause the schedule
         bound.info(
             "run_started",
             trigger=run.trigger,
             due_at=run.due_at.isoformat() if run.due_at else None,
         )
         try:
-            runner = build_runner(payload["runner"])
+            try:
+                runner = build_runner(payload["runner"])
+            except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
+                raise TargetUnavailable(exc.message) from exc
             request = RunRequest(
                 run_id=run.id,
                 schedule_id=run.schedule_id,
@@ -259,6 +269,7 @@ class SchedulerLoop:
                 prompt=str(payload["prompt"]),
                 workdir=Path(task.workdir),
                 timeout_seconds=timeout,
+                history=list(task.conversation) if payload.get("mode") == "persistent" else [],
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)
@@ -266,7 +277,9 @@ class SchedulerLoop:
                 token.cancel("timeout")
                 job.cancel()
                 await asyncio.wait({job}, timeout=5)
-            output = job.result().output
+            outcome = job.result()
+        except TargetUnavailable as exc:
+            error, unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:
             error = exc.message
         except asyncio.CancelledError:
@@ -285,8 +298,10 @@ class SchedulerLoop:
                 run, token.reason or "cancel", timeout, task.workdir, bound
             )
             return
-        if error is None:
-            finished = await self.ledger.finish_attempt(run.id, "succeeded", output=output)
+        if outcome is not None and error is None:
+            finished = await self.ledger.finish_attempt(
+                run.id, "succeeded", output=outcome.output, turns=outcome.turns
+            )
         elif transient and run.attempt < int(payload["max_attempts"]):
             policy = RetryPolicy(max_attempts=int(payload["max_attempts"]), base=self.retry_base)
             retry_at = self.clock() + timedelta(seconds=policy.delay(run.attempt))
@@ -295,7 +310,11 @@ class SchedulerLoop:
             self.wake()
             return
         else:
-            finished = await self.ledger.finish_attempt(run.id, "failed", error=error)
+            finished = await self.ledger.finish_attempt(
+                run.id, "failed", error=error, pause_schedule=unavailable
+            )
+            if unavailable:
+                bound.error("schedule_paused", reason=error)
         await self._finished(finished, task.workdir, bound)
 
     async def _record_cancelled(

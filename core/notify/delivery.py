@@ -21,6 +21,7 @@ from core.logging import get_logger
 from core.notify import notifier as find_notifier
 from core.notify.base import DeliveryRequest
 from core.retry import RetryPolicy
+from core.schedules import announce_change
 from core.storage import Database, Delivery, Run, Schedule
 
 log = get_logger(__name__)
@@ -55,6 +56,13 @@ async def deliver_run(
     ]
     if not channels:
         return
+    missing = sorted(
+        {str(c.get("type")) for _, c in channels if find_notifier(str(c.get("type"))) is None}
+    )
+    if missing:
+        await _pause_orphan(
+            db, run.schedule_id, f"notify channel type {', '.join(missing)} is not installed", clock
+        )
     async with db.session(write=False) as session:
         schedule = await session.get(Schedule, run.schedule_id)
     name = schedule.name if schedule is not None else str(run.payload.get("name", ""))
@@ -127,6 +135,23 @@ async def _deliver_one(
                 "delivery_failed", run_id=str(run_id), channel=kind, index=index, error=error
             )
         return
+
+
+async def _pause_orphan(db: Database, schedule_id: uuid.UUID, reason: str, clock: Clock) -> None:
+    """Pause a schedule whose channel can no longer work, saying why, instead of failing that
+    delivery at every due time (the run itself keeps its status)."""
+    now = clock()
+    async with db.session() as session:
+        schedule = await session.get(Schedule, schedule_id, with_for_update=True)
+        if schedule is None or not schedule.enabled:
+            return
+        schedule.enabled = False
+        schedule.next_run = None
+        schedule.paused_at = now
+        schedule.paused_note = f"paused by agentcron: {reason}"
+        schedule.updated_at = now
+        await announce_change(db, session)
+    log.error("schedule_paused", schedule_id=str(schedule_id), reason=reason)
 
 
 async def _record(

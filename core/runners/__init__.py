@@ -1,19 +1,48 @@
 """The agent seam: the ``Runner`` protocol and the registry of runner types.
 
 A schedule's ``runner`` object names a registered type; its configuration is validated when the
-schedule is created or updated, never first at run time.
+schedule is created or updated, never first at run time. Built-in types are registered below;
+third parties add theirs through the ``agentcron.runners`` entry-point group (a ``RunnerType``
+object, or a class whose instances are one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from typing import Any
 
 from core.errors import InvalidSchedule
-from core.runners.base import CancelToken, Runner, RunnerType, RunOutcome, RunRequest
+from core.logging import get_logger
+from core.runners.base import (
+    CancelToken,
+    RunContext,
+    Runner,
+    RunnerType,
+    RunOutcome,
+    RunRequest,
+    TransientRunError,
+)
 from core.runners.command import CommandRunnerType
 
+log = get_logger(__name__)
+
+ENTRY_POINT_GROUP = "agentcron.runners"
 _REGISTRY: dict[str, RunnerType] = {}
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+            register_runner_type(loaded() if isinstance(loaded, type) else loaded)
+        except Exception:  # a broken plug-in must not take the service down
+            log.exception("runner_plugin_failed", entry_point=entry.name)
 
 
 def register_runner_type(runner_type: RunnerType) -> None:
@@ -23,6 +52,7 @@ def register_runner_type(runner_type: RunnerType) -> None:
 
 def runner_type(name: str) -> RunnerType:
     """The registered type called ``name``; ``InvalidSchedule`` if there is none."""
+    _load_plugins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -52,10 +82,12 @@ register_runner_type(CommandRunnerType())
 
 __all__ = [
     "CancelToken",
+    "RunContext",
     "RunOutcome",
     "RunRequest",
     "Runner",
     "RunnerType",
+    "TransientRunError",
     "build_runner",
     "register_runner_type",
     "runner_type",

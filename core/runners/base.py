@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -52,14 +52,32 @@ class RunRequest:
     prompt: str
     workdir: Path
     timeout_seconds: float
+    # The task's conversation, oldest first (persistent schedules; empty for isolated ones):
+    # {"role": "user" | "assistant", "content": str, "run_id": str}.
+    history: Sequence[Mapping[str, Any]] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """A successful attempt: ``output`` is the excerpt kept on the run."""
+    """A successful attempt.
+
+    ``output`` is the excerpt kept on the run. ``turns`` are appended to the task's
+    conversation in the same transaction that records the success, each carrying the
+    ``run_id``; turns of a run id already in the conversation are not appended again, so a
+    resumed run never adds the same turn twice.
+    """
 
     output: str
+    turns: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a ``python`` runner target receives: the request and its cancel token."""
+
+    request: RunRequest
+    cancel: CancelToken
 
 
 class Runner(Protocol):

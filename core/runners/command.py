@@ -15,7 +15,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from core.errors import InvalidSchedule, RunPermanentError
+from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
 from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
 
 EX_TEMPFAIL = 75
@@ -115,7 +115,8 @@ class CommandRunner:
                 start_new_session=True,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            raise RunPermanentError(f"cannot start {self.argv[0]!r}: {exc.strerror}") from exc
+            # The command is gone or not executable: every later run would fail the same way.
+            raise TargetUnavailable(f"cannot start {self.argv[0]!r}: {exc.strerror}") from exc
 
         stdout, stderr = _Tail(OUTPUT_LIMIT), _Tail(STDERR_LIMIT)
         assert proc.stdin and proc.stdout and proc.stderr

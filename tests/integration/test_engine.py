@@ -9,202 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 
-from core.runners import register_runner_type
 from core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
 from core.storage import Database, Delivery, Run, Schedule, Task
-from web.scheduler import SchedulerLoop
-
-T = TypeVar("T")
-
-TICK = 0.2
-LEASE = 2.0
-OWNER = "engine-a"
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[T | None]], within: float = 10.0, what: str = "condition"
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not reached within {within} s (last: {value!r})")
-        await asyncio.sleep(0.05)
-
-
-async def fetch_run(db: Database, run_id: uuid.UUID) -> Run:
-    async with db.session(write=False) as session:
-        run = await session.get(Run, run_id)
-    assert run is not None
-    return run
-
-
-async def fetch_schedule(db: Database, schedule_id: uuid.UUID) -> Schedule:
-    async with db.session(write=False) as session:
-        schedule = await session.get(Schedule, schedule_id)
-    assert schedule is not None
-    return schedule
-
-
-async def runs_of(db: Database, schedule_id: uuid.UUID) -> list[Run]:
-    """Runs of a schedule, oldest first (scheduled ones by due time)."""
-    async with db.session(write=False) as session:
-        query = select(Run).where(Run.schedule_id == schedule_id)
-        runs = list((await session.execute(query)).scalars())
-    return sorted(runs, key=lambda r: (r.due_at or r.created_at, r.created_at))
-
-
-async def deliveries_of(db: Database, run_id: uuid.UUID) -> list[Delivery]:
-    async with db.session(write=False) as session:
-        query = select(Delivery).where(Delivery.run_id == run_id).order_by(Delivery.index)
-        return list((await session.execute(query)).scalars())
-
-
-def status_is(
-    db: Database, run_id: uuid.UUID, *statuses: str
-) -> Callable[[], Awaitable[Run | None]]:
-    async def check() -> Run | None:
-        run = await fetch_run(db, run_id)
-        return run if run.status in statuses else None
-
-    return check
-
-
-async def wait_status(db: Database, run_id: uuid.UUID, *statuses: str, within: float = 10) -> Run:
-    return await wait_for(status_is(db, run_id, *statuses), within, f"run in {statuses}")
-
-
-def runs_where(
-    db: Database, schedule_id: uuid.UUID, test: Callable[[list[Run]], bool]
-) -> Callable[[], Awaitable[list[Run] | None]]:
-    async def check() -> list[Run] | None:
-        runs = await runs_of(db, schedule_id)
-        return runs if test(runs) else None
-
-    return check
-
-
-def every_second(**overrides: Any) -> dict[str, Any]:
-    """An interval trigger whose first due time is 0.1 s from now, then every second."""
-    start = datetime.now(UTC) + timedelta(seconds=0.1)
-    return {"every_seconds": 1, "start_at": start.isoformat(), **overrides}
-
-
-HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from run_now
-
-
-def spec(
-    runner: dict[str, Any], trigger: dict[str, Any] | None = None, **fields: Any
-) -> ScheduleCreate:
-    return ScheduleCreate(
-        name=fields.pop("name", "engine test"),
-        prompt=fields.pop("prompt", "do the thing"),
-        trigger=trigger if trigger is not None else every_second(),
-        runner=runner,
-        **fields,
-    )
-
-
-def process_alive(pid: int) -> bool:
-    """Alive and not a zombie (a dead child waiting to be reaped by PID 1 is not running)."""
-    try:
-        os.kill(pid, 0)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (ProcessLookupError, FileNotFoundError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-# -- fixtures -----------------------------------------------------------------------------
-
-
-@dataclass
-class Engine:
-    db: Database
-    ledger: Ledger
-    loop: SchedulerLoop
-    schedules: ScheduleService
-    data_dir: Path
-
-    async def create(self, spec: ScheduleCreate) -> Schedule:
-        return await self.schedules.create(spec, "local")
-
-    async def run_now(self, schedule_id: uuid.UUID) -> Run:
-        return await self.ledger.run_now(schedule_id, None)
-
-
-MakeEngine = Callable[..., Engine]
-
-
-@pytest.fixture
-def fake() -> FakeRunnerType:
-    runner_type = FakeRunnerType()
-    register_runner_type(runner_type)
-    return runner_type
-
-
-@pytest.fixture
-async def make_engine(
-    db: Database, tmp_path: Path, fake: FakeRunnerType
-) -> AsyncIterator[MakeEngine]:
-    loops: list[SchedulerLoop] = []
-
-    def make(
-        owner: str = OWNER,
-        *,
-        concurrency: int = 4,
-        drain_timeout: float = 0.5,
-        tick: float = TICK,
-        start: bool = True,
-    ) -> Engine:
-        ledger = Ledger(db, owner=owner, lease_seconds=LEASE, data_dir=tmp_path / "data")
-        loop = SchedulerLoop(
-            ledger,
-            concurrency=concurrency,
-            tick_seconds=tick,
-            drain_timeout=drain_timeout,
-            retry_base=0.05,
-        )
-        ledger.on_change = loop.wake
-        loops.append(loop)
-        if start:
-            loop.start()
-        schedules = ScheduleService(db, on_change=loop.wake)
-        return Engine(db, ledger, loop, schedules, tmp_path / "data")
-
-    try:
-        yield make
-    finally:
-        for loop in loops:
-            if loop.running:
-                await loop.stop()
-
-
-@pytest.fixture
-async def engine(make_engine: MakeEngine) -> Engine:
-    return make_engine()
-
+from tests.integration.engine_kit import (
+    HOURLY,
+    OWNER,
+    Engine,
+    MakeEngine,
+    deliveries_of,
+    fetch_run,
+    fetch_schedule,
+    process_alive,
+    runs_of,
+    runs_where,
+    spec,
+    wait_for,
+    wait_status,
+)
 
 # -- a schedule runs ----------------------------------------------------------------------
 

@@ -88,3 +88,18 @@ class RunOut(BaseModel):
 class RunPage(BaseModel):
     items: list[RunOut]
     next_cursor: str | None
+
+
+class TaskLockOut(BaseModel):
+    state: str  # "idle" | "running"
+    run_id: uuid.UUID | None
+
+
+class TaskOut(BaseModel):
+    id: uuid.UUID
+    schedule_id: uuid.UUID | None
+    workdir: str
+    lock: TaskLockOut
+    conversation: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime

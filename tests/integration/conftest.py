@@ -1,0 +1,65 @@
+"""Fixtures of the in-process engine tests (see engine_kit.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from core.runners import register_runner_type
+from core.runners.fake import FakeRunnerType
+from core.scheduler import Ledger
+from core.schedules import ScheduleService
+from core.storage import Database
+from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine
+from web.scheduler import SchedulerLoop
+
+
+@pytest.fixture
+def fake() -> FakeRunnerType:
+    runner_type = FakeRunnerType()
+    register_runner_type(runner_type)
+    return runner_type
+
+
+@pytest.fixture
+async def make_engine(
+    db: Database, tmp_path: Path, fake: FakeRunnerType
+) -> AsyncIterator[MakeEngine]:
+    loops: list[SchedulerLoop] = []
+
+    def make(
+        owner: str = OWNER,
+        *,
+        concurrency: int = 4,
+        drain_timeout: float = 0.5,
+        tick: float = TICK,
+        start: bool = True,
+    ) -> Engine:
+        ledger = Ledger(db, owner=owner, lease_seconds=LEASE, data_dir=tmp_path / "data")
+        loop = SchedulerLoop(
+            ledger,
+            concurrency=concurrency,
+            tick_seconds=tick,
+            drain_timeout=drain_timeout,
+            retry_base=0.05,
+        )
+        ledger.on_change = loop.wake
+        loops.append(loop)
+        if start:
+            loop.start()
+        schedules = ScheduleService(db, on_change=loop.wake)
+        return Engine(db, ledger, loop, schedules, tmp_path / "data")
+
+    try:
+        yield make
+    finally:
+        for loop in loops:
+            if loop.running:
+                await loop.stop()
+
+
+@pytest.fixture
+async def engine(make_engine: MakeEngine) -> Engine:
+    return make_engine()
