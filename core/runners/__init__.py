@@ -24,6 +24,8 @@ from core.runners.base import (
     TransientRunError,
 )
 from core.runners.command import CommandRunnerType
+from core.runners.openai import OpenAIRunnerType
+from core.runners.python import PythonRunnerType
 
 log = get_logger(__name__)
 
@@ -79,6 +81,8 @@ def build_runner(config: Mapping[str, Any]) -> Runner:
 
 
 register_runner_type(CommandRunnerType())
+register_runner_type(OpenAIRunnerType())
+register_runner_type(PythonRunnerType())
 
 __all__ = [
     "CancelToken",

@@ -1,0 +1,115 @@
+"""Targets for the ``python`` runner tests (``tests.agents_fixture:<name>``).
+
+Each function takes the ``RunContext`` the runner passes; ``CALLS`` records what they saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from core.errors import RunPermanentError
+from core.runners import RunContext, RunOutcome, TransientRunError
+
+CALLS: list[dict[str, Any]] = []
+SYNC_STOPPED = threading.Event()  # set by ``polls_cancel`` once it returns
+NOT_CALLABLE = 42
+
+
+def _record(ctx: RunContext, **extra: Any) -> None:
+    CALLS.append({"run_id": ctx.request.run_id, "thread": threading.get_ident(), **extra})
+
+
+def greet(ctx: RunContext) -> str:
+    """A sync target: runs in a worker thread."""
+    _record(ctx, kind="sync")
+    return f"hello from python: {ctx.request.prompt}"
+
+
+async def greet_async(ctx: RunContext) -> str:
+    """An async target: runs on the event loop."""
+    _record(ctx, kind="async")
+    await asyncio.sleep(0)
+    return f"async hello: {ctx.request.prompt}"
+
+
+class AsyncCallable:
+    """An object whose ``__call__`` is async (runs on the loop, like an async function)."""
+
+    async def __call__(self, ctx: RunContext) -> str:
+        _record(ctx, kind="async-callable")
+        return "called"
+
+
+async_callable = AsyncCallable()
+
+
+class Agents:
+    """A nested attribute path: ``tests.agents_fixture:Agents.summarise``."""
+
+    @staticmethod
+    def summarise(ctx: RunContext) -> str:
+        return f"summary of {ctx.request.prompt!r}"
+
+
+def returns_none(ctx: RunContext) -> None:
+    return None
+
+
+def returns_number(ctx: RunContext) -> int:
+    return 1234
+
+
+def returns_outcome(ctx: RunContext) -> RunOutcome:
+    run_id = str(ctx.request.run_id)
+    return RunOutcome(
+        output="with turns",
+        turns=({"role": "assistant", "content": "with turns", "run_id": run_id},),
+    )
+
+
+def returns_coroutine(ctx: RunContext) -> Any:
+    """A sync function handing back an awaitable: the runner awaits it on the loop."""
+    return greet_async(ctx)
+
+
+def fails_with_value_error(ctx: RunContext) -> str:
+    raise ValueError("the model said no")
+
+
+async def fails_async(ctx: RunContext) -> str:
+    raise KeyError("missing")
+
+
+def fails_permanently(ctx: RunContext) -> str:
+    raise RunPermanentError("the input was rejected")
+
+
+def fails_transiently(ctx: RunContext) -> str:
+    raise TransientRunError("upstream busy")
+
+
+def exits(ctx: RunContext) -> str:
+    raise SystemExit(3)
+
+
+async def waits_for_cancel(ctx: RunContext) -> str:
+    """Sleeps far longer than any test: only cancellation ends it."""
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        _record(ctx, kind="async-cancelled")
+        raise
+    return "never"
+
+
+def polls_cancel(ctx: RunContext) -> str:
+    """A sync target that polls the token, as a long sync target should."""
+    deadline = time.monotonic() + 10
+    while not ctx.cancel.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _record(ctx, kind="sync-stopped", cancelled=ctx.cancel.cancelled)
+    SYNC_STOPPED.set()
+    return "stopped"

@@ -1,0 +1,282 @@
+"""The ``openai`` and ``python`` runners through the real API and engine, on both databases.
+
+Schedules are created and run through the HTTP API (``client``); the in-process engine
+(``engine``, sharing the test database) executes them. The ``openai`` runner talks to a real
+OpenAI-compatible server on loopback (``tests.chat_server``) that records what it was sent, so
+the tests see the conversation a ``persistent`` schedule carries from run to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from structlog.testing import capture_logs
+
+from tests.chat_server import ChatServer, Reply
+from tests.integration.engine_kit import Engine
+
+API = "/api/v1"
+HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
+KEY_ENV = "AGENTCRON_TEST_AGENTS_KEY"
+KEY = "sk-live-7d0c3b9e2f8a41d6-must-never-be-shown"
+TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "skipped"}
+
+
+@pytest.fixture
+async def llm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ChatServer]:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    async with ChatServer() as server:
+        yield server
+
+
+def openai_runner(server: ChatServer, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "openai",
+        "base_url": server.base_url,
+        "model": "test-model",
+        "api_key_env": KEY_ENV,
+        **extra,
+    }
+
+
+async def create(client: httpx.AsyncClient, runner: dict[str, Any], **fields: Any) -> str:
+    body = {"name": "agent", "prompt": "question 1", "trigger": HOURLY, "runner": runner}
+    response = await client.post(f"{API}/schedules", json={**body, **fields})
+    assert response.status_code == 201, response.text
+    schedule_id: str = response.json()["id"]
+    return schedule_id
+
+
+async def run_to_end(client: httpx.AsyncClient, schedule_id: str, within: float = 10) -> Any:
+    """Run the schedule now through the API and return the finished run (as JSON)."""
+    queued = await client.post(f"{API}/schedules/{schedule_id}/run")
+    assert queued.status_code == 202, queued.text
+    run_id = queued.json()["id"]
+    deadline = time.monotonic() + within
+    while True:
+        run = (await client.get(f"{API}/runs/{run_id}")).json()
+        if run["status"] in TERMINAL:
+            return run
+        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
+        await asyncio.sleep(0.05)
+
+
+async def set_prompt(client: httpx.AsyncClient, schedule_id: str, prompt: str) -> None:
+    response = await client.patch(f"{API}/schedules/{schedule_id}", json={"prompt": prompt})
+    assert response.status_code == 200, response.text
+
+
+async def conversation(client: httpx.AsyncClient, task_id: str) -> list[dict[str, Any]]:
+    response = await client.get(f"{API}/tasks/{task_id}")
+    assert response.status_code == 200, response.text
+    turns: list[dict[str, Any]] = response.json()["conversation"]
+    return turns
+
+
+# -- openai: the conversation -------------------------------------------------------------
+
+
+async def test_a_persistent_schedule_carries_the_conversation(
+    client: httpx.AsyncClient, engine: Engine, llm: ChatServer
+) -> None:
+    runner = openai_runner(llm, system="Answer in one line.")
+    schedule_id = await create(client, runner, mode="persistent")
+    runs = []
+    for n in (1, 2, 3):
+        await set_prompt(client, schedule_id, f"question {n}")
+        run = await run_to_end(client, schedule_id)
+        assert run["status"] == "succeeded", run["error"]
+        assert run["output"] == f"reply {n}: question {n}"
+        runs.append(run)
+
+    system = {"role": "system", "content": "Answer in one line."}
+    pairs = [
+        [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": reply}]
+        for n, reply in ((1, "reply 1: question 1"), (2, "reply 2: question 2"))
+    ]
+    sent = [request.body["messages"] for request in llm.requests]
+    assert sent[0] == [system, {"role": "user", "content": "question 1"}]
+    assert sent[1] == [system, *pairs[0], {"role": "user", "content": "question 2"}]
+    assert sent[2] == [system, *pairs[0], *pairs[1], {"role": "user", "content": "question 3"}]
+
+    task_ids = {run["task_id"] for run in runs}
+    assert len(task_ids) == 1  # one task keeps the conversation
+    turns = await conversation(client, task_ids.pop())
+    assert len(turns) == 6
+    assert [(t["role"], t["content"]) for t in turns] == [
+        (role, f"{prefix}question {n}")
+        for n in (1, 2, 3)
+        for role, prefix in (("user", ""), ("assistant", f"reply {n}: "))
+    ]
+    assert [t["run_id"] for t in turns] == [run["id"] for run in runs for _ in (1, 2)]
+
+
+async def test_an_isolated_schedule_sends_no_history(
+    client: httpx.AsyncClient, engine: Engine, llm: ChatServer
+) -> None:
+    schedule_id = await create(client, openai_runner(llm), mode="isolated")
+    first = await run_to_end(client, schedule_id)
+    second = await run_to_end(client, schedule_id)
+    assert (first["status"], second["status"]) == ("succeeded", "succeeded")
+    assert first["task_id"] != second["task_id"]
+    for request in llm.requests:
+        assert request.body["messages"] == [{"role": "user", "content": "question 1"}]
+
+
+async def test_a_retried_run_adds_its_turns_once(
+    client: httpx.AsyncClient, engine: Engine, llm: ChatServer
+) -> None:
+    """A transient failure then a success: the same turn is sent twice, stored once."""
+    schedule_id = await create(client, openai_runner(llm), mode="persistent", max_attempts=3)
+    first = await run_to_end(client, schedule_id)
+    llm.script(Reply(status=503, json={"error": {"message": "overloaded"}}))
+    await set_prompt(client, schedule_id, "question 2")
+    second = await run_to_end(client, schedule_id)
+    assert second["status"] == "succeeded" and second["attempt"] == 2
+
+    retried = [request.body["messages"] for request in llm.requests[1:]]
+    assert len(retried) == 2 and retried[0] == retried[1]
+    assert [m["content"] for m in retried[1]] == ["question 1", "reply 1: question 1", "question 2"]
+    turns = await conversation(client, second["task_id"])
+    assert [t["run_id"] for t in turns] == [first["id"]] * 2 + [second["id"]] * 2
+
+
+# -- python -------------------------------------------------------------------------------
+
+
+async def test_a_python_schedule_runs_and_stores_its_output(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    runner = {"type": "python", "target": "tests.agents_fixture:greet"}
+    schedule_id = await create(client, runner, prompt="the weather")
+    run = await run_to_end(client, schedule_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert run["output"] == "hello from python: the weather"
+    schedule = (await client.get(f"{API}/schedules/{schedule_id}")).json()
+    assert schedule["last_status"] == "succeeded"
+
+
+async def test_a_python_target_gone_at_run_time_pauses_the_schedule(
+    client: httpx.AsyncClient, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"agentcron_tmp_{uuid.uuid4().hex}"
+    module = tmp_path / f"{name}.py"
+    module.write_text("def run(ctx):\n    return 'here'\n")
+    importlib.invalidate_caches()
+    schedule_id = await create(client, {"type": "python", "target": f"{name}:run"})
+
+    module.unlink()  # uninstalled since the schedule was created
+    sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    run = await run_to_end(client, schedule_id)
+    assert run["status"] == "failed" and run["attempt"] == 1
+    assert f"{name}:run" in run["error"] and "unavailable" in run["error"]
+    schedule = (await client.get(f"{API}/schedules/{schedule_id}")).json()
+    assert schedule["enabled"] is False and schedule["next_run"] is None
+    assert f"{name}:run" in schedule["paused_note"]
+
+
+# -- validation at the API ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runner", "field"),
+    [
+        ({"type": "teleport"}, "runner.type"),
+        (
+            {"type": "openai", "base_url": "https://llm.example.org/v1", "api_key_env": "K"},
+            "runner.model",
+        ),
+        (
+            {"type": "openai", "base_url": "file:///etc", "model": "m", "api_key_env": "K"},
+            "runner.base_url",
+        ),
+        ({"type": "python", "target": "no_such_package.agent:run"}, "runner.target"),
+        ({"type": "python", "target": "tests.agents_fixture:missing"}, "runner.target"),
+        ({"type": "python", "target": "not a path"}, "runner.target"),
+    ],
+    ids=[
+        "unknown_type",
+        "openai_no_model",
+        "openai_bad_url",
+        "python_no_module",
+        "python_no_function",
+        "python_bad_form",
+    ],
+)
+async def test_a_bad_runner_is_a_422_naming_the_field(
+    client: httpx.AsyncClient, runner: dict[str, Any], field: str
+) -> None:
+    body = {"name": "bad", "prompt": "p", "trigger": HOURLY, "runner": runner}
+    response = await client.post(f"{API}/schedules", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+
+    good = await create(client, {"type": "python", "target": "tests.agents_fixture:greet"})
+    patched = await client.patch(f"{API}/schedules/{good}", json={"runner": runner})
+    assert patched.status_code == 422 and patched.json()["error"]["field"] == field
+
+
+# -- the key stays secret -----------------------------------------------------------------
+
+
+async def test_the_api_key_appears_in_no_response_and_no_log(
+    client: httpx.AsyncClient,
+    engine: Engine,
+    llm: ChatServer,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    bodies: list[str] = []
+
+    async def keep(response: httpx.Response) -> None:
+        await response.aread()
+        bodies.append(response.text)
+
+    client.event_hooks["response"].append(keep)
+    with capture_logs() as events:
+        schedule_id = await create(client, openai_runner(llm), mode="persistent")
+        ok = await run_to_end(client, schedule_id)
+        # A server that echoes the key it refused: the run's error must not repeat it.
+        llm.script(Reply(status=401, json={"error": {"message": f"Incorrect API key: {KEY}"}}))
+        refused = await run_to_end(client, schedule_id)
+        await client.get(f"{API}/schedules/{schedule_id}")
+        await client.get(f"{API}/schedules/{schedule_id}/runs")
+        await client.get(f"{API}/tasks/{ok['task_id']}")
+
+    assert ok["status"] == "succeeded"
+    assert refused["status"] == "failed" and refused["attempt"] == 1
+    assert "HTTP 401" in refused["error"] and "Incorrect API key: [redacted]" in refused["error"]
+    # The key really was in play: the server received it on every request.
+    assert [r.headers["authorization"] for r in llm.requests] == [f"Bearer {KEY}"] * 2
+
+    assert len(bodies) >= 8
+    assert all(KEY not in body for body in bodies)
+    assert any(event["event"] == "run_finished" for event in events)  # the capture works
+    assert KEY not in repr(events)
+    assert KEY not in caplog.text
+    captured = capsys.readouterr()
+    assert KEY not in captured.out and KEY not in captured.err
+
+
+async def test_a_missing_key_variable_fails_the_run_naming_it(
+    client: httpx.AsyncClient, engine: Engine, llm: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KEY_ENV)
+    schedule_id = await create(client, openai_runner(llm), max_attempts=3)
+    run = await run_to_end(client, schedule_id)
+    assert run["status"] == "failed" and run["attempt"] == 1  # permanent: not retried
+    assert KEY_ENV in run["error"] and "not set" in run["error"]
+    assert llm.requests == []

@@ -1,0 +1,255 @@
+"""The ``python`` runner with real imports: sync and async targets, results, errors, cancel.
+
+Targets live in ``tests/agents_fixture.py``; modules that must vanish or fail to import are
+written to a temporary directory put on ``sys.path`` for the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
+from core.runners import (
+    CancelToken,
+    RunOutcome,
+    RunRequest,
+    TransientRunError,
+    build_runner,
+    validate_runner,
+)
+from tests import agents_fixture
+
+FIXTURE = "tests.agents_fixture"
+
+
+@pytest.fixture(autouse=True)
+def fresh_calls() -> Iterator[None]:
+    agents_fixture.CALLS.clear()
+    agents_fixture.SYNC_STOPPED.clear()
+    yield
+    agents_fixture.CALLS.clear()
+
+
+@pytest.fixture
+def module_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on ``sys.path`` for throw-away target modules (unloaded afterwards)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        if name.startswith("agentcron_tmp_"):
+            del sys.modules[name]
+
+
+def write_module(directory: Path, source: str) -> str:
+    name = f"agentcron_tmp_{uuid.uuid4().hex}"
+    (directory / f"{name}.py").write_text(source)
+    importlib.invalidate_caches()
+    return name
+
+
+def request(prompt: str = "hello") -> RunRequest:
+    return RunRequest(
+        run_id=uuid.uuid4(),
+        schedule_id=uuid.uuid4(),
+        task_id=uuid.uuid4(),
+        attempt=1,
+        trigger="manual",
+        due_at=datetime(2025, 1, 6, 8, 0, tzinfo=UTC),
+        prompt=prompt,
+        workdir=Path("/nonexistent"),
+        timeout_seconds=10,
+    )
+
+
+async def run(
+    target: str, req: RunRequest | None = None, token: CancelToken | None = None
+) -> RunOutcome:
+    runner = build_runner(validate_runner({"type": "python", "target": target}))
+    return await runner.run(req or request(), token or CancelToken())
+
+
+# -- calling targets ----------------------------------------------------------------------
+
+
+async def test_a_sync_target_runs_in_a_worker_thread() -> None:
+    req = request("the news")
+    outcome = await run(f"{FIXTURE}:greet", req)
+    assert outcome == RunOutcome(output="hello from python: the news")
+    [call] = agents_fixture.CALLS
+    assert call["run_id"] == req.run_id and call["kind"] == "sync"
+    assert call["thread"] != threading.get_ident()
+
+
+async def test_an_async_target_runs_on_the_loop() -> None:
+    outcome = await run(f"{FIXTURE}:greet_async", request("the news"))
+    assert outcome.output == "async hello: the news"
+    [call] = agents_fixture.CALLS
+    assert call["kind"] == "async" and call["thread"] == threading.get_ident()
+
+
+async def test_an_object_with_an_async_call_runs_on_the_loop() -> None:
+    assert (await run(f"{FIXTURE}:async_callable")).output == "called"
+    assert agents_fixture.CALLS[0]["thread"] == threading.get_ident()
+
+
+async def test_a_sync_target_returning_a_coroutine_is_awaited() -> None:
+    assert (await run(f"{FIXTURE}:returns_coroutine", request("x"))).output == "async hello: x"
+
+
+async def test_a_dotted_attribute_path_resolves() -> None:
+    assert (await run(f"{FIXTURE}:Agents.summarise", request("y"))).output == "summary of 'y'"
+
+
+@pytest.mark.parametrize(
+    ("target", "output"),
+    [("returns_none", ""), ("returns_number", "1234"), ("greet", "hello from python: hello")],
+)
+async def test_return_values_become_the_output(target: str, output: str) -> None:
+    outcome = await run(f"{FIXTURE}:{target}")
+    assert outcome == RunOutcome(output=output)
+
+
+async def test_a_returned_run_outcome_is_kept_as_is() -> None:
+    req = request()
+    outcome = await run(f"{FIXTURE}:returns_outcome", req)
+    assert outcome.output == "with turns"
+    assert list(outcome.turns) == [
+        {"role": "assistant", "content": "with turns", "run_id": str(req.run_id)}
+    ]
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("fails_with_value_error", "ValueError: the model said no"),
+        ("fails_async", "KeyError: 'missing'"),
+        ("exits", "the target called exit (3)"),
+    ],
+)
+async def test_other_exceptions_become_transient_with_type_and_message(
+    target: str, message: str
+) -> None:
+    with pytest.raises(TransientRunError) as caught:
+        await run(f"{FIXTURE}:{target}")
+    assert str(caught.value) == message
+
+
+async def test_a_permanent_error_propagates() -> None:
+    with pytest.raises(RunPermanentError) as caught:
+        await run(f"{FIXTURE}:fails_permanently")
+    assert type(caught.value) is RunPermanentError
+    assert caught.value.message == "the input was rejected"
+
+
+async def test_a_transient_error_propagates_unwrapped() -> None:
+    with pytest.raises(TransientRunError) as caught:
+        await run(f"{FIXTURE}:fails_transiently")
+    assert str(caught.value) == "upstream busy"
+
+
+# -- cancel -------------------------------------------------------------------------------
+
+
+async def test_the_token_cancels_an_async_target_at_once() -> None:
+    token = CancelToken()
+    job = asyncio.ensure_future(run(f"{FIXTURE}:waits_for_cancel", token=token))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    token.cancel("timeout")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(timeout\)"):
+        await job
+    assert time.monotonic() - started < 1.0
+    assert [call["kind"] for call in agents_fixture.CALLS] == ["async-cancelled"]
+
+
+async def test_the_token_ends_the_attempt_and_a_polling_sync_target_sees_it() -> None:
+    token = CancelToken()
+    job = asyncio.ensure_future(run(f"{FIXTURE}:polls_cancel", token=token))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    token.cancel("cancel")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(cancel\)"):
+        await job
+    assert time.monotonic() - started < 1.0
+    # The worker thread cannot be interrupted: it returns once it sees the token.
+    assert await asyncio.to_thread(agents_fixture.SYNC_STOPPED.wait, 5)
+    assert agents_fixture.CALLS[0]["kind"] == "sync-stopped"
+    assert agents_fixture.CALLS[0]["cancelled"] is True
+
+
+# -- validation and vanished targets ------------------------------------------------------
+
+
+def test_validate_accepts_and_normalises() -> None:
+    config = {"type": "python", "target": f"{FIXTURE}:greet"}
+    assert validate_runner(config) == config
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "message"),
+    [
+        ({"target": f"{FIXTURE}:greet", "args": []}, "runner.args", "unknown field"),
+        ({}, "runner.target", "import path"),
+        ({"target": 5}, "runner.target", "import path"),
+        ({"target": "tests.agents_fixture"}, "runner.target", "import path"),
+        ({"target": "tests.agents_fixture:"}, "runner.target", "import path"),
+        ({"target": ":greet"}, "runner.target", "import path"),
+        ({"target": "tests agents:greet"}, "runner.target", "import path"),
+        ({"target": "tests.agents_fixture:greet()"}, "runner.target", "import path"),
+        ({"target": "no_such_package.agents:run"}, "runner.target", "no module named"),
+        ({"target": f"{FIXTURE}:no_such_function"}, "runner.target", "no attribute"),
+        ({"target": f"{FIXTURE}:Agents.nope"}, "runner.target", "'Agents.nope'"),
+        ({"target": f"{FIXTURE}:NOT_CALLABLE"}, "runner.target", "not callable"),
+    ],
+)
+def test_validate_rejects_naming_the_field(
+    config: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        validate_runner({"type": "python", **config})
+    assert caught.value.field == field
+    assert message in caught.value.message
+
+
+def test_a_module_that_raises_on_import_is_rejected_by_type_only(module_dir: Path) -> None:
+    name = write_module(module_dir, "raise RuntimeError('secret=hunter2')\n")
+    with pytest.raises(InvalidSchedule) as caught:
+        validate_runner({"type": "python", "target": f"{name}:run"})
+    assert caught.value.field == "runner.target"
+    assert "RuntimeError" in caught.value.message and "hunter2" not in caught.value.message
+
+
+async def test_a_module_gone_at_run_time_is_target_unavailable(module_dir: Path) -> None:
+    name = write_module(module_dir, "def run(ctx):\n    return 'here'\n")
+    runner = build_runner(validate_runner({"type": "python", "target": f"{name}:run"}))
+    assert (await runner.run(request(), CancelToken())).output == "here"
+
+    (module_dir / f"{name}.py").unlink()
+    del sys.modules[name]
+    importlib.invalidate_caches()
+    with pytest.raises(TargetUnavailable) as caught:
+        await runner.run(request(), CancelToken())
+    assert f"{name}:run" in caught.value.message and "no module named" in caught.value.message
+
+
+async def test_a_function_gone_at_run_time_is_target_unavailable(module_dir: Path) -> None:
+    name = write_module(module_dir, "def run(ctx):\n    return 'here'\n")
+    runner = build_runner(validate_runner({"type": "python", "target": f"{name}:run"}))
+    del sys.modules[name].run
+    with pytest.raises(TargetUnavailable, match="no attribute 'run'"):
+        await runner.run(request(), CancelToken())
