@@ -43,6 +43,8 @@ def configure_logging(fmt: Literal["console", "json"] | None = None, level: str 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # httpx logs every request URL at INFO; a webhook URL's query may hold a token.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     # uvicorn installs its own handlers; let its records flow through ours instead.
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)

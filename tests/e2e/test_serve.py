@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.e2e.conftest import Server
 
@@ -75,6 +76,30 @@ def test_readme_firing_example_runs_the_agent(server: Server) -> None:
     assert done, f"no run succeeded: {runs}\n{server.log()[-3000:]}"
     assert done[0]["trigger"] == "schedule"
     assert done[0]["output"] == "agent got: hello agent\n"
+
+
+def readme_block(marker: str) -> str:
+    text = README.read_text()
+    block = re.search(rf"<!-- {marker} -->\n```(?:sh|bash)?\n(.*?)```", text, re.S)
+    assert block, f"README has no {marker} block"
+    return block.group(1)
+
+
+@pytest.mark.parametrize("marker", ["digest", "digest-chat"])
+def test_readme_digest_examples_are_accepted(server: Server, marker: str) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    commands = shlex.split(readme_block(marker), comments=True)
+    # One curl invocation per block, possibly after an `export`: run the curl part.
+    start = commands.index("curl")
+    argv = [arg.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for arg in commands[start:]]
+    done = subprocess.run(
+        [*argv, "-w", "\n%{http_code}"], capture_output=True, text=True, timeout=30
+    )
+    body, _, status = done.stdout.rpartition("\n")
+    assert status == "201", body
+    created = json.loads(body)
+    assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
+    assert all("secret" not in c or c["secret"].startswith("whsec_…") for c in created["notify"])
 
 
 def test_sigterm_stops_cleanly(server: Server) -> None:

@@ -1,0 +1,649 @@
+"""The webhook channel against a real HTTP receiver on loopback.
+
+The receiver is a ``ThreadingHTTPServer`` in a background thread: it records every connection
+and request and verifies each signature with the reference ``standardwebhooks`` library, so a
+signing mistake on our side cannot be hidden by a matching mistake in the test. Answers are
+scripted per request (a status, or ``HANG`` to keep the request open past the timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+import socket
+import ssl
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ipaddress import IPv4Address
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+import trustme
+from sqlalchemy import select
+from standardwebhooks import Webhook
+
+from core.config import Settings
+from core.errors import RunPermanentError
+from core.notify import register_notifier
+from core.notify.base import DeliveryRequest
+from core.notify.delivery import deliver_run
+from core.notify.ssrf import IPAddress
+from core.notify.webhook import WebhookNotifier
+from core.retry import RetryPolicy
+from core.scheduler import Ledger, run_view
+from core.schedules import ScheduleService
+from core.specs import ScheduleCreate
+from core.storage import Database, Delivery, Run
+from web.app import create_app
+
+API = "/api/v1"
+HANG = "hang"
+FAST = RetryPolicy(max_attempts=3, base=0.01)
+HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from run now
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+# -- the receiver -------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    """One request as the receiver saw it."""
+
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    payload: Any = None  # what ``Webhook.verify`` returned, when it verified
+    verify_error: str | None = None
+
+
+@dataclass
+class Receiver:
+    """A real HTTP(S) server on loopback that records and verifies webhook deliveries."""
+
+    secret: str
+    host: str = "127.0.0.1"
+    tls: ssl.SSLContext | None = None
+    answers: list[int | str] = field(default_factory=list)  # per request, then 200
+    requests: list[Received] = field(default_factory=list)
+    connections: int = 0
+    sni: list[str | None] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.server_address[1])
+
+    def url(self, path: str = "/hooks/agentcron", host: str | None = None) -> str:
+        name = host or (f"[{self.host}]" if ":" in self.host else self.host)
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{name}:{self.port}{path}"
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                record = Received(self.path, headers, body)
+                try:
+                    record.payload = Webhook(receiver.secret).verify(body, headers)
+                except Exception as exc:
+                    record.verify_error = repr(exc)
+                with receiver._lock:
+                    receiver.requests.append(record)
+                    answer = receiver.answers.pop(0) if receiver.answers else 200
+                if answer == HANG:
+                    receiver.release.wait(10)  # the client gives up first; then we leave
+                    self.close_connection = True
+                    return
+                self.send_response(int(answer))
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep the test output clean
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            address_family = socket.AF_INET6 if ":" in receiver.host else socket.AF_INET
+
+            def get_request(self) -> tuple[socket.socket, Any]:
+                conn, address = super().get_request()
+                with receiver._lock:
+                    receiver.connections += 1
+                return conn, address
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that timed out and hung up is expected here
+
+        self._server = Server((self.host, 0), Handler)
+        if self.tls is not None:
+
+            def remember_sni(_sock: ssl.SSLObject, name: str, _ctx: ssl.SSLContext) -> None:
+                self.sni.append(name)
+
+            self.tls.sni_callback = remember_sni
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+@pytest.fixture
+def secret() -> str:
+    return new_secret()
+
+
+@pytest.fixture
+def receiver(secret: str) -> Iterator[Receiver]:
+    server = Receiver(secret).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def request_for(
+    url: str, secret: str, body: dict[str, Any] | None = None, *, allow_private: bool = True
+) -> DeliveryRequest:
+    return DeliveryRequest(
+        delivery_id=f"{uuid.uuid4()}.0",
+        channel={"type": "webhook", "url": url, "secret": secret},
+        body=body or {"type": "run.finished", "schedule": {}, "run": {}},
+        workdir=Path("."),
+        allow_private=allow_private,
+    )
+
+
+def resolving(*addresses: str) -> Any:
+    """A resolver that gives every name ``addresses``: the DNS answer of the test."""
+
+    async def resolve(host: str, port: int) -> list[IPAddress]:
+        return [IPv4Address(a) for a in addresses]
+
+    return resolve
+
+
+# -- one delivery, straight to the notifier ------------------------------------------------
+
+
+async def test_delivers_the_exact_signed_bytes_with_standard_headers(
+    receiver: Receiver, secret: str
+) -> None:
+    body = {"type": "run.finished", "schedule": {"id": "s", "name": "digest ☕"}, "run": {"a": 1}}
+    request = request_for(receiver.url(), secret, body)
+    before = int(time.time())
+    await WebhookNotifier().deliver(request)
+
+    assert receiver.connections == 1 and len(receiver.requests) == 1
+    got = receiver.requests[0]
+    assert got.verify_error is None and got.payload == body
+    assert got.path == "/hooks/agentcron"
+    assert got.body == json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    assert got.headers["webhook-id"] == request.delivery_id
+    assert before <= int(got.headers["webhook-timestamp"]) <= int(time.time())
+    assert got.headers["webhook-signature"].startswith("v1,")
+    assert got.headers["content-type"] == "application/json"
+    assert got.headers["user-agent"].startswith("agentcron")
+    assert got.headers["host"] == f"127.0.0.1:{receiver.port}"
+    assert secret not in json.dumps(got.headers)
+
+
+async def test_a_name_is_resolved_once_and_the_vetted_address_is_used(
+    receiver: Receiver, secret: str
+) -> None:
+    # ``.test`` never resolves in real DNS (RFC 6761): the delivery can only succeed by
+    # connecting to the address our resolver vetted, while the request still names the host.
+    url = receiver.url(host="hooks.example.test")
+    notifier = WebhookNotifier(resolver=resolving("127.0.0.1"))
+    await notifier.deliver(request_for(url, secret))
+    assert [r.headers["host"] for r in receiver.requests] == [f"hooks.example.test:{receiver.port}"]
+    assert receiver.requests[0].verify_error is None
+
+
+async def test_an_ipv6_receiver_is_reached_through_its_pinned_address(secret: str) -> None:
+    try:
+        server = Receiver(secret, host="::1").start()
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    try:
+        await WebhookNotifier().deliver(request_for(server.url(), secret))
+        assert [r.headers["host"] for r in server.requests] == [f"[::1]:{server.port}"]
+        assert server.requests[0].verify_error is None
+    finally:
+        server.stop()
+
+
+async def test_a_hanging_receiver_is_a_transient_timeout(receiver: Receiver, secret: str) -> None:
+    receiver.answers = [HANG]
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as caught:
+        await WebhookNotifier(timeout=0.3).deliver(request_for(receiver.url(), secret))
+    assert not isinstance(caught.value, RunPermanentError)
+    assert time.monotonic() - started < 2
+    assert "timed out" in str(caught.value) and secret not in str(caught.value)
+    assert len(receiver.requests) == 1
+
+
+async def test_the_whole_attempt_has_a_deadline(receiver: Receiver, secret: str) -> None:
+    receiver.answers = [HANG]
+    with pytest.raises(TimeoutError, match=r"no answer within 0\.3 s"):
+        await WebhookNotifier(timeout=5, deadline=0.3).deliver(request_for(receiver.url(), secret))
+
+
+@pytest.mark.parametrize(
+    ("status", "permanent"),
+    [(500, False), (502, False), (503, False), (429, False), (408, False)]
+    + [(400, True), (401, True), (404, True), (410, True), (422, True)]
+    + [(301, True), (302, True), (307, True)],
+)
+async def test_status_classification(
+    receiver: Receiver, secret: str, status: int, permanent: bool
+) -> None:
+    receiver.answers = [status]
+    with pytest.raises(Exception) as caught:
+        await WebhookNotifier().deliver(request_for(receiver.url(), secret))
+    assert isinstance(caught.value, RunPermanentError) is permanent
+    assert str(status) in str(caught.value) and secret not in str(caught.value)
+    assert len(receiver.requests) == 1  # a redirect is never followed
+
+
+async def test_a_closed_port_is_a_transient_connection_error(secret: str) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ConnectionError, match="cannot connect"):
+        await WebhookNotifier().deliver(request_for(f"http://127.0.0.1:{port}/", secret))
+
+
+async def test_an_unresolvable_name_is_transient(secret: str) -> None:
+    with pytest.raises(ConnectionError, match="cannot resolve no-such-host.invalid"):
+        await WebhookNotifier().deliver(request_for("https://no-such-host.invalid/h", secret))
+
+
+# -- TLS: the pinned connection still checks the certificate against the name --------------
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def tls_receiver(ca: trustme.CA, secret: str, name: str) -> Receiver:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(name).configure_cert(context)
+    return Receiver(secret, tls=context).start()
+
+
+def trusting(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+async def test_https_to_a_vetted_address_sends_sni_and_verifies_the_name(
+    ca: trustme.CA, secret: str
+) -> None:
+    server = tls_receiver(ca, secret, "hooks.example.test")
+    try:
+        notifier = WebhookNotifier(verify=trusting(ca), resolver=resolving("127.0.0.1"))
+        await notifier.deliver(request_for(server.url(host="hooks.example.test"), secret))
+        assert server.sni == ["hooks.example.test"]
+        assert [r.verify_error for r in server.requests] == [None]
+        assert server.requests[0].headers["host"] == f"hooks.example.test:{server.port}"
+    finally:
+        server.stop()
+
+
+async def test_https_with_a_certificate_for_another_name_is_refused(
+    ca: trustme.CA, secret: str
+) -> None:
+    server = tls_receiver(ca, secret, "other.example.test")
+    try:
+        notifier = WebhookNotifier(verify=trusting(ca), resolver=resolving("127.0.0.1"))
+        with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            await notifier.deliver(request_for(server.url(host="hooks.example.test"), secret))
+        assert server.requests == []
+    finally:
+        server.stop()
+
+
+# -- SSRF ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("localhost", "loopback"),
+        ("[::1]", "loopback"),
+        ("10.0.0.1", "private"),
+        ("169.254.169.254", "cloud metadata"),
+        ("[::ffff:127.0.0.1]", "loopback (IPv4-mapped)"),
+        ("2130706433", "loopback"),  # 127.0.0.1 spelled as one number
+    ],
+)
+async def test_private_destinations_are_refused_before_any_connection(
+    receiver: Receiver, secret: str, host: str, kind: str
+) -> None:
+    receivers = [receiver]
+    if host == "[::1]" and socket.has_ipv6:
+        with socket.socket(socket.AF_INET6) as probe:
+            try:
+                probe.bind(("::1", 0))
+                receivers.append(Receiver(secret, host="::1").start())
+            except OSError:
+                pass  # no IPv6 loopback here: the IPv4 receiver still proves nothing was sent
+    port = receivers[-1].port
+    try:
+        request = request_for(f"http://{host}:{port}/hook", secret, allow_private=False)
+        with pytest.raises(RunPermanentError) as caught:
+            await WebhookNotifier().deliver(request)
+        message = caught.value.message
+        assert f"a {kind} address" in message
+        assert "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in message and secret not in message
+        await asyncio.sleep(0.05)
+        assert [(r.connections, r.requests) for r in receivers] == [(0, [])] * len(receivers)
+    finally:
+        for extra in receivers[1:]:
+            extra.stop()
+
+
+async def test_a_name_with_any_private_record_is_refused(receiver: Receiver, secret: str) -> None:
+    # The public record comes first; the attacker controls the order, so every record counts.
+    notifier = WebhookNotifier(resolver=resolving("93.184.216.34", "127.0.0.1"))
+    request = request_for(receiver.url(host="rebind.example.test"), secret, allow_private=False)
+    with pytest.raises(RunPermanentError, match="rebind.example.test resolves to a loopback"):
+        await notifier.deliver(request)
+    assert receiver.connections == 0
+
+
+async def test_a_name_resolving_to_metadata_is_refused(secret: str) -> None:
+    notifier = WebhookNotifier(resolver=resolving("169.254.169.254"))
+    request = request_for("http://metadata.example.test/latest", secret, allow_private=False)
+    with pytest.raises(RunPermanentError, match="resolves to a cloud metadata address"):
+        await notifier.deliver(request)
+
+
+REFUSED_AT_CREATION = [
+    "http://127.0.0.1/hook",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://localhost:8080/hook",
+    "https://hooks.localhost/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:10.0.0.1]/hook",
+    "http://10.1.2.3/hook",
+    "http://2130706433/hook",
+]
+
+
+async def test_private_urls_are_refused_at_creation(client: httpx.AsyncClient) -> None:
+    for url in REFUSED_AT_CREATION:
+        notify = [{"type": "webhook", "url": url, "secret": new_secret()}]
+        response = await client.post(f"{API}/schedules", json=schedule_body(notify))
+        assert response.status_code == 422, (url, response.text)
+        error = response.json()["error"]
+        assert (error["type"], error["field"]) == ("InvalidSchedule", "notify.0.url"), url
+        assert "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in error["message"]
+    # A name is judged when it is resolved, at delivery, not at creation.
+    notify = [{"type": "webhook", "url": "https://hooks.example.org/x", "secret": new_secret()}]
+    assert (await client.post(f"{API}/schedules", json=schedule_body(notify))).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1/hook",
+        "http://example.org:99999/hook",
+        "http://exa mple.org/hook",
+        "http://-bad.example.org/hook",
+        "http://exa%2fmple.org/hook",
+    ],
+)
+async def test_malformed_urls_are_refused_at_creation(client: httpx.AsyncClient, url: str) -> None:
+    notify = [{"type": "webhook", "url": url, "secret": new_secret()}]
+    response = await client.post(f"{API}/schedules", json=schedule_body(notify))
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == "notify.0.url"
+
+
+# -- through deliver_run: attempts recorded on the delivery row ------------------------------
+
+
+def schedule_body(notify: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    return {
+        "name": fields.pop("name", "digest"),
+        "prompt": "Summarise today's headlines.",
+        "trigger": HOURLY,
+        "runner": {"type": "command", "argv": [sys.executable, "-c", "print('digest ready')"]},
+        "notify": notify,
+        **fields,
+    }
+
+
+async def finished_run(db: Database, url: str, secret: str) -> Run:
+    """A succeeded run of a new schedule whose one channel is the webhook ``url``."""
+    service = ScheduleService(db, allow_private=True)
+    notify = [{"type": "webhook", "url": url, "secret": secret}]
+    schedule = await service.create(ScheduleCreate(**schedule_body(notify)), "local")
+    queued = await Ledger(db, owner="webhook-test").run_now(schedule.id, None)
+    async with db.session() as session:
+        run = await session.get(Run, queued.id)
+        assert run is not None
+        run.status, run.output, run.attempt = "succeeded", "five bullets", 1
+    async with db.session(write=False) as session:
+        done = await session.get(Run, queued.id)
+    assert done is not None
+    return done
+
+
+async def deliveries_of(db: Database, run_id: uuid.UUID) -> list[Delivery]:
+    async with db.session(write=False) as session:
+        query = select(Delivery).where(Delivery.run_id == run_id).order_by(Delivery.index)
+        return list((await session.execute(query)).scalars())
+
+
+async def deliver(db: Database, run: Run, tmp_path: Path, **options: Any) -> Delivery:
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST, **options)
+    (row,) = await deliveries_of(db, run.id)
+    return row
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # delivery logic, not storage
+async def test_run_is_delivered_once_with_the_documented_body(
+    db: Database, receiver: Receiver, secret: str, tmp_path: Path
+) -> None:
+    run = await finished_run(db, receiver.url(), secret)
+    row = await deliver(db, run, tmp_path, allow_private=True)
+    assert (row.status, row.attempts, row.error) == ("delivered", 1, None)
+    assert row.target == receiver.url() and secret not in row.target
+
+    (got,) = receiver.requests
+    assert got.verify_error is None
+    assert got.headers["webhook-id"] == f"{run.id}.0"
+    body = got.payload
+    assert set(body) == {"type", "schedule", "run"} and body["type"] == "run.finished"
+    assert body["schedule"] == {"id": str(run.schedule_id), "name": "digest"}
+    assert body["run"]["id"] == str(run.id) and body["run"]["status"] == "succeeded"
+    assert body["run"]["output"] == "five bullets" and body["run"]["trigger"] == "manual"
+    assert "T" in body["run"]["created_at"]  # ISO 8601, as the API writes times
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_5xx_is_retried_with_the_same_webhook_id(
+    db: Database, receiver: Receiver, secret: str, tmp_path: Path
+) -> None:
+    receiver.answers = [503, 503]
+    run = await finished_run(db, receiver.url(), secret)
+    row = await deliver(db, run, tmp_path, allow_private=True)
+    assert (row.status, row.attempts, row.error) == ("delivered", 3, None)
+    assert [r.headers["webhook-id"] for r in receiver.requests] == [f"{run.id}.0"] * 3
+    assert [r.verify_error for r in receiver.requests] == [None] * 3
+    stamps = [int(r.headers["webhook-timestamp"]) for r in receiver.requests]
+    assert stamps == sorted(stamps)  # each attempt signs its own time
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_4xx_fails_after_one_attempt(
+    db: Database, receiver: Receiver, secret: str, tmp_path: Path
+) -> None:
+    receiver.answers = [400]
+    run = await finished_run(db, receiver.url(), secret)
+    with structlog.testing.capture_logs() as logs:
+        row = await deliver(db, run, tmp_path, allow_private=True)
+    assert (row.status, row.attempts) == ("failed", 1)
+    assert row.error is not None and "400" in row.error and secret not in row.error
+    assert len(receiver.requests) == 1
+    assert any(entry["event"] == "delivery_failed" for entry in logs)
+    assert secret not in repr(logs) and "five bullets" not in repr(logs)
+
+
+@pytest.fixture
+def short_timeout() -> Iterator[None]:
+    """The registered webhook channel with a 0.2 s timeout, for this test only."""
+    register_notifier(WebhookNotifier(timeout=0.2))
+    try:
+        yield
+    finally:
+        register_notifier(WebhookNotifier())
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_hanging_receiver_is_retried_then_fails(
+    db: Database, receiver: Receiver, secret: str, tmp_path: Path, short_timeout: None
+) -> None:
+    receiver.answers = [HANG, HANG, HANG]
+    run = await finished_run(db, receiver.url(), secret)
+    row = await deliver(db, run, tmp_path, allow_private=True)
+    assert (row.status, row.attempts) == ("failed", 3)
+    assert row.error is not None and row.error.startswith("TimeoutError: ")
+    assert [r.headers["webhook-id"] for r in receiver.requests] == [f"{run.id}.0"] * 3
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_refused_destination_fails_at_once_without_connecting(
+    db: Database, receiver: Receiver, secret: str, tmp_path: Path
+) -> None:
+    # Stored while private destinations were allowed; the setting was turned off since.
+    run = await finished_run(db, receiver.url(), secret)
+    row = await deliver(db, run, tmp_path, allow_private=False)
+    assert (row.status, row.attempts) == ("failed", 1)
+    assert row.error is not None and "loopback" in row.error
+    assert receiver.connections == 0
+
+
+# -- end to end: the engine runs a schedule and delivers it ---------------------------------
+
+
+@pytest.fixture
+async def private_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its engine running and private webhooks allowed (as on a laptop)."""
+    allowed = settings.model_copy(
+        update={
+            "allow_private_webhooks": True,
+            "disable_scheduler": False,
+            "scheduler_tick_seconds": 0.2,
+        }
+    )
+    app = create_app(allowed)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentcron") as http:
+            yield http
+
+
+async def wait_delivered(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        run: dict[str, Any] = (await client.get(f"{API}/runs/{run_id}")).json()
+        if run["deliveries"] and run["deliveries"][0]["status"] != "pending":
+            return run
+        assert time.monotonic() < deadline, f"no delivery recorded: {run}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # engine wiring, not storage
+async def test_engine_delivers_a_finished_run_to_the_webhook(
+    private_client: httpx.AsyncClient,
+    receiver: Receiver,
+    secret: str,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = receiver.url("/hooks/agentcron?tenant=7")
+    with structlog.testing.capture_logs() as logs:
+        created = await private_client.post(
+            f"{API}/schedules",
+            json=schedule_body([{"type": "webhook", "url": url, "secret": secret}]),
+        )
+        assert created.status_code == 201, created.text
+        schedule = created.json()
+        queued = await private_client.post(f"{API}/schedules/{schedule['id']}/run")
+        assert queued.status_code == 202, queued.text
+        run = await wait_delivered(private_client, queued.json()["id"])
+        await asyncio.sleep(0.3)  # time for a duplicate to show up, if there were one
+
+    assert run["status"] == "succeeded"
+    assert run["deliveries"] == [
+        {
+            "index": 0,
+            "channel": "webhook",
+            "target": f"http://127.0.0.1:{receiver.port}/hooks/agentcron",
+            "status": "delivered",
+            "attempts": 1,
+            "error": None,
+        }
+    ]
+    (got,) = receiver.requests
+    assert got.verify_error is None and got.path == "/hooks/agentcron?tenant=7"
+    assert got.headers["webhook-id"] == f"{run['id']}.0"
+    assert got.payload["type"] == "run.finished"
+    assert got.payload["schedule"] == {"id": schedule["id"], "name": "digest"}
+    assert got.payload["run"]["id"] == run["id"]
+    assert got.payload["run"]["output"].strip() == "digest ready"
+
+    # The secret is write-only: masked in every answer, absent from every log line.
+    shown = [
+        schedule,
+        (await private_client.get(f"{API}/schedules/{schedule['id']}")).json(),
+        (await private_client.get(f"{API}/schedules")).json(),
+        (await private_client.get(f"{API}/runs/{run['id']}")).json(),
+        (await private_client.get(f"{API}/schedules/{schedule['id']}/runs")).json(),
+    ]
+    assert schedule["notify"][0]["secret"] != secret
+    assert all(secret not in json.dumps(answer) for answer in shown)
+    key = secret.removeprefix("whsec_")
+    assert logs, "structlog capture saw nothing: the log check below would prove nothing"
+    output = capsys.readouterr()
+    for text in (repr(logs), caplog.text, output.out, output.err):
+        assert secret not in text and key not in text
