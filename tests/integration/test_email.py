@@ -1,0 +1,651 @@
+"""The ``email`` channel against a real SMTP server (aiosmtpd) on loopback.
+
+Each test starts its own aiosmtpd ``Controller`` on 127.0.0.1 and a free port (plain, STARTTLS,
+implicit TLS, with or without AUTH) whose handler keeps every message and every RCPT it saw,
+and can answer scripted replies (550, 451) per recipient. TLS uses a server certificate from a
+throw-away CA (``trustme``), made once per session and trusted through the URL's ``ca_file``.
+Nothing of ours is mocked: the notifier speaks SMTP, ``deliver_run`` records the attempts, and
+one case goes through the whole engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import pytest
+import trustme
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from sqlalchemy import select
+
+from core.errors import RunPermanentError
+from core.notify import validate_channels
+from core.notify.base import DeliveryRequest
+from core.notify.delivery import deliver_run, delivery_body
+from core.notify.email import EmailDeferred, EmailNotifier
+from core.retry import RetryPolicy
+from core.runners import register_runner_type
+from core.runners.fake import FakeRunnerType, succeed
+from core.scheduler import Ledger, run_view
+from core.schedules import ScheduleService
+from core.specs import ScheduleCreate
+from core.storage import Database, Delivery, Run
+from web.scheduler import SchedulerLoop
+
+T = TypeVar("T")
+
+ENV = "AGENTCRON_TEST_SMTP_URL"
+SENDER = "agentcron@example.org"
+ALICE = "alice@example.org"
+BOB = "bob@example.net"
+USER = "mailer@example.org"
+PASSWORD = "s3cr:et@p%ss/word"  # needs percent-encoding in a URL
+OUTPUT = 'Headlines:\n<script>alert("x")</script> & more'
+FAST = RetryPolicy(max_attempts=3, base=0.01, cap=0.05)
+
+# Deliveries do not touch SQL of their own; the delivery rows are covered on both databases by
+# the engine tests, so the cases that need rows use SQLite alone (the end-to-end case uses both).
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+# -- a real SMTP server -------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    mail_from: str
+    rcpt_tos: list[str]
+    message: EmailMessage
+    tls: bool
+    login: str | None
+
+
+@dataclass
+class Mailbox:
+    """The aiosmtpd handler: keeps what arrives, answers scripted RCPT replies.
+
+    Runs on the controller's thread; the client sees a reply only after the hook returned,
+    so anything a test reads after ``deliver`` returned or raised is already recorded.
+    """
+
+    messages: list[Received] = field(default_factory=list)
+    rcpt: list[str] = field(default_factory=list)
+    scripts: dict[str, list[str]] = field(default_factory=dict)
+
+    def answer(self, address: str, *replies: str) -> None:
+        """The next RCPT TO ``address`` gets these replies in turn, then ``250``."""
+        self.scripts[address] = list(replies)
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: Any
+    ) -> str:
+        self.rcpt.append(address)
+        script = self.scripts.get(address)
+        if script:
+            return script.pop(0)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        assert isinstance(envelope.content, bytes) and envelope.mail_from is not None
+        parsed = message_from_bytes(envelope.content, policy=policy.default)
+        assert isinstance(parsed, EmailMessage)
+        auth = session.auth_data
+        login = auth.login.decode() if isinstance(auth, LoginPassword) else None
+        tls = session.ssl is not None  # set by STARTTLS
+        self.messages.append(
+            Received(envelope.mail_from, list(envelope.rcpt_tos), parsed, tls, login)
+        )
+        return "250 Message accepted"
+
+
+class _Controller(Controller):
+    """A ``Controller`` on port 0: learns the port the OS picked before its self-check."""
+
+    def _trigger_server(self) -> None:
+        assert isinstance(self.server, asyncio.Server)
+        self.port = self.server.sockets[0].getsockname()[1]
+        super()._trigger_server()  # type: ignore[no-untyped-call]
+
+
+@dataclass
+class Server:
+    mailbox: Mailbox
+    port: int
+
+    def url(self, scheme: str = "smtp", userinfo: str = "", query: str = "") -> str:
+        return f"{scheme}://{userinfo}127.0.0.1:{self.port}{'?' + query if query else ''}"
+
+
+StartServer = Callable[..., Server]
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A private CA (its PEM at ``ca_file``) and a server certificate it issued."""
+
+    ca_file: Path
+    server: trustme.LeafCert
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.server.configure_cert(context)
+        return context
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
+    """A certificate for localhost and 127.0.0.1 from a throw-away CA, made once."""
+    ca = trustme.CA()
+    ca_file = tmp_path_factory.mktemp("tls") / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    return Certificate(ca_file, ca.issue_cert("localhost", "127.0.0.1"))
+
+
+@pytest.fixture
+def start_server() -> Iterator[StartServer]:
+    """Start aiosmtpd servers on loopback; every one is stopped at teardown."""
+    controllers: list[_Controller] = []
+
+    def start(**smtp_options: Any) -> Server:
+        mailbox = Mailbox()
+        controller = _Controller(
+            mailbox, hostname="127.0.0.1", port=0, server_hostname="localhost", **smtp_options
+        )
+        controller.start()
+        controllers.append(controller)
+        return Server(mailbox, controller.port)
+
+    yield start
+    for controller in controllers:
+        controller.stop()
+
+
+@pytest.fixture(autouse=True)
+async def settle_closing_connections() -> AsyncIterator[None]:
+    """Let the client's closing transports finish before the test's event loop is closed.
+
+    ``SMTP.close()`` only starts closing (a TLS transport even sends close_notify first); in
+    the service the loop goes on and completes it, but a test's loop ends right after the last
+    await, which would leave the socket to the garbage collector (a ResourceWarning, an error
+    here).
+    """
+    yield
+    await asyncio.sleep(0.02)
+
+
+def authenticator(
+    server: SMTP, session: Session, envelope: Envelope, mechanism: str, data: Any
+) -> AuthResult:
+    ok = isinstance(data, LoginPassword) and data == (USER.encode(), PASSWORD.encode())
+    # handled=False: aiosmtpd itself answers 535 to a refusal (True would leave it silent).
+    return AuthResult(success=ok, handled=False, auth_data=data if ok else None)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# -- requests and rows --------------------------------------------------------------------
+
+
+def channel(*to: str) -> dict[str, Any]:
+    spec = {"type": "email", "to": list(to or (ALICE,)), "smtp_url_env": ENV, "from": SENDER}
+    return validate_channels([spec])[0]
+
+
+def request(
+    *to: str, output: str | None = OUTPUT, status: str = "succeeded", index: int = 0
+) -> DeliveryRequest:
+    run_id, schedule_id = uuid.uuid4(), uuid.uuid4()
+    finished = datetime(2025, 3, 3, 8, 0, 7, tzinfo=UTC)
+    view = {
+        "id": run_id,
+        "schedule_id": schedule_id,
+        "trigger": "schedule",
+        "due_at": finished - timedelta(seconds=7),
+        "status": status,
+        "attempt": 1,
+        "finished_at": finished,
+        "error": "exit 3: <boom>" if status == "failed" else None,
+        "output": output,
+    }
+    body = delivery_body(view, schedule_id, "morning <digest>")
+    return DeliveryRequest(f"{run_id}.{index}", channel(*to), body, Path("/nonexistent"))
+
+
+def parts(message: EmailMessage) -> tuple[str, str]:
+    text = message.get_body(("plain",))
+    page = message.get_body(("html",))
+    assert isinstance(text, EmailMessage) and isinstance(page, EmailMessage)
+    # Line ends are CRLF on the wire; compare in Python's newlines.
+    return (
+        text.get_content().replace("\r\n", "\n"),
+        page.get_content().replace("\r\n", "\n"),
+    )
+
+
+async def persisted_run(db: Database, tmp_path: Path, notify: list[dict[str, Any]]) -> Run:
+    """A schedule with ``notify`` and a manual run of it, marked succeeded (never executed)."""
+    fake = FakeRunnerType()
+    register_runner_type(fake)
+    spec = ScheduleCreate(
+        name="digest",
+        prompt="summarise",
+        trigger={"every_seconds": 3600},
+        runner=fake.config(),
+        notify=notify,
+    )
+    schedule = await ScheduleService(db).create(spec, "local")
+    run = await Ledger(db, owner="test", data_dir=tmp_path / "data").run_now(schedule.id, None)
+    run.status, run.output = "succeeded", OUTPUT
+    return run
+
+
+async def deliveries_of(db: Database, run_id: uuid.UUID) -> list[Delivery]:
+    async with db.session(write=False) as session:
+        query = select(Delivery).where(Delivery.run_id == run_id).order_by(Delivery.index)
+        return list((await session.execute(query)).scalars())
+
+
+async def wait_for(predicate: Callable[[], Awaitable[T | None]], within: float = 10.0) -> T:
+    deadline = time.monotonic() + within
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not reached within {within} s (last: {value!r})"
+        await asyncio.sleep(0.05)
+
+
+# -- the message --------------------------------------------------------------------------
+
+
+async def test_plain_smtp_delivers_text_and_html_with_a_stable_message_id(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    monkeypatch.setenv(ENV, server.url("smtp"))
+    req = request(ALICE, BOB)
+    notifier = EmailNotifier()
+
+    await notifier.deliver(req)
+    await notifier.deliver(req)  # a retry after a crash: the same message again
+
+    first, again = server.mailbox.messages
+    assert (first.mail_from, first.rcpt_tos, first.tls) == (SENDER, [ALICE, BOB], False)
+    mail = first.message
+    assert mail["From"] == SENDER
+    assert mail["To"] == f"{ALICE}, {BOB}"
+    assert mail["Subject"] == "[agentcron] morning <digest>: succeeded"
+    assert mail["Message-ID"] == f"<agentcron.{req.delivery_id}@example.org>"
+    assert mail["Auto-Submitted"] == "auto-generated"
+    assert mail["X-Agentcron-Run-Id"] == str(req.body["run"]["id"])
+    # Retries are recognisably the same message: receivers can de-duplicate.
+    assert again.message["Message-ID"] == mail["Message-ID"]
+    assert again.message["Date"] == mail["Date"] == "Mon, 03 Mar 2025 08:00:07 +0000"
+    assert mail.get_content_type() == "multipart/alternative"
+
+    text, page = parts(mail)
+    assert OUTPUT in text
+    for line in (
+        f"Run id:      {req.body['run']['id']}",
+        "Trigger:     schedule",
+        "Due at:      2025-03-03T08:00:00+00:00",
+        "Status:      succeeded",
+        "Schedule:    morning <digest>",
+    ):
+        assert line in text
+    assert "<script>" not in page and "<digest>" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; more" in page
+    assert "morning &lt;digest&gt;" in page and str(req.body["run"]["id"]) in page
+
+
+async def test_a_failed_run_shows_its_error_and_no_output(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    monkeypatch.setenv(ENV, server.url("smtp"))
+    await EmailNotifier().deliver(request(output=None, status="failed"))
+
+    mail = server.mailbox.messages[0].message
+    assert mail["Subject"] == "[agentcron] morning <digest>: failed"
+    text, page = parts(mail)
+    assert "Error:       exit 3: <boom>" in text and "(no output)" in text
+    assert "exit 3: &lt;boom&gt;" in page and "(no output)" in page
+
+
+# -- TLS and AUTH -------------------------------------------------------------------------
+
+
+async def test_starttls_with_a_private_ca(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server(tls_context=certificate.server_context(), require_starttls=True)
+    monkeypatch.setenv(ENV, server.url("smtp+starttls", query=f"ca_file={certificate.ca_file}"))
+    await EmailNotifier().deliver(request())
+
+    [received] = server.mailbox.messages
+    assert received.tls and received.rcpt_tos == [ALICE]
+    assert OUTPUT in parts(received.message)[0]
+
+
+async def test_plain_smtp_is_never_upgraded(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server(tls_context=certificate.server_context())  # offers STARTTLS
+    monkeypatch.setenv(ENV, server.url("smtp"))
+    await EmailNotifier().deliver(request())
+    [received] = server.mailbox.messages
+    assert received.tls is False  # smtp:// means plain; TLS is asked for by the scheme
+
+
+async def test_starttls_refuses_an_untrusted_certificate(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server(tls_context=certificate.server_context(), require_starttls=True)
+    monkeypatch.setenv(ENV, server.url("smtp+starttls"))  # no ca_file: the system store
+    with pytest.raises(RunPermanentError, match="TLS certificate of 127.0.0.1:.* not trusted"):
+        await EmailNotifier().deliver(request())
+    assert server.mailbox.messages == []
+
+
+async def test_starttls_required_but_not_offered_is_permanent(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()  # plain only: no STARTTLS in its EHLO
+    monkeypatch.setenv(ENV, server.url("smtp+starttls"))
+    with pytest.raises(RunPermanentError, match="STARTTLS"):
+        await EmailNotifier().deliver(request())
+    assert server.mailbox.rcpt == []  # nothing went out in clear
+
+
+async def test_implicit_tls(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server(ssl_context=certificate.server_context())
+    monkeypatch.setenv(ENV, server.url("smtps", query=f"ca_file={certificate.ca_file}&timeout=5"))
+    await EmailNotifier().deliver(request())
+    [received] = server.mailbox.messages
+    assert received.rcpt_tos == [ALICE] and OUTPUT in parts(received.message)[0]
+
+
+def auth_server(start_server: StartServer, certificate: Certificate) -> Server:
+    return start_server(
+        tls_context=certificate.server_context(),
+        require_starttls=True,
+        authenticator=authenticator,
+        auth_required=True,
+    )
+
+
+def credentials(user: str, password: str) -> str:
+    return f"{quote(user, safe='')}:{quote(password, safe='')}@"
+
+
+async def test_auth_over_starttls_with_percent_encoded_credentials(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = auth_server(start_server, certificate)
+    userinfo = credentials(USER, PASSWORD)
+    monkeypatch.setenv(
+        ENV, server.url("smtp+starttls", userinfo, query=f"ca_file={certificate.ca_file}")
+    )
+    await EmailNotifier().deliver(request())
+    [received] = server.mailbox.messages
+    assert (received.login, received.tls) == (USER, True)
+
+
+async def test_a_wrong_password_is_permanent_and_never_shown(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = auth_server(start_server, certificate)
+    wrong = "not-the-password-0451"
+    url = server.url("smtp+starttls", credentials(USER, wrong), f"ca_file={certificate.ca_file}")
+    monkeypatch.setenv(ENV, url)
+    with pytest.raises(RunPermanentError) as failure:
+        await EmailNotifier().deliver(request())
+    assert "535" in failure.value.message and "AUTH" in failure.value.message
+    assert wrong not in str(failure.value) and server.mailbox.messages == []
+
+
+# -- configuration errors -----------------------------------------------------------------
+
+
+async def test_a_missing_variable_is_permanent_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    with pytest.raises(RunPermanentError, match=f"environment variable {ENV} .* not set"):
+        await EmailNotifier().deliver(request())
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("https://u:hunter2@mail.example.org", "scheme must be smtp"),
+        ("smtp://u:hunter2@mail.example.org", "credentials need smtp\\+starttls"),
+        ("smtps://u:hunter2@mail.example.org:99999", "valid host and port"),
+        ("smtps://u:hunter2@:465", "no host"),
+        ("smtps://u:hunter2@mail.example.org:0", "valid host and port"),
+        ("smtps://:hunter2@mail.example.org", "password needs a user"),
+        ("smtps://u:hunter2@mail.example.org/inbox", "path"),
+        ("smtps://u:hunter2@mail.example.org?cafile=/etc/hunter2.pem", "unknown query"),
+        ("smtps://u:hunter2@mail.example.org?timeout=0", "timeout must be more than 0"),
+        ("smtps://u:hunter2@mail.example.org?timeout=soon", "timeout must be a number"),
+        ("smtp://mail.example.org?ca_file=/etc/hunter2.pem", "ca_file needs .* TLS scheme"),
+        ("smtps://u:hunter2@mail.example.org?timeout=1&timeout=2", "given twice"),
+    ],
+)
+async def test_a_malformed_url_is_permanent_and_its_value_never_shown(
+    url: str, reason: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, url)
+    with pytest.raises(RunPermanentError, match=f"{ENV} does not hold a valid SMTP URL") as err:
+        await EmailNotifier().deliver(request())
+    text = str(err.value)
+    assert "hunter2" not in text and "mail.example.org" not in text
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no driver text
+    assert re.search(reason, text), text
+
+
+async def test_an_unreadable_ca_file_is_permanent(
+    start_server: StartServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    monkeypatch.setenv(ENV, server.url("smtps", query=f"ca_file={tmp_path / 'missing.pem'}"))
+    with pytest.raises(RunPermanentError, match=f"ca_file given in {ENV} cannot be loaded"):
+        await EmailNotifier().deliver(request())
+
+
+# -- transient failures -------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_transient(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, f"smtp://127.0.0.1:{free_port()}")
+    with pytest.raises(EmailDeferred, match="cannot reach") as failure:
+        await EmailNotifier().deliver(request())
+    assert not isinstance(failure.value, RunPermanentError)
+
+
+async def test_a_silent_server_times_out_as_transient(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A listening socket nobody accepts from: the kernel completes the TCP handshake, but no
+    # greeting ever comes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        monkeypatch.setenv(ENV, f"smtp://127.0.0.1:{silent.getsockname()[1]}?timeout=0.3")
+        started = time.monotonic()
+        with pytest.raises(EmailDeferred, match="timed out"):
+            await EmailNotifier().deliver(request())
+        assert time.monotonic() - started < 3
+
+
+# -- through deliver_run: attempts recorded -----------------------------------------------
+
+
+@sqlite_only
+async def test_a_refused_recipient_fails_after_one_attempt(
+    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    server.mailbox.answer(ALICE, *["550 5.1.1 <alice@example.org>: no such user"] * 3)
+    monkeypatch.setenv(ENV, server.url())
+    run = await persisted_run(db, tmp_path, [channel(ALICE)])
+
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
+
+    [row] = await deliveries_of(db, run.id)
+    assert (row.channel, row.status, row.attempts) == ("email", "failed", 1)
+    assert row.target == f"mailto:{ALICE}"
+    assert row.error is not None and "550 5.1.1" in row.error and ALICE in row.error
+    assert server.mailbox.rcpt == [ALICE] and server.mailbox.messages == []
+
+
+@sqlite_only
+async def test_a_451_is_retried_until_accepted(
+    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    server.mailbox.answer(ALICE, "451 4.7.1 greylisted, try again", "451 4.3.0 busy")
+    monkeypatch.setenv(ENV, server.url())
+    run = await persisted_run(db, tmp_path, [channel(ALICE)])
+
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
+
+    [row] = await deliveries_of(db, run.id)
+    assert (row.status, row.attempts, row.error) == ("delivered", 3, None)
+    assert server.mailbox.rcpt == [ALICE] * 3
+    [received] = server.mailbox.messages
+    assert received.message["Message-ID"] == f"<agentcron.{run.id}.0@example.org>"
+
+
+@sqlite_only
+async def test_a_451_beyond_the_attempts_fails_transiently(
+    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    server.mailbox.answer(ALICE, *["451 4.3.0 mailbox busy"] * 5)
+    monkeypatch.setenv(ENV, server.url())
+    run = await persisted_run(db, tmp_path, [channel(ALICE)])
+
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
+
+    [row] = await deliveries_of(db, run.id)
+    assert (row.status, row.attempts) == ("failed", 3)
+    assert row.error is not None and row.error.startswith("EmailDeferred: ") and "451" in row.error
+    assert server.mailbox.messages == []
+
+
+@sqlite_only
+async def test_a_partly_deferred_mail_is_retried_to_the_deferred_recipient_only(
+    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    server.mailbox.answer(BOB, "452 4.2.2 mailbox full")
+    monkeypatch.setenv(ENV, server.url())
+    run = await persisted_run(db, tmp_path, [channel(ALICE, BOB)])
+
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
+
+    [row] = await deliveries_of(db, run.id)
+    assert (row.status, row.attempts) == ("delivered", 2)
+    first, second = server.mailbox.messages
+    assert (first.rcpt_tos, second.rcpt_tos) == ([ALICE], [BOB])  # Alice gets it once
+    assert first.message["Message-ID"] == second.message["Message-ID"]
+    assert second.message["To"] == f"{ALICE}, {BOB}"
+
+
+@sqlite_only
+async def test_a_partly_refused_mail_fails_without_a_retry(
+    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    server.mailbox.answer(BOB, "550 5.1.1 no such user")
+    monkeypatch.setenv(ENV, server.url())
+    run = await persisted_run(db, tmp_path, [channel(ALICE, BOB)])
+
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
+
+    [row] = await deliveries_of(db, run.id)
+    assert (row.status, row.attempts) == ("failed", 1)
+    assert row.error is not None and row.error.startswith("1 of 2 recipients accepted")
+    assert BOB in row.error and "550 5.1.1" in row.error
+    [received] = server.mailbox.messages
+    assert received.rcpt_tos == [ALICE]
+
+
+@sqlite_only
+async def test_an_unreachable_server_is_retried_and_recorded(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, f"smtp://127.0.0.1:{free_port()}")
+    run = await persisted_run(db, tmp_path, [channel(ALICE)])
+
+    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
+
+    [row] = await deliveries_of(db, run.id)
+    assert (row.status, row.attempts) == ("failed", 3)
+    assert row.error is not None and "cannot reach" in row.error
+
+
+# -- through the engine -------------------------------------------------------------------
+
+
+async def test_the_engine_mails_a_finished_run_once(
+    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    monkeypatch.setenv(ENV, server.url())
+    fake = FakeRunnerType()
+    register_runner_type(fake)
+    fake.script("digest", [succeed(OUTPUT)])
+    ledger = Ledger(db, owner="engine-mail", lease_seconds=2.0, data_dir=tmp_path / "data")
+    loop = SchedulerLoop(ledger, tick_seconds=0.2, drain_timeout=2.0)
+    ledger.on_change = loop.wake
+    spec = ScheduleCreate(
+        name="morning digest",
+        prompt="summarise",
+        trigger={"every_seconds": 3600},
+        runner=fake.config("digest"),
+        notify=[{"type": "email", "to": [ALICE], "smtp_url_env": ENV, "from": SENDER}],
+    )
+    loop.start()
+    try:
+        schedule = await ScheduleService(db, on_change=loop.wake).create(spec, "local")
+        queued = await ledger.run_now(schedule.id, None)
+
+        async def delivered() -> list[Delivery] | None:
+            rows = await deliveries_of(db, queued.id)
+            return rows if rows and rows[0].status != "pending" else None
+
+        [row] = await wait_for(delivered)
+    finally:
+        await loop.stop()
+
+    assert (row.channel, row.status, row.attempts, row.error) == ("email", "delivered", 1, None)
+    async with db.session(write=False) as session:
+        run = await session.get(Run, queued.id)
+    assert run is not None and run.status == "succeeded"
+    [received] = server.mailbox.messages
+    assert received.rcpt_tos == [ALICE]
+    assert received.message["Subject"] == "[agentcron] morning digest: succeeded"
+    assert received.message["Message-ID"] == f"<agentcron.{queued.id}.0@example.org>"
+    text, page = parts(received.message)
+    assert OUTPUT in text and str(queued.id) in text
+    assert "&lt;script&gt;" in page and "<script>" not in page
