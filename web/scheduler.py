@@ -32,7 +32,7 @@ from core.errors import (
     TargetUnavailable,
 )
 from core.logging import get_logger
-from core.notify.delivery import deliver_run
+from core.notify.delivery import DEFAULT_POLICY, deliver_run
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
 from core.scheduler import Ledger, StartDecision, run_view
@@ -73,9 +73,11 @@ class SchedulerLoop:
         clock: Clock = utcnow,
         retry_base: float = 1.0,
         allow_private: bool = False,
+        delivery_policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self.ledger = ledger
         self.allow_private = allow_private
+        self.delivery_policy = delivery_policy
         self.tick = tick_seconds
         self.drain_timeout = drain_timeout
         self.clock = clock
@@ -361,6 +363,7 @@ class SchedulerLoop:
                 Path(workdir),
                 clock=self.clock,
                 allow_private=self.allow_private,
+                policy=self.delivery_policy,
             )
         except Exception as exc:  # a failed delivery never fails the run
             bound.error("delivery_error", error=str(exc))

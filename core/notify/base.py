@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +54,20 @@ class Notifier(Protocol):
     def target(self, channel: Mapping[str, Any]) -> str: ...
 
     async def deliver(self, request: DeliveryRequest) -> None: ...
+
+
+def _json_default(value: Any) -> Any:
+    # ISO 8601 with a "T", as the API writes times; UUIDs and the rest as their text.
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """The delivery body as compact UTF-8 JSON, the same bytes for every channel (a webhook
+    signs exactly these). Datetimes are ISO 8601, UUIDs and anything else are strings."""
+    text = json.dumps(body, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8")
 
 
 def check_keys(channel: Mapping[str, Any], allowed: set[str], field: str) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidSchedule, RunPermanentError
-from core.notify.base import DeliveryRequest, check_keys, required_string
+from core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
 
 
 class FileNotifier:
@@ -43,7 +42,7 @@ class FileNotifier:
         path = (root / str(request.channel["path"])).resolve()
         if not path.is_relative_to(root):
             raise RunPermanentError("file channel path leaves the task's working directory")
-        line = json.dumps(request.body, default=str, ensure_ascii=False) + "\n"
+        line = encode_body(request.body).decode("utf-8") + "\n"
         append = request.channel.get("mode", "append") == "append"
         await asyncio.to_thread(_write, path, line, append)
 

@@ -12,12 +12,10 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import date, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from core.errors import InvalidSchedule, RunPermanentError
-from core.notify.base import DeliveryRequest, check_keys, required_string
+from core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
 from core.notify.ssrf import (
     ALLOW_HINT,
     IPAddress,
@@ -275,22 +273,6 @@ def _describe(exc: httpx.TransportError) -> str:
     """The exception's class and text, which httpx keeps free of headers and body."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _json_default(value: Any) -> Any:
-    # ISO 8601 with a "T", as the API writes times; UUIDs and the rest as their text.
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    return str(value)
-
-
-def encode_body(body: Mapping[str, Any]) -> bytes:
-    """The delivery body as compact UTF-8 JSON: the exact bytes that are signed and sent.
-
-    Datetimes are ISO 8601 (``isoformat``), UUIDs and anything else unknown are strings.
-    """
-    text = json.dumps(body, default=_json_default, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8")
 
 
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
