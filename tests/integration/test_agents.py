@@ -280,3 +280,66 @@ async def test_a_missing_key_variable_fails_the_run_naming_it(
     assert run["status"] == "failed" and run["attempt"] == 1  # permanent: not retried
     assert KEY_ENV in run["error"] and "not set" in run["error"]
     assert llm.requests == []
+
+
+# -- openai: a crash between the reply and its record --------------------------------------
+
+
+async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
+    client: httpx.AsyncClient, make_engine: Any, llm: ChatServer
+) -> None:
+    """Replica A gets the agent's reply, then dies before recording it; replica B continues
+    the same run after A's lease expires. The agent is asked twice (that cannot be avoided
+    without the reply), but the conversation holds the turn once and the run succeeds once."""
+    from core.runners import CancelToken, RunRequest, build_runner
+
+    schedule_id = await create(client, openai_runner(llm), mode="persistent")
+    first: Engine = make_engine("replica-0")
+    await run_to_end(client, schedule_id)  # one earlier turn, so history is non-empty
+    await first.loop.stop()
+    await set_prompt(client, schedule_id, "question 2")
+
+    crashed: Engine = make_engine("replica-a", start=False)
+    queued = await crashed.ledger.run_now(uuid.UUID(schedule_id), None)
+    claim = await crashed.ledger.claim_due_jobs(crashed.ledger.clock())
+    assert [run.id for run in claim.runs] == [queued.id]
+    decision = await crashed.ledger.start_attempt(queued.id)
+    assert decision.action == "run" and decision.run and decision.task
+    run, task = decision.run, decision.task
+    request = RunRequest(
+        run_id=run.id,
+        schedule_id=run.schedule_id,
+        task_id=task.id,
+        attempt=run.attempt,
+        trigger=run.trigger,
+        due_at=None,
+        prompt=run.payload["prompt"],
+        workdir=Path(task.workdir),
+        timeout_seconds=10,
+        history=list(task.conversation),
+    )
+    outcome = await build_runner(run.payload["runner"]).run(request, CancelToken())
+    assert outcome.output == "reply 2: question 2"
+    # ... replica A dies here: no finish_attempt, its lease runs out.
+
+    survivor: Engine = make_engine("replica-b")
+    deadline = time.monotonic() + 15
+    while True:
+        done = (await client.get(f"{API}/runs/{queued.id}")).json()
+        if done["status"] in TERMINAL:
+            break
+        assert time.monotonic() < deadline, done
+        await asyncio.sleep(0.1)
+    assert done["status"] == "succeeded" and done["attempt"] == 2
+    assert done["task_id"] == str(task.id)
+
+    second_asks = [r.body["messages"] for r in llm.requests[1:]]
+    assert len(second_asks) == 2 and second_asks[0] == second_asks[1]  # same question twice
+    turns = await conversation(client, str(task.id))
+    assert [t["content"] for t in turns] == [
+        "question 1",
+        "reply 1: question 1",
+        "question 2",
+        "reply 3: question 2",
+    ]
+    assert survivor.loop.running
