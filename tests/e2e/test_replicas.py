@@ -35,7 +35,7 @@ OBSERVE_SECONDS = 15
 MARGIN = timedelta(seconds=2)
 # Each agent appends "<instance id> <run id>" to the log named by $1 (the server's environment,
 # AGENTCRON_INSTANCE_ID included, reaches the command).
-APPEND_RUN = 'echo "$AGENTCRON_INSTANCE_ID $AGENTCRON_RUN_ID" >> "$1"'
+APPEND_RUN = 'echo "$AGENTCRON_INSTANCE_ID $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT" >> "$1"'
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -154,11 +154,15 @@ async def test_replicas_run_every_due_time_exactly_once(
     statuses = Counter(run.status for run in window_runs)
     assert statuses == {"succeeded": len(expected_times) * SCHEDULES}, statuses
 
-    # No double execution: each run id reached the agent exactly once (also outside the window,
-    # e.g. runs released at shutdown), and every succeeded run did reach it.
+    # No double execution: no attempt of a run reached the agent twice (also outside the window,
+    # e.g. runs released at shutdown), and every succeeded run did reach it. A run reaches it
+    # again only as a new attempt after its lease was lost (contract point 7: a takeover).
     lines = [line.split() for line in exec_log.read_text().splitlines()]
-    executed = Counter(run_id for _instance, run_id in lines)
-    assert [run_id for run_id, count in executed.items() if count > 1] == []
+    attempts = Counter((run_id, attempt) for _instance, run_id, attempt in lines)
+    assert [key for key, count in attempts.items() if count > 1] == []
+    executed = Counter(run_id for _instance, run_id, _attempt in lines)
+    attempt_of = {str(run.id): run.attempt for run in scheduled}
+    assert [r for r, count in executed.items() if count > attempt_of.get(r, 0)] == []
     succeeded = {str(run.id) for run in scheduled if run.status == "succeeded"}
     assert succeeded <= set(executed)
     assert set(executed) <= {str(run.id) for run in scheduled}
@@ -172,7 +176,7 @@ async def test_replicas_run_every_due_time_exactly_once(
     assert len(delays) == len(window_runs)
     assert min(delays) >= 0
     takeovers = sum(1 for run in scheduled if run.attempt > 1)
-    per_replica = Counter(instance for instance, _run_id in lines)
+    per_replica = Counter(instance for instance, _run_id, _attempt in lines)
     print(
         f"\nreplicas: {len(window_runs)} runs in a {len(expected_times)} s window "
         f"({len(scheduled)} scheduled runs in all, {takeovers} with attempt > 1); "
