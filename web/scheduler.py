@@ -377,20 +377,32 @@ class SchedulerLoop:
     # -- heartbeat and wake-ups -----------------------------------------------------------
 
     async def _heartbeat(self) -> None:
+        # Executing attempts are renewed often, since that is also how a cancel requested on
+        # another replica arrives. The claimed backlog waiting for a slot (thousands of rows
+        # after a burst) is renewed only every third of a lease: rewriting every row of it
+        # every couple of seconds would load the database and lock rows the starts need.
         interval = max(0.2, min(self.ledger.lease_seconds / 3, 2.0))
+        backlog_every = max(interval, self.ledger.lease_seconds / 3)
+        clock = asyncio.get_running_loop().time
+        backlog_renewed = clock()
         # Not bound to the stop event: runs draining at shutdown keep their leases renewed
         # until ``stop()`` cancels this task, or a replica would take them over mid-run.
         while True:
             await asyncio.sleep(interval)
-            if not self._held:
+            if clock() - backlog_renewed >= backlog_every - 0.05:
+                ids, backlog_renewed = list(self._held), clock()
+            else:
+                ids = list(self._tokens)
+            if not ids:
                 continue
+            asked = set(ids)
             try:
-                leases = await self.ledger.renew_leases(self.clock(), list(self._held))
+                leases = await self.ledger.renew_leases(self.clock(), ids)
             except Exception as exc:
                 self._set_health(False, exc)
                 continue
             for run_id, token in list(self._tokens.items()):
-                if run_id not in leases:
+                if run_id in asked and run_id not in leases:
                     token.cancel("lease_lost")
                 elif leases[run_id]:
                     token.cancel("cancel")
