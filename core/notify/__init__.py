@@ -8,17 +8,15 @@ protocol). Delivery of a finished run lives in ``core.notify.delivery``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any
 
 from core.errors import InvalidSchedule
-from core.logging import get_logger
 from core.notify.base import DeliveryRequest, Notifier
 from core.notify.email import EmailNotifier
 from core.notify.file import FileNotifier
 from core.notify.webhook import WebhookNotifier
+from core.plugins import load_entry_points
 
-log = get_logger(__name__)
 
 NOTIFY_ON = ("succeeded", "failed", "timed_out")
 ENTRY_POINT_GROUP = "agentcron.notifiers"
@@ -37,12 +35,7 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            loaded = entry.load()
-            register_notifier(loaded() if isinstance(loaded, type) else loaded)
-        except Exception:  # a broken plug-in must not take the service down
-            log.exception("notifier_plugin_failed", entry_point=entry.name)
+    load_entry_points(ENTRY_POINT_GROUP, register_notifier)
 
 
 def notifier(kind: str) -> Notifier | None:

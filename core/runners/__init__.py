@@ -9,11 +9,10 @@ object, or a class whose instances are one).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
 from core.errors import InvalidSchedule
-from core.logging import get_logger
+from core.plugins import load_entry_points
 from core.runners.base import (
     CancelToken,
     RunContext,
@@ -27,7 +26,6 @@ from core.runners.command import CommandRunnerType
 from core.runners.openai import OpenAIRunnerType
 from core.runners.python import PythonRunnerType
 
-log = get_logger(__name__)
 
 ENTRY_POINT_GROUP = "agentcron.runners"
 _REGISTRY: dict[str, RunnerType] = {}
@@ -39,12 +37,7 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            loaded = entry.load()
-            register_runner_type(loaded() if isinstance(loaded, type) else loaded)
-        except Exception:  # a broken plug-in must not take the service down
-            log.exception("runner_plugin_failed", entry_point=entry.name)
+    load_entry_points(ENTRY_POINT_GROUP, register_runner_type)
 
 
 def register_runner_type(runner_type: RunnerType) -> None:
