@@ -17,7 +17,6 @@ from core.notify.file import FileNotifier
 from core.notify.webhook import WebhookNotifier
 from core.plugins import load_entry_points
 
-
 NOTIFY_ON = ("succeeded", "failed", "timed_out")
 ENTRY_POINT_GROUP = "agentcron.notifiers"
 _MASK = "…"

@@ -26,7 +26,6 @@ from core.runners.command import CommandRunnerType
 from core.runners.openai import OpenAIRunnerType
 from core.runners.python import PythonRunnerType
 
-
 ENTRY_POINT_GROUP = "agentcron.runners"
 _REGISTRY: dict[str, RunnerType] = {}
 _plugins_loaded = False
