@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format migrate clean
+.PHONY: help install run test lint format migrate bench bench-quick clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@touch $@
 
 help: ## list the tasks
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 install: $(VENV)/.installed ## create .venv and install agentcron with its dev tools
 
@@ -42,6 +42,12 @@ format: install ## apply ruff's formatting and safe fixes
 
 migrate: install ## apply database migrations to AGENTCRON_DATABASE_URL
 	$(BIN)/agentcron migrate
+
+bench: install ## burst benchmark on PostgreSQL: agentcron vs asyncpg ceiling vs APScheduler 3.11
+	$(BIN)/python -m bench
+
+bench-quick: install ## the same with 2,000 schedules (a few minutes)
+	$(BIN)/python -m bench --quick
 
 clean: ## remove the virtualenv and local state
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -129,7 +129,11 @@ async def measure(
             pairs = rows.all()
     finally:
         await db.dispose()
-    return [(started - due).total_seconds() * 1000 for due, started in pairs if started is not None]
+    return [
+        (started - due).total_seconds() * 1000
+        for due, started in pairs
+        if started is not None and due is not None
+    ]
 
 
 async def main() -> None:

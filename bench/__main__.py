@@ -1,0 +1,5 @@
+"""``python -m bench``: the burst benchmark (see ``bench.harness``)."""
+
+from bench.harness import main
+
+main()

@@ -1,0 +1,151 @@
+"""What every adapter shares: the CLI, the event-loop lag probe, peak RSS, the result line.
+
+The CLI is the same for every contender, so the harness treats them alike::
+
+    python -m bench.adapters.<name> populate --dsn URL --count N --at ISO
+    python -m bench.adapters.<name> fire --dsn URL --count N --at ISO [--give-up-after S]
+
+``populate`` stores N one-shot schedules due at ``--at`` (not timed). ``fire`` starts the
+scheduler (before ``--at``), runs until all N runs are done or the timeout passes, and prints
+one JSON line (``result``). Standard library only: the peers' virtualenvs import this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+HEARTBEAT_SECONDS = 0.010
+_READY: list[float] = []
+
+
+def mark_ready() -> None:
+    """Note the instant the scheduler was started (reported as the margin before T0)."""
+    _READY.append(time.time())
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``populate``/``fire`` with ``--dsn`` (any ``postgresql[+driver]://`` URL), ``--count``,
+    ``--at`` (ISO time with offset: T0, the instant every schedule is due)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["populate", "fire"])
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--at", required=True, type=datetime.fromisoformat)
+    parser.add_argument(
+        "--give-up-after", type=float, default=600.0, help="fire: stop at T0 + this (s)"
+    )
+    args = parser.parse_args(argv)
+    if args.at.tzinfo is None:
+        parser.error("--at needs a UTC offset")
+    return args
+
+
+def with_driver(dsn: str, driver: str | None) -> str:
+    """The same database URL with scheme ``postgresql`` or ``postgresql+<driver>``."""
+    parts = urlsplit(dsn)
+    scheme = "postgresql" if driver is None else f"postgresql+{driver}"
+    return urlunsplit((scheme, *parts[1:]))
+
+
+class LagMonitor:
+    """Maximum event-loop lag: how much later than asked a 10 ms sleep wakes up."""
+
+    def __init__(self) -> None:
+        self.max_lag = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            self.max_lag = max(self.max_lag, time.perf_counter() - before - HEARTBEAT_SECONDS)
+
+    async def stop(self) -> float:
+        """Stop the probe; the maximum lag seen, in milliseconds."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        return round(self.max_lag * 1000, 1)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (VmHWM), in MiB."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def result(
+    *,
+    contender: str,
+    count: int,
+    t0: datetime,
+    starts: Sequence[float],
+    finishes: Sequence[float],
+    recorded: int,
+    distinct: int,
+    succeeded: int,
+    max_lag_ms: float | None,
+    own_transactions: int,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The figures of one burst, from per-run start and finish times (epoch seconds).
+
+    ``recorded`` runs in the database after the burst, ``distinct`` of them for different
+    schedules: lost = count - distinct, duplicated = recorded - distinct.
+    ``own_transactions`` counts the adapter's own bookkeeping transactions (progress polls,
+    the final count), which the harness subtracts from the database's commit counter.
+    """
+    base = t0.timestamp()
+    started = len(starts)
+    all_started = max(starts) - base if starts else None
+    all_finished = max(finishes) - base if finishes else None
+    lateness = sorted(start - base for start in starts)
+    return {
+        "contender": contender,
+        "count": count,
+        "started": started,
+        "recorded": recorded,
+        "succeeded": succeeded,
+        "lost": count - distinct,
+        "duplicated": recorded - distinct,
+        "all_started_s": None if all_started is None else round(all_started, 4),
+        "all_finished_s": None if all_finished is None else round(all_finished, 4),
+        "fires_per_s": round(started / all_started, 1) if all_started else None,
+        "first_lateness_ms": round(lateness[0] * 1000, 2) if lateness else None,
+        "median_start_s": round(statistics.median(lateness), 4) if lateness else None,
+        "peak_rss_mb": peak_rss_mb(),
+        "max_loop_lag_ms": max_lag_ms,
+        "own_transactions": own_transactions,
+        "ready_margin_s": round(base - _READY[0], 3) if _READY else None,
+        **(extra or {}),
+    }
+
+
+def emit(figures: dict[str, Any]) -> None:
+    """The one line of JSON the harness reads (the last line of stdout)."""
+    print(json.dumps(figures), flush=True)
+
+
+async def sleep_until(when: datetime) -> None:
+    """Sleep until the wall-clock instant ``when`` (aware)."""
+    delay = when.timestamp() - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
