@@ -23,7 +23,7 @@ help: ## list the tasks
 
 install: $(VENV)/.installed ## create .venv and install agentcron with its dev tools
 
-run: install ## migrate the SQLite database, add the example schedule, serve on $(HOST):$(PORT)
+run: install ## migrate the SQLite database, add the example schedule, serve on 127.0.0.1:8000 (HOST=, PORT=)
 	$(BIN)/agentcron migrate
 	$(BIN)/agentcron example
 	$(BIN)/agentcron serve --host $(HOST) --port $(PORT)
