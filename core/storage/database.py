@@ -61,7 +61,8 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def _ensure_sqlite_dir(url: str) -> None:
+def ensure_sqlite_dir(url: str) -> None:
+    """Create the directory of a SQLite database file (SQLite creates the file, not its folder)."""
     database = make_url(url).database
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ class Database:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
             kwargs["isolation_level"] = "READ COMMITTED"
         elif backend == "sqlite":
-            _ensure_sqlite_dir(url)
+            ensure_sqlite_dir(url)
         self.url = url
         self.engine = create_async_engine(url, **kwargs)
         self.capabilities = Capabilities.for_dialect(backend)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from core.errors import SchedulerUnavailable, StartupError
-from core.storage.database import Database
+from core.storage.database import Database, ensure_sqlite_dir
 
 # migrations/ sits beside the core package in the source tree (installed editable by `make`).
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -26,6 +26,8 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at ``url`` to ``revision``. Blocking: call it off the event loop."""
+    if make_url(url).get_backend_name() == "sqlite":
+        ensure_sqlite_dir(url)
     command.upgrade(alembic_config(url), revision)
 
 

@@ -44,3 +44,10 @@ async def test_upgrade_from_empty_sqlite(tmp_path: Any) -> None:
             assert await conn.run_sync(_diff) == []
     finally:
         await engine.dispose()
+
+
+async def test_upgrade_creates_the_sqlite_directory(tmp_path: Any) -> None:
+    # `make run` on a bare machine: ./var does not exist yet when `agentcron migrate` runs.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'not' / 'yet' / 'agentcron.db'}"
+    await asyncio.to_thread(upgrade, url)
+    assert (tmp_path / "not" / "yet" / "agentcron.db").exists()
