@@ -17,6 +17,7 @@ from core.scheduler import Claim, Ledger
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Run, Schedule
+from tests.factories import schedule_values
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -28,27 +29,7 @@ RUNNER = {"type": "command", "argv": ["true"]}
 def schedule_rows(count: int, every: int = 60) -> list[dict[str, Any]]:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=every, start_at=T0))
     return [
-        {
-            "id": uuid.uuid4(),
-            "owner": "local",
-            "name": f"bulk {i}",
-            "prompt": "p",
-            "trigger": trigger,
-            "enabled": True,
-            "mode": "isolated",
-            "overlap": "allow",
-            "catchup": "skip",
-            "catchup_window_seconds": 3600,
-            "misfire_grace_seconds": 60,
-            "timeout_seconds": 60,
-            "max_attempts": 3,
-            "runner": RUNNER,
-            "notify": [],
-            "next_run": DUE,
-            "consecutive_failures": 0,
-            "created_at": T0,
-            "updated_at": T0,
-        }
+        schedule_values(T0, name=f"bulk {i}", trigger=trigger, runner=RUNNER, next_run=DUE)
         for i in range(count)
     ]
 

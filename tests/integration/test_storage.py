@@ -11,32 +11,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, StatementError
 
 from core.storage import Database, Run, Schedule
+from tests.factories import schedule_values
 
 
 def schedule_row(**overrides: Any) -> Schedule:
-    now = datetime.now(UTC)
-    values: dict[str, Any] = {
-        "id": uuid.uuid4(),
-        "owner": "o",
-        "name": "n",
-        "prompt": "p",
-        "trigger": {"every_seconds": 60, "start_at": now.isoformat()},
-        "enabled": True,
-        "mode": "isolated",
-        "overlap": "allow",
-        "catchup": "skip",
-        "catchup_window_seconds": 3600,
-        "misfire_grace_seconds": 60,
-        "timeout_seconds": 60,
-        "max_attempts": 3,
-        "runner": {"type": "command", "argv": ["true"]},
-        "notify": [],
-        "consecutive_failures": 0,
-        "created_at": now,
-        "updated_at": now,
-    }
-    values.update(overrides)
-    return Schedule(**values)
+    return Schedule(**schedule_values(owner="o", **overrides))
 
 
 def run_row(schedule_id: uuid.UUID, due_at: datetime | None) -> Run:

@@ -11,8 +11,6 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +26,7 @@ from core.runners import (
 )
 from core.runners import openai as openai_runner
 from tests.chat_server import ChatServer, Reply, completion
+from tests.factories import run_request
 
 KEY_ENV = "AGENTCRON_TEST_OPENAI_KEY"
 KEY = "sk-test-4f1c9e0b7a2d4c55-do-not-leak"
@@ -51,17 +50,8 @@ def request(
     timeout: float = 10.0,
     run_id: uuid.UUID | None = None,
 ) -> RunRequest:
-    return RunRequest(
-        run_id=run_id or uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=1,
-        trigger="schedule",
-        due_at=datetime(2025, 1, 6, 8, 0, tzinfo=UTC),
-        prompt=prompt,
-        workdir=Path("/nonexistent"),
-        timeout_seconds=timeout,
-        history=history,
+    return run_request(
+        run_id=run_id or uuid.uuid4(), prompt=prompt, timeout_seconds=timeout, history=history
     )
 
 

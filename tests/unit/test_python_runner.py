@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from core.runners import (
     validate_runner,
 )
 from tests import agents_fixture
+from tests.factories import run_request
 
 FIXTURE = "tests.agents_fixture"
 
@@ -60,17 +60,7 @@ def write_module(directory: Path, source: str) -> str:
 
 
 def request(prompt: str = "hello") -> RunRequest:
-    return RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=1,
-        trigger="manual",
-        due_at=datetime(2025, 1, 6, 8, 0, tzinfo=UTC),
-        prompt=prompt,
-        workdir=Path("/nonexistent"),
-        timeout_seconds=10,
-    )
+    return run_request(trigger="manual", prompt=prompt)
 
 
 async def run(
