@@ -12,14 +12,15 @@ Engine contract points (DESIGN.md) enforced here:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
@@ -33,6 +34,7 @@ from core.storage import queries as q
 
 log = get_logger(__name__)
 
+YIELD_EVERY = 50  # schedules planned between two yields to the event loop
 MAX_DUE_PER_CLAIM = 100  # due times of one schedule handled per claim; the rest stay due
 OUTPUT_EXCERPT_CHARS = 64 * 1024
 ERROR_CHARS = 8 * 1024
@@ -127,6 +129,42 @@ class Claim:
     runs: list[Run]
     full: bool  # the batch limit was reached: claim again at once
     recovered: int = 0  # runs taken over from an expired lease
+    # Runs whose task was created with the claim and whose schedule lets them start without
+    # looking at its other runs (overlap ``allow``, isolated): run id -> task working directory.
+    # They may be admitted in batches (``admit_batch``); every other run goes one by one.
+    prepared: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A plain outcome of one attempt, for ``Ledger.record_batch``."""
+
+    run_id: uuid.UUID
+    schedule_id: uuid.UUID
+    status: str  # succeeded | failed | timed_out
+    output: str | None = None
+    error: str | None = None
+
+
+class TaskRef(Protocol):
+    """What an attempt needs of its task: a ``Task`` row, or a ``PreparedTask``."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def workdir(self) -> str: ...
+    @property
+    def conversation(self) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTask:
+    """The fresh task a prepared run got with its claim (``Claim.prepared``), known without
+    reading it back (and cheaper than an ORM object, made thousands of times in a burst)."""
+
+    id: uuid.UUID
+    workdir: str
+    conversation: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -135,7 +173,7 @@ class StartDecision:
 
     action: str  # "run" | "wait" | "done" | "lost"
     run: Run | None = None
-    task: Task | None = None
+    task: TaskRef | None = None
     schedule_enabled: bool = True
 
 
@@ -149,7 +187,10 @@ class Ledger:
     data_dir: Path = Path("./var")
     clock: Clock = utcnow
     on_change: Callable[[], None] | None = None
-    _notify_sql: Any = field(default=None, init=False)
+    _tasks_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._tasks_dir = (self.data_dir / "tasks").resolve()
 
     def _lease_until(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.lease_seconds)
@@ -170,8 +211,13 @@ class Ledger:
         async with self.db.session() as session:
             schedules = list((await session.execute(q.due_schedules(now, limit))).scalars())
             rows: list[dict[str, Any]] = []
+            tasks: dict[uuid.UUID, dict[str, Any]] = {}  # run id -> its prepared task
             advances: list[dict[str, Any]] = []
-            for schedule in schedules:
+            for index, schedule in enumerate(schedules):
+                if index and index % YIELD_EVERY == 0:
+                    # Planning a full batch is tens of milliseconds of CPU: let the loop's
+                    # other work (runs finishing, heartbeats) in between.
+                    await asyncio.sleep(0)
                 try:
                     plan = plan_due_times(schedule, now)
                 except Exception:
@@ -188,14 +234,19 @@ class Ledger:
                         catchup=schedule.catchup,
                     )
                 payload = run_payload(schedule)
-                rows.extend(
-                    {
-                        "id": uuid.uuid4(),
+                independent = schedule.overlap == "allow" and schedule.mode == "isolated"
+                for due in plan.run_at:
+                    run_id, task_id = uuid.uuid4(), uuid.uuid4()
+                    row = {
+                        "id": run_id,
                         "schedule_id": schedule.id,
                         "trigger": "schedule",
                         "due_at": due,
                         "status": "pending",
                         "attempt": 0,
+                        # An independent run gets its fresh task now, with the claim, so it
+                        # can start without a transaction of its own (``admit_batch``).
+                        "task_id": task_id if independent else None,
                         "payload": payload,
                         "created_at": now,
                         "available_at": now,
@@ -203,17 +254,21 @@ class Ledger:
                         "lease_expires_at": until,
                         "cancel_requested": False,
                     }
-                    for due in plan.run_at
-                )
+                    rows.append(row)
+                    if independent:
+                        tasks[run_id] = self._new_task_row(task_id, schedule, now)
                 advances.append({"id": schedule.id, "next_run": plan.next_run})
             inserted: set[uuid.UUID] = set()
-            for start in range(0, len(rows), 500):
-                batch = rows[start : start + 500]
-                result = await session.execute(q.insert_runs(self.db.capabilities.dialect, batch))
-                inserted.update(result.scalars())
+            if rows:
+                statement = q.insert_runs(self.db.capabilities.dialect)
+                inserted.update((await session.execute(statement, rows)).scalars())
+            prepared = [tasks[run_id] for run_id in inserted if run_id in tasks]
+            if prepared:
+                await session.execute(insert(Task), prepared)
             if advances:
                 await session.execute(update(Schedule), advances)
             claimed = [_run_from_row(row) for row in rows if row["id"] in inserted]
+            workdirs = {task["id"]: task["workdir"] for task in prepared}
 
             room = limit - len(schedules)
             recovered = 0
@@ -228,7 +283,31 @@ class Ledger:
                 full = len(found) >= room
             else:
                 full = True
-        return Claim(runs=claimed, full=full or len(schedules) >= limit, recovered=recovered)
+        return Claim(
+            runs=claimed,
+            full=full or len(schedules) >= limit,
+            recovered=recovered,
+            prepared={run.id: workdirs[run.task_id] for run in claimed if run.task_id in workdirs},
+        )
+
+    def _workdir(self, schedule_id: uuid.UUID) -> str:
+        # Stable per schedule: files an agent keeps survive even when each run starts a fresh
+        # conversation (isolated mode).
+        return str(self._tasks_dir / str(schedule_id))
+
+    def _new_task_row(
+        self, task_id: uuid.UUID, schedule: Schedule, now: datetime
+    ) -> dict[str, Any]:
+        return {
+            "id": task_id,
+            "schedule_id": schedule.id,
+            "owner": schedule.owner,
+            "workdir": self._workdir(schedule.id),
+            "conversation": [],
+            "lock_run_id": None,
+            "created_at": now,
+            "updated_at": now,
+        }
 
     async def next_wakeup(self, now: datetime) -> datetime | None:
         """The earliest instant a claim could find new work (None: nothing scheduled)."""
@@ -336,6 +415,28 @@ class Ledger:
             run.lease_expires_at = self._lease_until(now)
             return StartDecision("run", run, task, schedule.enabled)
 
+    async def admit_batch(
+        self, runs: Sequence[tuple[uuid.UUID, uuid.UUID]]
+    ) -> list[datetime | None]:
+        """Admit prepared runs (``Claim.prepared``), given as (run id, schedule id), in one
+        transaction: what ``start_attempt`` does for each, minus the look at sibling runs and
+        the task, which their schedule does not need (overlap ``allow``, a task created with
+        the claim). Returns, per run, its start time if admitted, else None: the run then goes
+        through ``start_attempt``, which records why it does not run (paused, cancelled, lost)
+        or admits it the long way (its schedule changed since the claim).
+        """
+        now = self.clock()
+        params = {
+            "b_ids": [run_id for run_id, _ in runs],
+            "b_schedule_ids": sorted({schedule_id for _, schedule_id in runs}),
+            "b_owner": self.owner,
+            "b_now": now,
+            "b_until": self._lease_until(now),
+        }
+        async with self.db.connection(single=True) as connection:
+            admitted = set((await connection.execute(q.ADMIT_RUNS, params)).scalars())
+        return [now if run_id in admitted else None for run_id, _ in runs]
+
     async def _resolve_task(
         self, session: AsyncSession, run: Run, schedule: Schedule, now: datetime
     ) -> Task:
@@ -349,17 +450,7 @@ class Ledger:
             if task is not None:
                 run.task_id = task.id
                 return task
-        task = Task(
-            id=run.task_id or uuid.uuid4(),
-            schedule_id=schedule.id,
-            owner=schedule.owner,
-            # Stable per schedule: files an agent keeps survive even when each run starts a
-            # fresh conversation (isolated mode).
-            workdir=str((self.data_dir / "tasks" / str(schedule.id)).resolve()),
-            conversation=[],
-            created_at=now,
-            updated_at=now,
-        )
+        task = Task(**self._new_task_row(run.task_id or uuid.uuid4(), schedule, now))
         session.add(task)
         await session.flush()
         run.task_id = task.id
@@ -430,6 +521,36 @@ class Ledger:
                     0 if status == "succeeded" else schedule.consecutive_failures + 1
                 )
         return run
+
+    async def record_batch(self, outcomes: Sequence[Outcome]) -> list[datetime | None]:
+        """Record plain outcomes of attempts this instance ran, in one transaction: each run
+        ends with its status, and each schedule's ``last_*`` fields and failure streak follow
+        its runs in the order given. For outcomes that need more (a retry, chat turns, pausing
+        the schedule, a cancel) use ``finish_attempt``. Returns, per outcome, its finish time,
+        or None if the lease was lost meanwhile (another replica owns the run now).
+        """
+        now = self.clock()
+        async with self.db.connection() as connection:
+            ids = [outcome.run_id for outcome in outcomes]
+            params = {"b_ids": ids, "b_owner": self.owner}
+            ours = set((await connection.execute(q.LOCK_RUNNING, params)).scalars())
+            mine = [outcome for outcome in outcomes if outcome.run_id in ours]
+            if mine:
+                await connection.execute(
+                    q.FINISH_RUN,
+                    [
+                        {
+                            "b_id": o.run_id,
+                            "b_status": o.status,
+                            "b_output": o.output[-OUTPUT_EXCERPT_CHARS:] if o.output else o.output,
+                            "b_error": o.error[-ERROR_CHARS:] if o.error else o.error,
+                            "b_now": now,
+                        }
+                        for o in mine
+                    ],
+                )
+                await connection.execute(q.SCHEDULE_RESULT, _schedule_results(mine, now))
+        return [now if outcome.run_id in ours else None for outcome in outcomes]
 
     async def release_for_takeover(self, run_id: uuid.UUID) -> None:
         """Stop a running attempt without an outcome (shutdown): any replica continues it."""
@@ -551,6 +672,37 @@ class Ledger:
                 .group_by(Run.status)
             )
             return {status: int(count) for status, count in rows.all()}
+
+
+def _schedule_results(outcomes: Sequence[Outcome], now: datetime) -> list[dict[str, Any]]:
+    """One parameter set of ``q.SCHEDULE_RESULT`` per schedule, in id order (a fixed lock
+    order, so two replicas recording at once cannot deadlock on schedule rows)."""
+    by_schedule: dict[uuid.UUID, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_schedule.setdefault(outcome.schedule_id, []).append(outcome)
+    params = []
+    for schedule_id in sorted(by_schedule):
+        runs = by_schedule[schedule_id]
+        statuses = [run.status for run in runs]
+        reset = "succeeded" in statuses
+        if reset:  # the streak restarts after the batch's last success
+            last_success = len(statuses) - 1 - statuses[::-1].index("succeeded")
+            failures = len(statuses) - 1 - last_success
+        else:
+            failures = len(statuses)
+        last = runs[-1]
+        params.append(
+            {
+                "b_id": schedule_id,
+                "b_now": now,
+                "b_status": last.status,
+                "b_error": last.error[-ERROR_CHARS:] if last.error else last.error,
+                "b_run_id": last.run_id,
+                "b_reset": reset,
+                "b_failures": failures,
+            }
+        )
+    return params
 
 
 async def _append_turns(

@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy.engine import make_url
 
+from core.batching import GroupCommit
 from core.clock import Clock, utcnow
 from core.errors import (
     AgentcronError,
@@ -35,15 +36,25 @@ from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY, deliver_run
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
-from core.scheduler import Ledger, StartDecision, run_view
+from core.scheduler import (
+    ERROR_CHARS,
+    OUTPUT_EXCERPT_CHARS,
+    Ledger,
+    Outcome,
+    PreparedTask,
+    StartDecision,
+    run_view,
+)
 from core.schedules import WAKE_CHANNEL
 from core.storage import Run
 
 log = get_logger("agentcron.engine")
+Item = TypeVar("Item")
 
 CLAIM_BATCH = 500
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
+WRITE_TRIES = 3  # a batched write that fails (a deadlock, a blip) is tried this many times
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,30 @@ class EngineProperties:
     lease_seconds: float
     tick_seconds: float
     concurrency: int
+
+
+@dataclass
+class Verdict:
+    """What one attempt came to, waiting to be recorded."""
+
+    run: Run
+    workdir: str
+    timeout: float
+    bound: Any  # the run's bound logger
+    batch: bool  # a prepared run: plain outcomes are recorded in a batch
+    outcome: RunOutcome | None = None
+    error: str | None = None
+    transient: bool = False
+    unavailable: bool = False  # the runner can no longer work at all: pause the schedule
+    cancelled: str | None = None  # the cancel token's reason, if it was cancelled
+
+
+def _prepared_decision(run: Run, workdir: str, started: datetime) -> StartDecision:
+    """The in-memory twin of a prepared run that ``admit_batch`` marked running."""
+    run.status, run.reason, run.started_at = "running", None, run.started_at or started
+    run.attempt += 1
+    assert run.task_id is not None
+    return StartDecision("run", run, PreparedTask(run.task_id, workdir), True)
 
 
 class SchedulerLoop:
@@ -92,6 +127,10 @@ class SchedulerLoop:
         self._healthy: bool | None = None
         self.iterations = 0
         self.running = False
+        self._admissions = GroupCommit(
+            self._retrying(ledger.admit_batch), name="agentcron-admissions"
+        )
+        self._results = GroupCommit(self._retrying(ledger.record_batch), name="agentcron-results")
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -137,6 +176,11 @@ class SchedulerLoop:
         self.running = False
 
     @property
+    def flushes(self) -> dict[str, int]:
+        """Batched transactions written so far: admissions and results (diagnostics)."""
+        return {"admissions": self._admissions.flushes, "results": self._results.flushes}
+
+    @property
     def healthy(self) -> bool:
         return self.running and self._healthy is not False
 
@@ -162,7 +206,7 @@ class SchedulerLoop:
                 now = self.clock()
                 claim = await self.ledger.claim_due_jobs(now, CLAIM_BATCH)
                 for run in claim.runs:
-                    self._dispatch(run)
+                    self._dispatch(run, claim.prepared.get(run.id))
                 if claim.recovered:
                     log.info("leases_recovered", runs=claim.recovered)
                 self._set_health(True)
@@ -192,27 +236,41 @@ class SchedulerLoop:
             for waiter in waiters:
                 waiter.cancel()
 
-    def _dispatch(self, run: Run) -> None:
+    def _dispatch(self, run: Run, workdir: str | None = None) -> None:
         if run.id in self._held:
             return
         self._held.add(run.id)
-        task = asyncio.create_task(self._execute(run), name=f"agentcron-run-{run.id}")
+        task = asyncio.create_task(self._execute(run, workdir), name=f"agentcron-run-{run.id}")
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
 
     # -- one run --------------------------------------------------------------------------
 
-    async def _execute(self, run: Run) -> None:
+    async def _execute(self, run: Run, prepared: str | None) -> None:
+        """Admit, run and record one run. ``prepared`` is the working directory of a run whose
+        task came with the claim (``Claim.prepared``): it is admitted in a batch with the runs
+        starting at the same moment; if that fails, or for any other run, ``start_attempt``
+        admits it alone or says why it does not run."""
         bound = log.bind(run_id=str(run.id), schedule_id=str(run.schedule_id))
+        verdict: Verdict | None = None
         try:
             while not self._stop.is_set():
                 async with self.semaphore:
                     if self._stop.is_set():
                         break
-                    decision = await self.ledger.start_attempt(run.id)
+                    decision: StartDecision | None = None
+                    if prepared is not None:
+                        started = await self._admissions.submit((run.id, run.schedule_id))
+                        if started is not None:
+                            decision = _prepared_decision(run, prepared, started)
+                    if decision is None:
+                        prepared = None
+                        decision = await self.ledger.start_attempt(run.id)
                     if decision.action == "run":
-                        await self._attempt(decision, bound)
-                        return
+                        # The slot is freed once the agent is done; recording happens outside
+                        # it, in a batch with the runs finishing at the same moment.
+                        verdict = await self._attempt(decision, bound, batch=prepared is not None)
+                        break
                 if decision.action in ("done", "lost"):
                     if decision.action == "done" and decision.run is not None:
                         bound.info(
@@ -222,6 +280,8 @@ class SchedulerLoop:
                         )
                     return
                 await self._sleep_or_stop(WAIT_POLL_SECONDS)
+            if verdict is not None:
+                await self._record(verdict)
         except Exception as exc:
             # A database outage mid-run: the lease lapses and a replica (or this one, once the
             # database is back) takes the run over; nothing is lost.
@@ -238,7 +298,8 @@ class SchedulerLoop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
 
-    async def _attempt(self, decision: StartDecision, bound: Any) -> None:
+    async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
+        """Run the agent for an admitted attempt; return what to record."""
         run, task = decision.run, decision.task
         assert run is not None and task is not None
         payload = run.payload
@@ -247,10 +308,7 @@ class SchedulerLoop:
         self._tokens[run.id] = token
         timeout = float(payload["timeout_seconds"])
         timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
-        outcome: RunOutcome | None = None
-        error: str | None = None
-        transient = False
-        unavailable = False  # the runner can no longer work at all: pause the schedule
+        verdict = Verdict(run, task.workdir, timeout, bound, batch)
         bound.info(
             "run_started",
             trigger=run.trigger,
@@ -279,49 +337,74 @@ class SchedulerLoop:
                 token.cancel("timeout")
                 job.cancel()
                 await asyncio.wait({job}, timeout=5)
-            outcome = job.result()
+            verdict.outcome = job.result()
         except TargetUnavailable as exc:
-            error, unavailable = exc.message, True
+            verdict.error, verdict.unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:
-            error = exc.message
+            verdict.error = exc.message
         except asyncio.CancelledError:
             if not token.cancelled:
                 raise
-            error = f"stopped ({token.reason})"
+            verdict.error = f"stopped ({token.reason})"
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            transient = True
+            verdict.error = f"{type(exc).__name__}: {exc}"
+            verdict.transient = True
         finally:
             timer.cancel()
             self._tokens.pop(run.id, None)
+        verdict.cancelled = token.reason if token.cancelled else None
+        return verdict
 
-        if token.cancelled:
-            await self._record_cancelled(
-                run, token.reason or "cancel", timeout, task.workdir, bound
-            )
+    async def _record(self, verdict: Verdict) -> None:
+        """Write the outcome of an attempt, then hand the finished run to delivery."""
+        run, bound = verdict.run, verdict.bound
+        if verdict.cancelled is not None:
+            await self._record_cancelled(verdict)
             return
-        if outcome is not None and error is None:
+        payload = run.payload
+        if verdict.outcome is not None and verdict.error is None:
+            if verdict.batch and not verdict.outcome.turns:
+                outcome = Outcome(run.id, run.schedule_id, "succeeded", verdict.outcome.output)
+                await self._finished(await self._record_plain(run, outcome), verdict)
+                return
             finished = await self.ledger.finish_attempt(
-                run.id, "succeeded", output=outcome.output, turns=outcome.turns
+                run.id, "succeeded", output=verdict.outcome.output, turns=verdict.outcome.turns
             )
-        elif transient and run.attempt < int(payload["max_attempts"]):
+        elif verdict.transient and run.attempt < int(payload["max_attempts"]):
             policy = RetryPolicy(max_attempts=int(payload["max_attempts"]), base=self.retry_base)
             retry_at = self.clock() + timedelta(seconds=policy.delay(run.attempt))
-            await self.ledger.finish_attempt(run.id, "pending", error=error, retry_at=retry_at)
-            bound.warning("run_retry_scheduled", error=error, retry_at=retry_at.isoformat())
+            await self.ledger.finish_attempt(
+                run.id, "pending", error=verdict.error, retry_at=retry_at
+            )
+            bound.warning("run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat())
             self.wake()
+            return
+        elif verdict.batch and not verdict.unavailable:
+            outcome = Outcome(run.id, run.schedule_id, "failed", error=verdict.error)
+            await self._finished(await self._record_plain(run, outcome), verdict)
             return
         else:
             finished = await self.ledger.finish_attempt(
-                run.id, "failed", error=error, pause_schedule=unavailable
+                run.id, "failed", error=verdict.error, pause_schedule=verdict.unavailable
             )
-            if unavailable:
-                bound.error("schedule_paused", reason=error)
-        await self._finished(finished, task.workdir, bound)
+            if verdict.unavailable:
+                bound.error("schedule_paused", reason=verdict.error)
+        await self._finished(finished, verdict)
 
-    async def _record_cancelled(
-        self, run: Run, reason: str, limit: float, workdir: str, bound: Any
-    ) -> None:
+    async def _record_plain(self, run: Run, outcome: Outcome) -> Run | None:
+        """Record a plain outcome in a batch; returns the run as recorded (None: lease lost)."""
+        finished_at = await self._results.submit(outcome)
+        if finished_at is None:
+            return None
+        # The in-memory run becomes what the batch wrote, for the delivery's run view.
+        run.status, run.reason, run.finished_at = outcome.status, None, finished_at
+        run.output = outcome.output[-OUTPUT_EXCERPT_CHARS:] if outcome.output else outcome.output
+        run.error = outcome.error[-ERROR_CHARS:] if outcome.error else outcome.error
+        run.lease_owner = run.lease_expires_at = None
+        return run
+
+    async def _record_cancelled(self, verdict: Verdict) -> None:
+        run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
         if reason == "shutdown":
             await self.ledger.release_for_takeover(run.id)
             bound.info("run_released", reason="shutdown")
@@ -332,10 +415,13 @@ class SchedulerLoop:
         if reason == "timeout":
             # The attempt's half-finished output is not saved, so channels that ask for
             # timed_out runs get the record without it (contract point 8).
-            finished = await self.ledger.finish_attempt(
-                run.id, "timed_out", error=f"timed out after {limit:g} s"
-            )
-            await self._finished(finished, workdir, bound)
+            error = f"timed out after {verdict.timeout:g} s"
+            if verdict.batch:
+                outcome = Outcome(run.id, run.schedule_id, "timed_out", error=error)
+                finished = await self._record_plain(run, outcome)
+            else:
+                finished = await self.ledger.finish_attempt(run.id, "timed_out", error=error)
+            await self._finished(finished, verdict)
             return
         finished = await self.ledger.finish_attempt(
             run.id, "cancelled", error="cancelled on request"
@@ -343,14 +429,17 @@ class SchedulerLoop:
         if finished is not None:
             bound.info("run_finished", status=finished.status)
 
-    async def _finished(self, run: Run | None, workdir: str, bound: Any) -> None:
+    async def _finished(self, run: Run | None, verdict: Verdict) -> None:
+        bound = verdict.bound
         if run is None:
             bound.warning("run_lease_lost")
             return
         bound.info("run_finished", status=run.status, error=run.error)
         # Deliver outside the concurrency slot: a slow receiver must not hold up other runs.
         # The task is tracked with the runs, so shutdown drains deliveries too.
-        delivery = asyncio.create_task(self._deliver(run, workdir, bound))
+        if not run.payload.get("notify"):
+            return
+        delivery = asyncio.create_task(self._deliver(run, verdict.workdir, bound))
         self._runs.add(delivery)
         delivery.add_done_callback(self._runs.discard)
 
@@ -373,6 +462,26 @@ class SchedulerLoop:
         token = self._tokens.get(run_id)
         if token is not None:
             token.cancel("cancel")
+
+    @staticmethod
+    def _retrying(
+        write: Callable[[Sequence[Item]], Awaitable[list[datetime | None]]],
+    ) -> Callable[[Sequence[Item]], Awaitable[list[datetime | None]]]:
+        """A batched write tried up to ``WRITE_TRIES`` times: one failure would otherwise
+        cost every run of the batch its outcome (their leases lapse and they run again)."""
+
+        async def tried(items: Sequence[Item]) -> list[datetime | None]:
+            for attempt in range(1, WRITE_TRIES + 1):
+                try:
+                    return await write(items)
+                except Exception as exc:
+                    if attempt == WRITE_TRIES:
+                        raise
+                    log.warning("batch_write_retry", error=type(exc).__name__, items=len(items))
+                    await asyncio.sleep(0.05 * 2**attempt)
+            raise AssertionError("unreachable")
+
+        return tried
 
     # -- heartbeat and wake-ups -----------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -89,22 +90,44 @@ class Database:
         self.capabilities = Capabilities.for_dialect(backend)
         if backend == "sqlite":
             _install_sqlite_hooks(self.engine)
+        self._write_engine = self.engine.execution_options(**{_WRITE: True})
         self._read = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._write = async_sessionmaker(
-            self.engine.execution_options(**{_WRITE: True}), expire_on_commit=False
-        )
+        self._write = async_sessionmaker(self._write_engine, expire_on_commit=False)
+        # The engine's batched statements get a small pool of their own without pre-ping:
+        # pinging before each batch would double its round trips, and a batch that meets a
+        # dead connection is simply tried again by its caller on a fresh one.
+        self._hot = self._write_engine
+        self.engines: tuple[AsyncEngine, ...] = (self.engine,)  # every pool, for dispose/events
+        if backend == "postgresql":
+            self._hot = create_async_engine(
+                url, pool_size=4, max_overflow=4, isolation_level="READ COMMITTED"
+            )
+            self.engines = (self.engine, self._hot)
 
     @asynccontextmanager
     async def session(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
         """A transaction: commit on normal exit, roll back on exception."""
         maker = self._write if write else self._read
-        try:
+        with _unavailable_on_failure():
             async with maker() as session, session.begin():
                 yield session
-        except (DBAPIError, OSError, PoolTimeout) as exc:
-            if isinstance(exc, DBAPIError) and not _is_unavailable(exc):
-                raise
-            raise SchedulerUnavailable("the database is unavailable") from exc
+
+    @asynccontextmanager
+    async def connection(self, *, single: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A write transaction on a plain connection, no ORM session: for the engine's batched
+        statements, run thousands of times a minute, where the session's bookkeeping would
+        cost more than the statements. Same commit, rollback and outage rules as ``session``.
+
+        ``single``: the caller runs exactly one statement, which PostgreSQL then runs as its
+        own transaction (autocommit), saving the BEGIN and COMMIT round trips.
+        """
+        with _unavailable_on_failure():
+            if single and self.capabilities.dialect == "postgresql":
+                async with self._hot.connect() as connection:
+                    yield await connection.execution_options(isolation_level="AUTOCOMMIT")
+            else:
+                async with self._hot.begin() as connection:
+                    yield connection
 
     async def ping(self) -> None:
         """Raise ``SchedulerUnavailable`` unless a trivial query succeeds."""
@@ -114,7 +137,18 @@ class Database:
             await session.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        for engine in self.engines:
+            await engine.dispose()
+
+
+@contextmanager
+def _unavailable_on_failure() -> Iterator[None]:
+    try:
+        yield
+    except (DBAPIError, OSError, PoolTimeout) as exc:
+        if isinstance(exc, DBAPIError) and not _is_unavailable(exc):
+            raise
+        raise SchedulerUnavailable("the database is unavailable") from exc
 
 
 def _is_unavailable(exc: DBAPIError) -> bool:

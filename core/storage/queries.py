@@ -13,12 +13,29 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, Update, and_, func, or_, select, update
+from sqlalchemy import (
+    Boolean,
+    Integer,
+    Select,
+    Table,
+    Update,
+    Uuid,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from core.storage.models import Run, Schedule
+from core.storage.types import UTCDateTime
 
 ACTIVE = ("pending", "running")
+RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
+SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
 
 
 def due_schedules(now: datetime, limit: int) -> Select[Schedule]:
@@ -36,17 +53,20 @@ def due_schedules(now: datetime, limit: int) -> Select[Schedule]:
     )
 
 
-def insert_runs(dialect: str, rows: Sequence[dict[str, Any]]) -> Any:
-    """One multi-row INSERT of scheduled runs; a (schedule_id, due_at) already present is
-    skipped by the UNIQUE constraint (``ON CONFLICT DO NOTHING``), never by reading first.
-    Returns the ids actually inserted."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return (
-        insert(Run)
-        .values(list(rows))
-        .on_conflict_do_nothing(index_elements=["schedule_id", "due_at"])
-        .returning(Run.id)
-    )
+def insert_runs(dialect: str) -> Any:
+    """Insert scheduled runs, executed with one parameter set per run (SQLAlchemy sends them
+    as multi-row INSERTs); a (schedule_id, due_at) already present is skipped by the UNIQUE
+    constraint (``ON CONFLICT DO NOTHING``), never by reading first. Returns the ids actually
+    inserted."""
+    return _INSERT_RUNS[dialect]
+
+
+_INSERT_RUNS = {
+    name: insert(RUNS)
+    .on_conflict_do_nothing(index_elements=["schedule_id", "due_at"])
+    .returning(RUNS.c.id)
+    for name, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
 
 
 def claimable_runs(now: datetime, limit: int) -> Select[uuid.UUID, str | None]:
@@ -96,6 +116,91 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
         .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == "pending")
         .values(status="pending", lease_owner=None, lease_expires_at=None, available_at=now)
     )
+
+
+# The engine's batched statements are built once, with expanding IN parameters, so neither
+# building nor compiling them is paid per batch. Core on the tables: the ORM's bulk UPDATE by
+# primary key cannot express ``consecutive_failures + n``.
+
+# Admit prepared runs (``Ledger.admit_batch``): mark running, count the attempt, if this
+# instance still leases the run, it is pending and nobody asked to cancel it, and its schedule
+# still lets it start without a look at its other runs (enabled, undeleted, overlap ``allow``,
+# isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's write
+# transaction serialises anyway), so a pause either waits for the admission or is seen by it:
+# pause visibility stays immediate (contract point 9).
+_OPEN_SCHEDULES = (
+    select(SCHEDULES.c.id)
+    .where(
+        SCHEDULES.c.id.in_(bindparam("b_schedule_ids", expanding=True)),
+        SCHEDULES.c.enabled.is_(True),
+        SCHEDULES.c.deleted_at.is_(None),
+        SCHEDULES.c.overlap == "allow",
+        SCHEDULES.c.mode == "isolated",
+    )
+    .with_for_update(read=True)
+)
+ADMIT_RUNS = (
+    update(RUNS)
+    .where(
+        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
+        RUNS.c.lease_owner == bindparam("b_owner"),
+        RUNS.c.status == "pending",
+        RUNS.c.cancel_requested.is_(False),
+        RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery()),
+    )
+    .values(
+        status="running",
+        reason=None,
+        attempt=RUNS.c.attempt + 1,
+        started_at=func.coalesce(RUNS.c.started_at, bindparam("b_now", type_=UTCDateTime())),
+        lease_expires_at=bindparam("b_until", type_=UTCDateTime()),
+    )
+    .returning(RUNS.c.id)
+)
+
+# Of the given runs, those this instance still runs, row-locked until their outcome is written
+# (``Ledger.record_batch``).
+LOCK_RUNNING = (
+    select(RUNS.c.id)
+    .where(
+        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
+        RUNS.c.lease_owner == bindparam("b_owner"),
+        RUNS.c.status == "running",
+    )
+    .order_by(RUNS.c.id)
+    .with_for_update()
+)
+
+# Executemany statements: one parameter set per run or schedule.
+FINISH_RUN = (
+    update(RUNS)
+    .where(RUNS.c.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status"),
+        reason=None,
+        output=bindparam("b_output"),
+        error=bindparam("b_error"),
+        finished_at=bindparam("b_now", type_=UTCDateTime()),
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+)
+SCHEDULE_RESULT = (
+    update(SCHEDULES)
+    .where(SCHEDULES.c.id == bindparam("b_id"))
+    .values(
+        last_run_at=bindparam("b_now", type_=UTCDateTime()),
+        last_status=bindparam("b_status"),
+        last_error=bindparam("b_error"),
+        last_run_id=bindparam("b_run_id", type_=Uuid()),
+        # ``b_reset``: a run of the batch succeeded, so the streak restarts at ``b_failures``
+        # (the failures after it); otherwise the batch's failures add to the streak.
+        consecutive_failures=case(
+            (bindparam("b_reset", type_=Boolean), bindparam("b_failures", type_=Integer)),
+            else_=SCHEDULES.c.consecutive_failures + bindparam("b_failures", type_=Integer),
+        ),
+    )
+)
 
 
 def running_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[uuid.UUID]:

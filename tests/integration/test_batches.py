@@ -1,0 +1,243 @@
+"""Batched admission and recording (``Ledger.admit_batch``, ``Ledger.record_batch``), on both
+databases: every rule ``start_attempt`` and ``finish_attempt`` enforce one run at a time must
+hold for a batch too (pause, cancel, lease, failure streak)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from core import triggers
+from core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
+from core.scheduler import TERMINAL, Ledger, Outcome
+from core.storage import Database, Run, Schedule, Task
+from tests.factories import schedule_values
+from tests.integration.engine_kit import MakeEngine, wait_for
+
+T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
+DUE = T0 + timedelta(seconds=60)
+NOW = DUE + timedelta(seconds=1)
+
+
+def fixed(now: datetime) -> Any:
+    return lambda: now
+
+
+async def add(db: Database, **overrides: Any) -> uuid.UUID:
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    row = schedule_values(T0, trigger=trigger, next_run=DUE, **overrides)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [row])
+    return uuid.UUID(str(row["id"]))
+
+
+def ledger(db: Database, tmp_path: Path, owner: str = "replica-a") -> Ledger:
+    return Ledger(db, owner=owner, lease_seconds=30, data_dir=tmp_path, clock=fixed(NOW))
+
+
+def workdir_of(data_dir: Path, schedule_id: uuid.UUID) -> str:
+    return str(data_dir.resolve() / "tasks" / str(schedule_id))
+
+
+async def fetch(db: Database, model: Any, id: uuid.UUID) -> Any:
+    async with db.session(write=False) as session:
+        return await session.get(model, id)
+
+
+async def test_claim_prepares_independent_runs_only(db: Database, tmp_path: Path) -> None:
+    plain = await add(db)
+    persistent = await add(db, mode="persistent", overlap="skip")
+    guarded = await add(db, overlap="buffer_one")
+    claim = await ledger(db, tmp_path).claim_due_jobs(NOW)
+
+    by_schedule = {run.schedule_id: run for run in claim.runs}
+    assert set(by_schedule) == {plain, persistent, guarded}
+    prepared = by_schedule[plain]
+    assert set(claim.prepared) == {prepared.id}
+    task = await fetch(db, Task, prepared.task_id)
+    assert task is not None and task.schedule_id == plain and task.conversation == []
+    assert claim.prepared[prepared.id] == task.workdir == workdir_of(tmp_path, plain)
+    # Runs that must look at their schedule's other runs get their task when they start.
+    assert by_schedule[persistent].task_id is None and by_schedule[guarded].task_id is None
+
+
+async def test_admit_batch_marks_runs_running_with_one_attempt(
+    db: Database, tmp_path: Path
+) -> None:
+    ids = [await add(db) for _ in range(3)]
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    started = await me.admit_batch([(run.id, run.schedule_id) for run in claim.runs])
+
+    assert started == [NOW, NOW, NOW]
+    for run in claim.runs:
+        stored = await fetch(db, Run, run.id)
+        assert (stored.status, stored.attempt, stored.started_at) == ("running", 1, NOW)
+        assert stored.lease_owner == "replica-a"
+    assert {run.schedule_id for run in claim.runs} == set(ids)
+    # Admitting again does nothing: the runs are no longer pending.
+    assert await me.admit_batch([(claim.runs[0].id, claim.runs[0].schedule_id)]) == [None]
+
+
+async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
+    db: Database, tmp_path: Path
+) -> None:
+    names = ["ok", "paused", "deleted", "cancelled", "lost", "now_skip"]
+    schedules = {name: await add(db, name=name) for name in names}
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    run_of = {run.schedule_id: run.id for run in claim.runs}
+    async with db.session() as session:
+        sched = Schedule.__table__.c
+        await session.execute(
+            update(Schedule).where(sched.id == schedules["paused"]).values(enabled=False)
+        )
+        await session.execute(
+            update(Schedule).where(sched.id == schedules["deleted"]).values(deleted_at=NOW)
+        )
+        await session.execute(
+            update(Schedule).where(sched.id == schedules["now_skip"]).values(overlap="skip")
+        )
+        await session.execute(
+            update(Run)
+            .where(Run.id == run_of[schedules["cancelled"]])
+            .values(cancel_requested=True)
+        )
+        await session.execute(
+            update(Run).where(Run.id == run_of[schedules["lost"]]).values(lease_owner="replica-b")
+        )
+
+    order = [(run_of[schedules[name]], schedules[name]) for name in names]
+    started = await me.admit_batch(order)
+    assert started == [NOW, None, None, None, None, None]
+    for name in names[1:]:
+        stored = await fetch(db, Run, run_of[schedules[name]])
+        assert (stored.status, stored.attempt) == ("pending", 0), name
+
+    # The one-by-one path then says why each of them does not run (or runs it).
+    outcomes = {}
+    for name in names[1:]:
+        decision = await me.start_attempt(run_of[schedules[name]])
+        run = decision.run
+        outcomes[name] = (decision.action, run.status if run else None, run.reason if run else None)
+    assert outcomes == {
+        "paused": ("done", "skipped", "paused"),
+        "deleted": ("done", "cancelled", "schedule_deleted"),
+        "cancelled": ("done", "cancelled", "cancel_requested"),
+        "lost": ("lost", None, None),
+        "now_skip": ("run", "running", None),
+    }
+
+
+async def test_record_batch_ends_runs_and_follows_the_failure_streak(
+    db: Database, tmp_path: Path
+) -> None:
+    streak = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
+    reset = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
+    me = ledger(db, tmp_path)
+    # Three due times each, all inside the misfire grace: all three run.
+    async with db.session() as session:
+        await session.execute(update(Schedule).values(next_run=DUE - timedelta(seconds=120)))
+    claim = await me.claim_due_jobs(NOW)
+    runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
+    assert len(runs) == 6
+    await me.admit_batch([(run.id, run.schedule_id) for run in runs])
+    of = {sid: [run for run in runs if run.schedule_id == sid] for sid in (streak, reset)}
+    outcomes = [
+        Outcome(of[streak][0].id, streak, "failed", error="e1"),
+        Outcome(of[streak][1].id, streak, "timed_out", error="e2"),
+        Outcome(of[reset][0].id, reset, "failed", error="x1"),
+        Outcome(of[reset][1].id, reset, "succeeded", output="fine"),
+        Outcome(of[reset][2].id, reset, "failed", error="x3"),
+    ]
+    finished = await me.record_batch(outcomes)
+    assert finished == [NOW] * 5
+
+    first = await fetch(db, Schedule, streak)
+    assert (first.consecutive_failures, first.last_status, first.last_error) == (
+        7,
+        "timed_out",
+        "e2",
+    )
+    assert first.last_run_id == of[streak][1].id and first.last_run_at == NOW
+    second = await fetch(db, Schedule, reset)
+    assert (second.consecutive_failures, second.last_status) == (1, "failed")
+    assert second.last_run_id == of[reset][2].id
+    ok = await fetch(db, Run, of[reset][1].id)
+    assert (ok.status, ok.output, ok.finished_at, ok.lease_owner) == (
+        "succeeded",
+        "fine",
+        NOW,
+        None,
+    )
+    # The run left out is still running under its lease.
+    left = await fetch(db, Run, of[streak][2].id)
+    assert (left.status, left.lease_owner) == ("running", "replica-a")
+
+
+async def test_record_batch_skips_runs_whose_lease_was_lost(db: Database, tmp_path: Path) -> None:
+    schedule = await add(db)
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    run = claim.runs[0]
+    await me.admit_batch([(run.id, schedule)])
+    async with db.session() as session:
+        await session.execute(update(Run).where(Run.id == run.id).values(lease_owner="replica-b"))
+
+    assert await me.record_batch([Outcome(run.id, schedule, "succeeded", "late")]) == [None]
+    stored = await fetch(db, Run, run.id)
+    assert (stored.status, stored.output) == ("running", None)
+    async with db.session(write=False) as session:
+        last = await session.scalar(select(Schedule.last_status).where(Schedule.id == schedule))
+    assert last is None
+
+
+async def test_record_batch_keeps_the_tail_of_long_output(db: Database, tmp_path: Path) -> None:
+    schedule = await add(db)
+    me = ledger(db, tmp_path)
+    run = (await me.claim_due_jobs(NOW)).runs[0]
+    await me.admit_batch([(run.id, schedule)])
+    await me.record_batch([Outcome(run.id, schedule, "succeeded", "x" * 100_000 + "END")])
+    stored = await fetch(db, Run, run.id)
+    assert stored.output.endswith("END") and len(stored.output) == 64 * 1024
+
+
+async def test_the_loop_admits_and_records_a_burst_in_batches(
+    make_engine: MakeEngine, fake: FakeRunnerType
+) -> None:
+    fake.script("broken", [permanent("no")] * 40)
+    engine = make_engine(start=False)
+    now = datetime.now(UTC)
+    trigger = triggers.trigger_to_dict(triggers.OneShotTrigger(at=now))
+    rows = [
+        schedule_values(
+            now,
+            name=f"burst {i}",
+            trigger=trigger,
+            next_run=now,
+            runner=fake.config("broken" if i % 5 == 0 else DEFAULT_SCRIPT),
+        )
+        for i in range(200)
+    ]
+    async with engine.db.session() as session:
+        await session.execute(insert(Schedule), rows)
+    engine.loop.start()
+
+    async def settled() -> list[Any] | None:
+        async with engine.db.session(write=False) as session:
+            runs = list((await session.execute(select(Run.status, Run.attempt))).all())
+        return runs if len(runs) == 200 and all(r.status in TERMINAL for r in runs) else None
+
+    runs = await wait_for(settled, within=60, what="200 runs finished")
+    assert sorted({(r.status, r.attempt) for r in runs}) == [("failed", 1), ("succeeded", 1)]
+    assert sum(1 for r in runs if r.status == "failed") == 40
+    async with engine.db.session(write=False) as session:
+        last = dict((await session.execute(select(Schedule.name, Schedule.last_status))).all())
+    assert last["burst 0"] == "failed" and last["burst 1"] == "succeeded"
+    # Batched: fewer transactions than runs, for both admissions and results.
+    flushes = engine.loop.flushes
+    assert 0 < flushes["admissions"] < 200 and 0 < flushes["results"] < 200
