@@ -85,3 +85,14 @@ async def test_a_cancelled_caller_does_not_break_the_others() -> None:
     with pytest.raises(asyncio.CancelledError):
         await doomed
     assert recorder.batches == [[1], [3]]
+
+
+async def test_lingering_gathers_items_submitted_meanwhile() -> None:
+    recorder = Recorder()
+    commit = GroupCommit(recorder.flush, linger=0.5)
+    first = asyncio.create_task(commit.submit(1))
+    for _ in range(5):  # turns of the loop after which a flush without linger has gone
+        await asyncio.sleep(0)
+    second = asyncio.create_task(commit.submit(2))
+    assert [await first, await second] == [10, 20]
+    assert recorder.batches == [[1, 2]]
