@@ -278,8 +278,8 @@ class Ledger:
                     ids = [row.id for row in found]
                     taken = (await session.execute(q.lease_runs(ids, self.owner, until))).scalars()
                     claimed.extend(taken)
-                    # A run that had a lease was another replica's: this is a takeover.
-                    recovered = sum(1 for row in found if row.lease_owner is not None)
+                    # A run that had another replica's lease: this is a takeover.
+                    recovered = sum(1 for row in found if row.lease_owner not in (None, self.owner))
                 full = len(found) >= room
             else:
                 full = True
@@ -309,10 +309,10 @@ class Ledger:
             "updated_at": now,
         }
 
-    async def next_wakeup(self, now: datetime) -> datetime | None:
+    async def next_wakeup(self) -> datetime | None:
         """The earliest instant a claim could find new work (None: nothing scheduled)."""
         async with self.db.session(write=False) as session:
-            row = (await session.execute(q.next_wakeup(now, self.owner))).one()
+            row = (await session.execute(q.next_wakeup())).one()
         candidates = [value for value in row if value is not None]
         return min(candidates) if candidates else None
 

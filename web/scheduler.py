@@ -55,6 +55,7 @@ CLAIM_BATCH = 500  # the most due schedules one claim takes
 # The first claim after a quiet spell takes few, so the first runs of a burst start after
 # planning tens of schedules, not hundreds; each full claim after it takes four times more.
 FIRST_CLAIM = 32
+RECHECK_SECONDS = 0.05  # due work another replica holds locked: look again after this
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
@@ -206,6 +207,8 @@ class SchedulerLoop:
     # -- the loop -------------------------------------------------------------------------
 
     async def _run_loop(self) -> None:
+        # One cheap look per wake-up (the earliest instant anything could be due) decides
+        # whether to claim at all, so an idle replica sends one statement per tick.
         batch = FIRST_CLAIM
         while not self._stop.is_set():
             self._wake.clear()
@@ -213,22 +216,26 @@ class SchedulerLoop:
             timeout = self.tick
             try:
                 now = self.clock()
-                claim = await self.ledger.claim_due_jobs(now, batch)
-                for run in claim.runs:
-                    self._dispatch(run, claim.prepared.get(run.id))
-                if claim.recovered:
-                    log.info("leases_recovered", runs=claim.recovered)
-                self._set_health(True)
-                if claim.full:
-                    batch = min(batch * 4, CLAIM_BATCH)
-                    continue
-                batch = FIRST_CLAIM
-                wake_at = await self.ledger.next_wakeup(now)
-                if wake_at is not None:
+                wake_at = await self.ledger.next_wakeup()
+                if wake_at is not None and wake_at <= now:
+                    claim = await self.ledger.claim_due_jobs(now, batch)
+                    for run in claim.runs:
+                        self._dispatch(run, claim.prepared.get(run.id))
+                    if claim.recovered:
+                        log.info("leases_recovered", runs=claim.recovered)
+                    batch = min(batch * 4, CLAIM_BATCH) if claim.full else FIRST_CLAIM
+                    self._set_health(True)
+                    if claim.runs or claim.full:
+                        continue  # claim again, or look when the next work is due
+                    # Due, yet nothing claimable: another replica holds those rows this
+                    # instant. Look again shortly rather than spin.
+                    timeout = RECHECK_SECONDS
+                elif wake_at is not None:
                     # +1 ms: asyncio may fire a timer a hair early, and a claim an instant
                     # before the due time finds nothing.
                     delay = (wake_at - self.clock()).total_seconds() + 0.001
                     timeout = max(0.0, min(self.tick, delay))
+                self._set_health(True)
             except Exception as exc:  # the loop survives everything and keeps ticking
                 self._set_health(False, exc)
                 timeout = min(self.tick, 1.0)

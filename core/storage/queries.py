@@ -220,9 +220,12 @@ def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
     )
 
 
-def next_wakeup(now: datetime, owner: str) -> Select[Any, Any, Any]:
+def next_wakeup() -> Select[Any, Any, Any]:
     """The earliest instant at which the claim could find work: a schedule's ``next_run``, a
-    queued run becoming available, or another owner's lease running out."""
+    queued run becoming available, or a lease running out. Leases of ``owner`` count too: one
+    that lapses here (its attempt died with the database out of reach) is taken back by this
+    very instance, even with no other replica and nothing else due. Leases of runs in hand are
+    renewed long before they run out, so they never wake the loop."""
     first_due = (
         select(func.min(Schedule.next_run))
         .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
@@ -235,7 +238,7 @@ def next_wakeup(now: datetime, owner: str) -> Select[Any, Any, Any]:
     )
     first_expiry = (
         select(func.min(Run.lease_expires_at))
-        .where(Run.status.in_(ACTIVE), Run.lease_owner != owner)
+        .where(Run.status.in_(ACTIVE), Run.lease_owner.is_not(None))
         .scalar_subquery()
     )
     return select(first_due, first_queued, first_expiry)

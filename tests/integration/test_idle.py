@@ -1,0 +1,74 @@
+"""The idle loop: one statement per wake-up when nothing is due, and a lease of its own that
+lapsed is taken back with nothing else due (both databases)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import event
+
+from core.runners.fake import FakeRunnerType, succeed
+from core.storage import Database, Run
+from tests.integration.engine_kit import HOURLY, OWNER, MakeEngine, spec, wait_for, wait_status
+
+
+@contextmanager
+def statements(db: Database) -> Iterator[list[str]]:
+    """Every statement sent through any of the database's pools while the block runs."""
+    sent: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
+        sent.append(statement)
+
+    for engine in db.engines:
+        event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        for engine in db.engines:
+            event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+async def test_an_idle_loop_sends_one_statement_per_wake_up(
+    make_engine: MakeEngine, fake: FakeRunnerType
+) -> None:
+    engine = make_engine(tick=0.1, start=False)
+    for _ in range(3):
+        await engine.create(spec(fake.config(), HOURLY))  # due in an hour
+    with statements(engine.db) as sent:
+        engine.loop.start()
+
+        async def woke_enough() -> bool:
+            return engine.loop.iterations >= 8
+
+        await wait_for(woke_enough, what="8 wake-ups")
+        await engine.loop.stop()
+        wakes = engine.loop.iterations
+    assert wakes >= 8
+    # One look (the earliest due time) per wake-up, and no claim transaction at all. (SQLite's
+    # explicit BEGIN, sent by our hook, is transaction control, not a statement of work.)
+    work = [s for s in sent if s != "BEGIN"]
+    assert len(work) <= wakes, work
+    assert all(s.startswith("SELECT (SELECT min(schedules.next_run)") for s in work)
+
+
+async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_due(
+    make_engine: MakeEngine, fake: FakeRunnerType
+) -> None:
+    fake.script("again", [succeed("picked up")])
+    engine = make_engine(tick=30, start=False)  # the tick alone would not come in time
+    schedule = await engine.create(spec(fake.config("again"), HOURLY))
+    queued = await engine.run_now(schedule.id)
+    # As if an attempt died with the database out of reach: pending, leased to this very
+    # instance, the lease run out.
+    async with engine.db.session() as session:
+        run = await session.get(Run, queued.id)
+        assert run is not None
+        run.lease_owner = OWNER
+        run.lease_expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    engine.loop.start()
+    done = await wait_status(engine.db, queued.id, "succeeded", within=10)
+    assert done.output == "picked up" and done.attempt == 1
