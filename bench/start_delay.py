@@ -29,6 +29,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
+from core.keys import create_key
 from core.storage import Database, Run
 from core.storage.migrate import upgrade
 
@@ -71,6 +72,11 @@ async def measure(
     url: str, schedules: int, every: int, seconds: float, workdir: Path
 ) -> list[float]:
     await asyncio.to_thread(upgrade, url)
+    keys_db = Database(url)
+    try:
+        key, _record = await create_key(keys_db, "bench")  # every /api/v1 call needs a key
+    finally:
+        await keys_db.dispose()
     port = free_port()
     env = dict(os.environ)
     env.update(
@@ -85,7 +91,8 @@ async def measure(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=base, timeout=10, headers=headers) as http:
             for _ in range(100):
                 try:
                     if (await http.get("/healthz")).status_code == 200:

@@ -37,6 +37,10 @@ class NotFound(AgentcronError):
         self.id = id
 
 
+class Unauthorized(AgentcronError):
+    """No API key, or one that is unknown or revoked. The message never repeats the key."""
+
+
 class Conflict(AgentcronError):
     """The request cannot be applied in the object's current state."""
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: one database per test on SQLite and on PostgreSQL, and an app client.
+"""Shared fixtures: one database per test on SQLite and on PostgreSQL, and an app client that
+sends an API key of owner "local".
 
 PostgreSQL tests use ``AGENTCRON_TEST_PG_URL`` (default: the local ``test`` database). A
 migrated template database is built once per session; each test gets its own clone
@@ -14,14 +15,17 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
 from core.config import Settings
+from core.keys import LOCAL_OWNER, create_key
 from core.storage import Database
 from core.storage.migrate import upgrade
 from web.app import create_app
@@ -149,11 +153,43 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
     )
 
 
+def bearer(key: str) -> dict[str, str]:
+    """The header that authenticates a request with ``key``."""
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def issue_key(app: FastAPI, owner: str = LOCAL_OWNER, *, admin: bool = False) -> str:
+    """A new API key (plaintext) in the database of ``app``, whose lifespan has been entered."""
+    key, _record = await create_key(app.state.db, owner, admin=admin)
+    return key
+
+
+@asynccontextmanager
+async def app_client(app: FastAPI, key: str | None) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client bound to ``app`` in-process, sending ``key`` (None: no key) on every
+    request."""
+    transport = httpx.ASGITransport(app=app)
+    headers = bearer(key) if key is not None else {}
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://agentcron", headers=headers
+    ) as http:
+        yield http
+
+
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client bound to a live app (lifespan entered) on this test's database."""
+async def live_app(settings: Settings) -> AsyncIterator[FastAPI]:
+    """The app on this test's database with its lifespan entered (engine off by ``settings``)."""
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://agentcron") as http:
-            yield http
+        yield app
+
+
+@pytest.fixture
+async def client(live_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client bound to a live app (lifespan entered) on this test's database.
+
+    It authenticates as owner "local" with an ordinary (not admin) key, so it sees what that
+    owner made: what every caller was before API keys, and what ``agentcron example`` makes.
+    """
+    async with app_client(live_app, await issue_key(live_app)) as http:
+        yield http

@@ -1,4 +1,4 @@
-"""The typed ORM models: schedules, runs, tasks and deliveries.
+"""The typed ORM models: schedules, runs, tasks, deliveries and API keys.
 
 The schema changes only through Alembic migrations (``migrations/``); a test proves the
 migrations and these models agree.
@@ -161,3 +161,26 @@ class Delivery(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (UniqueConstraint("run_id", "index"),)
+
+
+class ApiKey(Base):
+    """An API key: who calls (``owner``) and whether it sees every owner's objects (``admin``).
+
+    Only ``key_hash`` (SHA-256 of the whole token) is stored, never the token; ``prefix`` is the
+    public, random middle part of ``ac_<prefix>_<secret>``, unique, so a presented token finds
+    its row with one indexed lookup and people can tell keys apart in ``agentcron keys list``.
+    A revoked key keeps its row (``revoked_at``) so the list shows what was revoked and when.
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    owner: Mapped[str] = mapped_column(String(200))
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    prefix: Mapped[str] = mapped_column(String(32))
+    key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (UniqueConstraint("prefix"), Index("ix_api_keys_owner", "owner"))

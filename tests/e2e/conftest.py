@@ -1,4 +1,5 @@
-"""A real ``agentcron serve`` process on a free loopback port."""
+"""A real ``agentcron serve`` process on a free loopback port, and API keys made by the real
+``agentcron keys create`` command against its database."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import pytest
 from sqlalchemy import select
 
 from core.storage import Database, Run, Schedule
-from tests.conftest import PgServer, clone_pg
+from tests.conftest import PgServer, bearer, clone_pg
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 T = TypeVar("T")
@@ -42,6 +43,13 @@ class Server:
     process: subprocess.Popen[bytes]
     log_path: Path
     log_file: BinaryIO
+    key: str | None = None  # an API key of owner "local" in its database, when one was made
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The Authorization header of ``key`` (set by the ``server`` fixture)."""
+        assert self.key is not None, "no API key was made for this server's database"
+        return bearer(self.key)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -91,10 +99,24 @@ def server_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) -> str:
+    """A new API key in the database of ``env``, made by ``agentcron keys create`` (a real
+    process, as a user would), which prints the key alone on its last line."""
+    argv = [AGENTCRON, "keys", "create", "--owner", owner, *(["--admin"] if admin else [])]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip().splitlines()[-1]
+    assert key.startswith("ac_"), done.stdout
+    return key
+
+
 @pytest.fixture
 def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
+    """A served, migrated SQLite database; ``server.key`` is an API key of owner "local"."""
     subprocess.run([AGENTCRON, "migrate"], env=server_env, check=True, capture_output=True)
+    key = make_key(server_env)
     running = start_server(server_env, tmp_path / "server.log")
+    running.key = key
     yield running
     running.stop()
 

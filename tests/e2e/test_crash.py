@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from core.storage import Run
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, bearer
 from tests.e2e.conftest import (
     Fleet,
     RunProbe,
@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     json_events,
     kill_processes_with,
     kill_server,
+    make_key,
     processes_with,
     stop_server,
     wait_for,
@@ -46,11 +47,13 @@ echo "$AGENTCRON_INSTANCE_ID $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT end" >> "$1"
 """
 
 
-async def create_one_shot(server: Server, runner: dict[str, object], delay: float = 2) -> str:
+async def create_one_shot(
+    server: Server, key: str, runner: dict[str, object], delay: float = 2
+) -> str:
     """A one-shot schedule due ``delay`` seconds from now (one due time, so one run)."""
     at = datetime.now(UTC) + timedelta(seconds=delay)
     body = {"name": "crash", "prompt": "work", "trigger": {"at": iso(at)}, "runner": runner}
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
         response = await http.post(f"{server.url}/api/v1/schedules", json=body)
     assert response.status_code == 201, response.text
     schedule_id: str = response.json()["id"]
@@ -96,8 +99,9 @@ async def test_sigkilled_replica_run_is_continued_by_another(
     env_a = engine_env(pg_url, tmp_path / "data-a", "crash-a", LEASE_SECONDS="2")
     env_b = engine_env(pg_url, tmp_path / "data-b", "crash-b", LEASE_SECONDS="2")
     try:
+        key = await asyncio.to_thread(make_key, env_a)
         a = await asyncio.to_thread(fleet.start, env_a, "a")
-        schedule_id = await create_one_shot(a, command_runner(AGENT, marker, str(log), "4"))
+        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "4"))
         run = await wait_for(
             lambda: running_on(probe, schedule_id, "crash-a", log), "the run to start on A"
         )
@@ -148,8 +152,9 @@ async def test_sigterm_releases_a_long_run_for_another_replica(
     )
     env_b = engine_env(pg_url, tmp_path / "data-b", "drain-b", LEASE_SECONDS="3")
     try:
+        key = await asyncio.to_thread(make_key, env_a)
         a = await asyncio.to_thread(fleet.start, env_a, "a")
-        schedule_id = await create_one_shot(a, command_runner(AGENT, marker, str(log), "30"))
+        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "30"))
         run = await wait_for(
             lambda: running_on(probe, schedule_id, "drain-a", log), "the run to start on A"
         )
@@ -199,8 +204,9 @@ async def test_sigterm_drains_a_run_to_completion_while_another_replica_runs(
     )
     env_b = engine_env(pg_url, tmp_path / "data-b", "drain-b", LEASE_SECONDS="2")
     try:
+        key = await asyncio.to_thread(make_key, env_a)
         a = await asyncio.to_thread(fleet.start, env_a, "a")
-        schedule_id = await create_one_shot(a, command_runner(AGENT, marker, str(log), "6"))
+        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "6"))
         run = await wait_for(
             lambda: running_on(probe, schedule_id, "drain-a", log), "the run to start on A"
         )
@@ -236,13 +242,14 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
     )
     database = make_url(pg_url).database
     try:
+        key = await asyncio.to_thread(make_key, env)
         a = await asyncio.to_thread(fleet.start, env, "a")
         # A long run keeps the process holding (and renewing) a lease throughout.
-        long_id = await create_one_shot(a, command_runner(AGENT, marker, str(log), "40"))
+        long_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "40"))
         long_run = await wait_for(
             lambda: running_on(probe, long_id, "outage-a", log), "the long run to start"
         )
-        short_id = await create_one_shot(a, command_runner(AGENT, marker, str(log), "2"))
+        short_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "2"))
         run = await wait_for(
             lambda: running_on(probe, short_id, "outage-a", log), "the short run to start"
         )

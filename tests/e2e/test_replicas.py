@@ -19,12 +19,14 @@ import httpx
 import pytest
 
 from core.storage import Run
+from tests.conftest import bearer
 from tests.e2e.conftest import (
     Fleet,
     RunProbe,
     command_runner,
     engine_env,
     iso,
+    make_key,
     stop_server,
     wait_for,
 )
@@ -54,10 +56,10 @@ def grid(start: datetime, every: timedelta, low: datetime, high: datetime) -> li
     return times
 
 
-async def create_schedules(urls: list[str], start_at: datetime, log: Path) -> list[str]:
+async def create_schedules(urls: list[str], key: str, start_at: datetime, log: Path) -> list[str]:
     """Create the schedules over HTTP, round-robin over the replicas, ten at a time."""
     ids: list[str] = []
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
 
         async def create(index: int) -> str:
             body = {
@@ -97,6 +99,7 @@ async def test_replicas_run_every_due_time_exactly_once(
         )
         for index in range(REPLICAS)
     ]
+    key = await asyncio.to_thread(make_key, envs[0])
     servers = await asyncio.gather(
         *(asyncio.to_thread(fleet.start, env, f"replica-{i}") for i, env in enumerate(envs))
     )
@@ -105,7 +108,7 @@ async def test_replicas_run_every_due_time_exactly_once(
     # One common grid a few seconds ahead, so every schedule exists before its first due time.
     now = datetime.now(UTC)
     start_at = now.replace(microsecond=0) + timedelta(seconds=4)
-    ids = await create_schedules([server.url for server in servers], start_at, exec_log)
+    ids = await create_schedules([server.url for server in servers], key, start_at, exec_log)
     created = datetime.now(UTC)
     window_start = max(start_at, created) + MARGIN
     await asyncio.sleep((window_start - datetime.now(UTC)).total_seconds() + OBSERVE_SECONDS)

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from core.storage import Run
+from tests.conftest import bearer
 from tests.e2e.conftest import (
     AGENTCRON,
     Fleet,
@@ -26,6 +27,7 @@ from tests.e2e.conftest import (
     engine_env,
     iso,
     json_events,
+    make_key,
     stop_server,
     wait_for,
 )
@@ -56,12 +58,13 @@ async def test_restart_skips_or_catches_up_missed_due_times(
     await asyncio.to_thread(
         subprocess.run, [AGENTCRON, "migrate"], env=env, check=True, capture_output=True
     )
+    key = await asyncio.to_thread(make_key, env)
     probe = probe_factory(url)
     first = await asyncio.to_thread(fleet.start, env, "first")
 
     start_at = datetime.now(UTC).replace(microsecond=0)
     ids: dict[str, str] = {}
-    async with httpx.AsyncClient(base_url=first.url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=first.url, timeout=30, headers=bearer(key)) as http:
         for catchup in ("skip", "latest"):
             body = {
                 "name": f"catch-up {catchup}",

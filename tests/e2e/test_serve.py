@@ -35,12 +35,7 @@ def test_readme_curl_example_works_verbatim(server: Server) -> None:
     commands = readme_curl_commands()
     assert commands, "no curl command in the quickstart"
     port = server.url.rsplit(":", 1)[1]
-    outputs = []
-    for command in commands:
-        argv = [arg.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for arg in shlex.split(command)]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        assert done.returncode == 0, (command, done.stderr)
-        outputs.append(done.stdout)
+    outputs = [run_curl(command, port, server.key) for command in commands]
     created = json.loads(outputs[0])
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
     assert created["next_run"]
@@ -49,12 +44,21 @@ def test_readme_curl_example_works_verbatim(server: Server) -> None:
     assert all(item.endswith("+08:00") for item in preview["next"])
 
 
-def run_curl(command: str, port: str, **substitutions: str) -> str:
+def readme_argv(words: list[str], port: str, key: str | None) -> list[str]:
+    """A README command's words with the test server's port and API key in place of the
+    README's ``127.0.0.1:8000`` and ``$AGENTCRON_KEY`` (what the reader's shell would expand)."""
+    assert key is not None
+    return [
+        word.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace("$AGENTCRON_KEY", key)
+        for word in words
+    ]
+
+
+def run_curl(command: str, port: str, key: str | None, **substitutions: str) -> str:
     argv = []
-    for arg in shlex.split(command):
-        arg = arg.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
-        for key, value in substitutions.items():
-            arg = arg.replace(key, value)
+    for arg in readme_argv(shlex.split(command), port, key):
+        for name, value in substitutions.items():
+            arg = arg.replace(name, value)
         argv.append(arg)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, (command, done.stderr)
@@ -64,11 +68,11 @@ def run_curl(command: str, port: str, **substitutions: str) -> str:
 def test_readme_firing_example_runs_the_agent(server: Server) -> None:
     create, history = readme_curl_commands("firing")
     port = server.url.rsplit(":", 1)[1]
-    schedule = json.loads(run_curl(create, port))
+    schedule = json.loads(run_curl(create, port, server.key))
     deadline = time.monotonic() + 25
     runs: list[dict[str, object]] = []
     while time.monotonic() < deadline:
-        runs = json.loads(run_curl(history, port, SCHEDULE_ID=schedule["id"]))["items"]
+        runs = json.loads(run_curl(history, port, server.key, SCHEDULE_ID=schedule["id"]))["items"]
         if any(run["status"] == "succeeded" for run in runs):
             break
         time.sleep(0.5)
@@ -88,10 +92,11 @@ def readme_block(marker: str) -> str:
 @pytest.mark.parametrize("marker", ["digest", "digest-chat"])
 def test_readme_digest_examples_are_accepted(server: Server, marker: str) -> None:
     port = server.url.rsplit(":", 1)[1]
-    commands = shlex.split(readme_block(marker), comments=True)
+    # A backslash-newline continues the line in a shell; shlex would keep the newline as a word.
+    commands = shlex.split(readme_block(marker).replace("\\\n", " "), comments=True)
     # One curl invocation per block, possibly after an `export`: run the curl part.
     start = commands.index("curl")
-    argv = [arg.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for arg in commands[start:]]
+    argv = readme_argv(commands[start:], port, server.key)
     done = subprocess.run(
         [*argv, "-w", "\n%{http_code}"], capture_output=True, text=True, timeout=30
     )

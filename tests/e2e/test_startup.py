@@ -34,7 +34,7 @@ async def test_second_engine_on_one_sqlite_file_is_refused(
     assert "another agentcron engine already runs on this SQLite database" in output
     assert "PostgreSQL" in output and "AGENTCRON_DISABLE_SCHEDULER=1" in output
     assert "Traceback" not in output  # a plain message, not a stack trace
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, headers=server.headers) as http:
         assert (await http.get(f"{server.url}/readyz")).status_code == 200  # first unharmed
 
         # The remedy the message names works: an API-only process beside the engine.

@@ -44,6 +44,7 @@ from core.scheduler import Ledger, run_view
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Delivery, Run
+from tests.conftest import app_client, issue_key
 from web.app import create_app
 
 API = "/api/v1"
@@ -576,10 +577,8 @@ async def private_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]
         }
     )
     app = create_app(allowed)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://agentcron") as http:
-            yield http
+    async with app.router.lifespan_context(app), app_client(app, await issue_key(app)) as http:
+        yield http
 
 
 async def wait_delivered(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:

@@ -22,18 +22,26 @@ from core.errors import (
     RunPermanentError,
     ScheduleCapacityExceeded,
     SchedulerUnavailable,
+    Unauthorized,
 )
 from core.logging import get_logger
 
 log = get_logger(__name__)
 
 STATUS: dict[type[AgentcronError], int] = {
+    Unauthorized: 401,
     InvalidSchedule: 422,
     NotFound: 404,
     Conflict: 409,
     ScheduleCapacityExceeded: 409,
     SchedulerUnavailable: 503,
     RunPermanentError: 422,
+}
+
+# Headers a status always carries: when to retry an outage; which scheme a 401 wants (RFC 6750).
+_HEADERS: dict[int, dict[str, str]] = {
+    503: {"Retry-After": "5"},
+    401: {"WWW-Authenticate": "Bearer"},
 }
 
 _HTTP_TYPES = {401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed"}
@@ -66,7 +74,7 @@ async def _agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, SchedulerUnavailable):
         log.warning("scheduler_unavailable", error=exc.message)
     field = getattr(exc, "field", None)
-    headers = {"Retry-After": "5"} if status == 503 else None
+    headers = _HEADERS.get(status)
     return JSONResponse(error_body(type(exc).__name__, exc.message, field), status, headers=headers)
 
 

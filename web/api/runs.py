@@ -7,12 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from core.scheduler import run_view
-from web.api.deps import EngineDep, LedgerDep, OwnerDep
+from web.api.deps import AuthDep, EngineDep, LedgerDep, OwnerDep
 from web.api.schedules import ERRORS
 from web.api.schemas import RunOut, RunPage
 
-router = APIRouter(prefix="/api/v1/runs", tags=["runs"], responses=ERRORS)
-schedule_runs = APIRouter(prefix="/api/v1/schedules", tags=["runs"], responses=ERRORS)
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"], responses=ERRORS, dependencies=[AuthDep])
+schedule_runs = APIRouter(
+    prefix="/api/v1/schedules", tags=["runs"], responses=ERRORS, dependencies=[AuthDep]
+)
 
 
 @schedule_runs.post("/{schedule_id}/run", status_code=status.HTTP_202_ACCEPTED)

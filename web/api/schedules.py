@@ -9,20 +9,23 @@ from fastapi import APIRouter, Body, Query, Response, status
 from core.clock import utcnow
 from core.schedules import check_preview_after, preview, schedule_view
 from core.specs import PauseRequest, PreviewRequest, ScheduleCreate, ScheduleUpdate
-from web.api.deps import LOCAL_OWNER, OwnerDep, SchedulesDep
+from web.api.deps import AuthDep, OwnerDep, PrincipalDep, SchedulesDep
 from web.api.schemas import ErrorOut, PreviewOut, ScheduleOut, SchedulePage
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 404, 409, 422, 503)
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 503)
 }
-router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"], responses=ERRORS)
+router = APIRouter(
+    prefix="/api/v1/schedules", tags=["schedules"], responses=ERRORS, dependencies=[AuthDep]
+)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 async def create_schedule(
-    spec: ScheduleCreate, schedules: SchedulesDep, owner: OwnerDep
+    spec: ScheduleCreate, schedules: SchedulesDep, principal: PrincipalDep
 ) -> ScheduleOut:
-    schedule = await schedules.create(spec, owner or LOCAL_OWNER)
+    # Owned by the key's owner, admin or not: an admin key sees everything but acts as someone.
+    schedule = await schedules.create(spec, principal.owner)
     return ScheduleOut.model_validate(schedule_view(schedule))
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 
 from core.tasks import delete_task, get_task
-from web.api.deps import OwnerDep
+from web.api.deps import AuthDep, OwnerDep
 from web.api.schedules import ERRORS
 from web.api.schemas import TaskOut
 
-router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"], responses=ERRORS)
+router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"], responses=ERRORS, dependencies=[AuthDep])
 
 
 @router.get("/{task_id}")

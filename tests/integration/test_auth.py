@@ -1,0 +1,550 @@
+"""Who may do what (issue 6): API keys, owners and admins, on SQLite and PostgreSQL.
+
+Every ``/api/v1`` endpoint needs ``Authorization: Bearer <key>``. A key acts as its owner:
+another owner's schedules, runs and tasks answer 404 on every endpoint and never appear in a
+list; an admin key sees everything. Keys are stored as hashes and never reach a response or a
+log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select, text
+from structlog.testing import capture_logs
+
+from core.keys import LAST_USED_RESOLUTION, authenticate, create_key, revoke_key
+from core.storage import ApiKey, Database, Task
+from tests.conftest import app_client, bearer, issue_key
+
+AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
+API = "/api/v1"
+SCHEDULE = {
+    "name": "digest",
+    "prompt": "Summarise today's headlines.",
+    "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
+    "runner": {"type": "command", "argv": ["true"]},
+}
+PREVIEW = {"trigger": {"every_seconds": 60}}
+
+# Every endpoint that names one owned object: (method, path, body, status for a caller who may).
+OWNED: list[tuple[str, str, dict[str, Any] | None, int]] = [
+    ("GET", "/api/v1/schedules/{schedule_id}", None, 200),
+    ("PATCH", "/api/v1/schedules/{schedule_id}", {"name": "renamed"}, 200),
+    ("DELETE", "/api/v1/schedules/{schedule_id}", None, 204),
+    ("POST", "/api/v1/schedules/{schedule_id}/pause", {"note": "stop"}, 200),
+    ("POST", "/api/v1/schedules/{schedule_id}/resume", None, 200),
+    ("POST", "/api/v1/schedules/{schedule_id}/run", None, 202),
+    ("GET", "/api/v1/schedules/{schedule_id}/runs", None, 200),
+    ("GET", "/api/v1/runs/{run_id}", None, 200),
+    ("POST", "/api/v1/runs/{run_id}/replay", None, 202),
+    ("POST", "/api/v1/runs/{run_id}/cancel", None, 202),
+    ("GET", "/api/v1/tasks/{task_id}", None, 200),
+    ("DELETE", "/api/v1/tasks/{task_id}", None, 204),
+]
+# The endpoints that name no object: lists, create, preview.
+UNOWNED: list[tuple[str, str, dict[str, Any] | None, int]] = [
+    ("GET", "/api/v1/schedules", None, 200),
+    ("POST", "/api/v1/schedules", SCHEDULE, 201),
+    ("POST", "/api/v1/schedules/preview", PREVIEW, 200),
+]
+
+
+@dataclass
+class World:
+    """Owners alice and bob with ordinary keys, an admin key of owner root, and alice's
+    schedule with a (pending) run and a task."""
+
+    app: FastAPI
+    alice: httpx.AsyncClient
+    bob: httpx.AsyncClient
+    admin: httpx.AsyncClient
+    nobody: httpx.AsyncClient
+    ids: dict[str, str]
+    bob_schedule: str
+
+    def path(self, template: str) -> str:
+        return template.format(**self.ids)
+
+    async def snapshot(self) -> list[Any]:
+        """What alice sees of her objects: any change by another caller shows up here."""
+        seen = []
+        for path in (
+            f"{API}/schedules/{self.ids['schedule_id']}",
+            f"{API}/schedules/{self.ids['schedule_id']}/runs",
+            f"{API}/runs/{self.ids['run_id']}",
+            f"{API}/tasks/{self.ids['task_id']}",
+            f"{API}/schedules",
+        ):
+            response = await self.alice.get(path)
+            seen.append((response.status_code, response.json()))
+        return seen
+
+
+async def create_schedule(http: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    response = await http.post(f"{API}/schedules", json={**SCHEDULE, **overrides})
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+@pytest.fixture
+async def world(live_app: FastAPI) -> AsyncIterator[World]:
+    async with AsyncExitStack() as stack:
+        alice = await stack.enter_async_context(
+            app_client(live_app, await issue_key(live_app, "alice"))
+        )
+        bob = await stack.enter_async_context(
+            app_client(live_app, await issue_key(live_app, "bob"))
+        )
+        admin = await stack.enter_async_context(
+            app_client(live_app, await issue_key(live_app, "root", admin=True))
+        )
+        nobody = await stack.enter_async_context(app_client(live_app, None))
+        schedule = await create_schedule(alice, name="alice's")
+        run = await alice.post(f"{API}/schedules/{schedule['id']}/run")
+        assert run.status_code == 202, run.text
+        # The engine is off in these tests; a task is what it would make for alice's run.
+        now = datetime.now(UTC)
+        task = Task(
+            id=uuid.uuid4(),
+            schedule_id=uuid.UUID(schedule["id"]),
+            owner="alice",
+            workdir="/tmp/agentcron-test-task",
+            conversation=[],
+            created_at=now,
+            updated_at=now,
+        )
+        async with live_app.state.db.session() as session:
+            session.add(task)
+        bob_schedule = await create_schedule(bob, name="bob's")
+        yield World(
+            app=live_app,
+            alice=alice,
+            bob=bob,
+            admin=admin,
+            nobody=nobody,
+            ids={
+                "schedule_id": schedule["id"],
+                "run_id": run.json()["id"],
+                "task_id": str(task.id),
+            },
+            bob_schedule=bob_schedule["id"],
+        )
+
+
+def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+    assert response.status_code == status, (response.request.url, response.text)
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field"}
+    assert body["error"]["type"] == type_
+    assert body["error"]["message"]
+    return body
+
+
+def assert_unauthorized(response: httpx.Response, presented: str | None = None) -> None:
+    assert_error(response, 401, "Unauthorized")
+    assert response.headers["www-authenticate"] == "Bearer"
+    if presented:
+        assert presented not in response.text
+
+
+def api_operations(app: FastAPI) -> set[tuple[str, str]]:
+    """(METHOD, path template) of every operation the OpenAPI document lists under /api/v1."""
+    return {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        if path.startswith(API)
+        for method in operations
+    }
+
+
+# -- every endpoint needs a key ---------------------------------------------------------------
+
+
+async def test_the_tables_here_cover_every_api_endpoint(world: World) -> None:
+    # A new endpoint fails this test until it is added to OWNED or UNOWNED above, and so to the
+    # 401 and isolation checks below.
+    covered = {(method, path) for method, path, _body, _status in OWNED + UNOWNED}
+    assert api_operations(world.app) == covered
+
+
+@pytest.mark.parametrize(("method", "path", "body", "_ok"), OWNED + UNOWNED)
+async def test_every_endpoint_without_a_key_is_401(
+    world: World, method: str, path: str, body: dict[str, Any] | None, _ok: int
+) -> None:
+    before = await world.snapshot()
+    response = await world.nobody.request(method, world.path(path), json=body)
+    assert_unauthorized(response)
+    assert "Authorization: Bearer" in response.json()["error"]["message"]
+    assert await world.snapshot() == before  # nothing happened
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Bearer",
+        "Bearer ",
+        "Basic YWxpY2U6cGFzc3dvcmQ=",
+        "bearer-ish ac_0123456789ab_" + "A" * 43,
+        "Bearer not-a-key",
+        "Bearer ac_0123456789ab_" + "A" * 43,  # well-formed, unknown
+        "Bearer ac_0123456789ab_" + "A" * 42 + "!",
+        "Bearer ac_0123456789AB_" + "A" * 43,  # prefix digits are lower-case hex
+        "Bearer " + "ac_" * 40_000,  # 120 kB
+        "Bearer ac_0123456789ab_\x01\x02" + "A" * 41,
+        "Bearer ' OR 1=1 --",
+    ],
+)
+async def test_bad_keys_are_401_never_500(world: World, header: str) -> None:
+    for method, path, body, _ok in [OWNED[0], UNOWNED[0], UNOWNED[1]]:
+        response = await world.nobody.request(
+            method, world.path(path), json=body, headers={"Authorization": header}
+        )
+        credential = header.partition(" ")[2].strip()
+        assert_unauthorized(response, credential if len(credential) >= 8 else None)
+
+
+async def test_non_ascii_authorization_is_401(world: World) -> None:
+    headers = [(b"authorization", b"Bearer ac_\xff\xfe_\xe9t\xe9")]
+    response = await world.nobody.get(f"{API}/schedules", headers=headers)
+    assert_unauthorized(response)
+
+
+async def test_a_wrong_secret_with_a_real_prefix_is_401(world: World) -> None:
+    key = await issue_key(world.app, "alice")
+    prefix, secret = key.split("_", 2)[1:]
+    forged = f"ac_{prefix}_{'B' * len(secret)}"
+    assert forged != key
+    response = await world.nobody.get(f"{API}/schedules", headers=bearer(forged))
+    assert_unauthorized(response, forged)
+
+
+async def test_a_revoked_key_is_401_from_the_next_request(world: World) -> None:
+    key = await issue_key(world.app, "carol")
+    async with app_client(world.app, key) as carol:
+        assert (await carol.get(f"{API}/schedules")).status_code == 200
+        record = await revoke_key(world.app.state.db, key.split("_")[1])
+        assert record.revoked_at is not None
+        assert_unauthorized(await carol.get(f"{API}/schedules"), key)
+        assert_unauthorized(await carol.post(f"{API}/schedules", json=SCHEDULE), key)
+    # Revoking one key leaves the owner's other keys alone.
+    assert (await world.alice.get(f"{API}/schedules")).status_code == 200
+
+
+async def test_the_key_is_checked_before_the_body(world: World) -> None:
+    bad = {**SCHEDULE, "trigger": {"cron": "61 * * * *"}, "surprise": 1}
+    assert_unauthorized(await world.nobody.post(f"{API}/schedules", json=bad))
+    assert_unauthorized(await world.nobody.get(f"{API}/schedules", params={"limit": "x"}))
+
+
+async def test_probes_and_the_openapi_document_need_no_key(world: World) -> None:
+    assert (await world.nobody.get("/healthz")).status_code == 200
+    assert (await world.nobody.get("/readyz")).status_code == 200
+    assert (await world.nobody.get("/docs")).status_code == 200
+    document = (await world.nobody.get("/openapi.json")).json()
+    schemes = document["components"]["securitySchemes"]
+    assert schemes == {
+        "apiKey": {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "ac_<prefix>_<secret>",
+            "description": schemes["apiKey"]["description"],
+        }
+    }
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if path.startswith(API):
+                assert operation.get("security") == [{"apiKey": []}], (method, path)
+                assert "401" in operation["responses"], (method, path)
+            else:
+                assert "security" not in operation, (method, path)
+
+
+# -- owners ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path", "body", "ok"), OWNED)
+async def test_another_owner_gets_404_and_changes_nothing(
+    world: World, method: str, path: str, body: dict[str, Any] | None, ok: int
+) -> None:
+    before = await world.snapshot()
+    response = await world.bob.request(method, world.path(path), json=body)
+    error = assert_error(response, 404, "NotFound")
+    assert "alice" not in response.text
+    assert await world.snapshot() == before
+    # Exactly what an id that does not exist answers: nothing tells "someone else's" apart.
+    ids = {name: str(uuid.uuid4()) for name in world.ids}
+    missing = await world.bob.request(method, path.format(**ids), json=body)
+
+    def blank(message: str, ids: dict[str, str]) -> str:
+        for value in ids.values():
+            message = message.replace(value, "ID")
+        return message
+
+    assert blank(error["error"]["message"], world.ids) == blank(
+        assert_error(missing, 404, "NotFound")["error"]["message"], ids
+    )
+
+    # The request itself was fine: the admin may make it, and the owner stays alice.
+    allowed = await world.admin.request(method, world.path(path), json=body)
+    assert allowed.status_code == ok, allowed.text
+    if ok != 204 and "owner" in allowed.json():
+        assert allowed.json()["owner"] == "alice"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "ok"), OWNED)
+async def test_the_owner_may_use_every_endpoint(
+    world: World, method: str, path: str, body: dict[str, Any] | None, ok: int
+) -> None:
+    response = await world.alice.request(method, world.path(path), json=body)
+    assert response.status_code == ok, response.text
+
+
+async def test_lists_hold_only_the_callers_schedules_and_an_admin_sees_all(world: World) -> None:
+    admins = await create_schedule(world.admin, name="root's")
+    assert admins["owner"] == "root"  # an admin key creates as its own owner
+
+    async def listed(http: httpx.AsyncClient) -> dict[str, str]:
+        page = (await http.get(f"{API}/schedules", params={"limit": 500})).json()
+        return {item["id"]: item["owner"] for item in page["items"]}
+
+    alice_id = world.ids["schedule_id"]
+    assert await listed(world.alice) == {alice_id: "alice"}
+    assert await listed(world.bob) == {world.bob_schedule: "bob"}
+    assert await listed(world.admin) == {
+        alice_id: "alice",
+        world.bob_schedule: "bob",
+        admins["id"]: "root",
+    }
+    # The runs list of alice's schedule: hers and the admin's to read, 404 for bob.
+    runs = (await world.alice.get(f"{API}/schedules/{alice_id}/runs")).json()["items"]
+    assert [run["id"] for run in runs] == [world.ids["run_id"]]
+    assert (await world.admin.get(f"{API}/schedules/{alice_id}/runs")).json()["items"] == runs
+    assert (await world.bob.get(f"{API}/schedules/{alice_id}/runs")).status_code == 404
+    # Bob's runs of his own schedule do not include alice's.
+    await world.bob.post(f"{API}/schedules/{world.bob_schedule}/run")
+    bobs = (await world.bob.get(f"{API}/schedules/{world.bob_schedule}/runs")).json()["items"]
+    assert len(bobs) == 1 and bobs[0]["id"] != world.ids["run_id"]
+
+
+async def test_pagination_cursors_do_not_cross_owners(world: World) -> None:
+    for index in range(3):
+        await create_schedule(world.bob, name=f"bob {index}")
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 1, **({"cursor": cursor} if cursor else {})}
+        page = (await world.bob.get(f"{API}/schedules", params=params)).json()
+        seen.extend(item["owner"] for item in page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["bob"] * 4
+
+
+# -- secrets ---------------------------------------------------------------------------------
+
+
+async def test_only_a_hash_of_the_key_is_stored(world: World, backend: str, db_url: str) -> None:
+    db: Database = world.app.state.db
+    key, record = await create_key(db, "dave")
+    prefix, secret = key.split("_", 2)[1:]
+    assert key == f"ac_{prefix}_{secret}" and len(secret) == 43
+    async with db.session(write=False) as session:
+        rows = (await session.execute(text("SELECT * FROM api_keys"))).mappings().all()
+    (row,) = [row for row in rows if str(row["id"]).replace("-", "") == record.id.hex]
+    assert row["key_hash"] == hashlib.sha256(key.encode()).hexdigest()
+    assert row["prefix"] == prefix and row["owner"] == "dave" and not row["admin"]
+    dumped = json.dumps([dict(r) for r in rows], default=str)
+    assert secret not in dumped and key not in dumped
+    if backend == "sqlite":
+        # Nowhere in the database files either (main file and write-ahead log).
+        path = Path(db_url.split("///", 1)[1])
+        for file in path.parent.glob(path.name + "*"):
+            assert secret.encode() not in file.read_bytes(), file
+
+
+async def test_keys_never_reach_a_log_line(
+    world: World, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    db: Database = world.app.state.db
+    with capture_logs() as logs:
+        key, record = await create_key(db, "erin", admin=True)
+        async with app_client(world.app, key) as erin:
+            assert (await erin.get(f"{API}/schedules")).status_code == 200
+        forged = key[:-6] + ("AAAAAA" if not key.endswith("AAAAAA") else "BBBBBB")
+        for presented in (forged, key + "x", key.upper()):
+            response = await world.nobody.get(f"{API}/schedules", headers=bearer(presented))
+            assert_unauthorized(response, presented)
+        await revoke_key(db, record.id)
+        response = await world.nobody.get(f"{API}/schedules", headers=bearer(key))
+        assert_unauthorized(response, key)
+    assert any(event["event"] == "api_key_created" for event in logs)
+    secret = key.split("_", 2)[2]
+    output = capsys.readouterr()
+    for seen in (repr(logs), caplog.text, output.out, output.err):
+        assert secret not in seen and secret.upper() not in seen and forged not in seen
+
+
+async def test_notify_secrets_are_masked_for_owners_and_admins(world: World) -> None:
+    secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    notify = [
+        {"type": "webhook", "url": "https://hooks.example.org/x", "secret": secret},
+        {"type": "email", "to": ["a@example.org"], "from": "b@example.org", "smtp_url_env": "S"},
+    ]
+    created = await create_schedule(world.alice, notify=notify)
+    answers = [
+        created,
+        (await world.alice.get(f"{API}/schedules/{created['id']}")).json(),
+        (await world.admin.get(f"{API}/schedules/{created['id']}")).json(),
+        (await world.admin.get(f"{API}/schedules")).json(),
+        (await world.admin.patch(f"{API}/schedules/{created['id']}", json={"name": "n"})).json(),
+    ]
+    key = secret.removeprefix("whsec_")
+    for answer in answers:
+        assert key not in json.dumps(answer)
+    assert created["notify"][0]["secret"] == "whsec_…" + secret[-4:]
+    # Email channels hold no credentials: the SMTP URL stays in the service's environment, and
+    # a password-bearing field is refused without being repeated.
+    leaky = {**notify[1], "smtp_url": "smtp+starttls://me:hunter2hunter2@mail.example.org"}
+    refused = await world.alice.post(f"{API}/schedules", json={**SCHEDULE, "notify": [leaky]})
+    assert refused.status_code == 422 and "hunter2hunter2" not in refused.text
+    bad_secret = {**notify[0], "secret": "whsec_not-base64-" + "Z" * 30}
+    refused = await world.alice.post(f"{API}/schedules", json={**SCHEDULE, "notify": [bad_secret]})
+    assert refused.status_code == 422 and bad_secret["secret"] not in refused.text
+
+
+# -- core.keys -------------------------------------------------------------------------------
+
+
+async def test_last_used_is_noted_at_most_once_a_minute(db: Database) -> None:
+    key, record = await create_key(db, "frank")
+    assert record.last_used_at is None
+    t0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+    async def last_used() -> datetime | None:
+        async with db.session(write=False) as session:
+            return (
+                await session.execute(select(ApiKey.last_used_at).where(ApiKey.id == record.id))
+            ).scalar_one()
+
+    principal = await authenticate(db, key, clock=lambda: t0)
+    assert principal is not None and principal.owner == "frank" and not principal.admin
+    assert principal.scope == "frank"
+    assert await last_used() == t0
+    await authenticate(db, key, clock=lambda: t0 + timedelta(seconds=10))
+    assert await last_used() == t0
+    later = t0 + LAST_USED_RESOLUTION + timedelta(seconds=1)
+    await authenticate(db, key, clock=lambda: later)
+    assert await last_used() == later
+
+
+async def test_admin_principal_has_no_owner_filter(db: Database) -> None:
+    key, _ = await create_key(db, "ops", admin=True)
+    principal = await authenticate(db, key)
+    assert principal is not None and principal.admin and principal.scope is None
+    assert principal.owner == "ops"
+
+
+@pytest.mark.parametrize("owner", ["", " ", "a b", "-x", "x" * 201, "a\x00b", "é"])
+async def test_owner_names_are_checked(db: Database, owner: str) -> None:
+    with pytest.raises(ValueError, match="an owner is"):
+        await create_key(db, owner)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTCRON, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_cli_keys_create_list_revoke(live_app: FastAPI, db_url: str, tmp_path: Path) -> None:
+    env = dict(
+        os.environ,
+        AGENTCRON_DATABASE_URL=db_url,
+        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
+        AGENTCRON_LOG_FORMAT="json",
+    )
+    created = cli(env, "keys", "create", "--owner", "grace")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+    assert key.startswith("ac_") and key.count("_") >= 2
+    secret = key.split("_", 2)[2]
+    assert secret not in created.stderr  # the log line names the key, never its secret
+
+    async with app_client(live_app, key) as grace:
+        made = await create_schedule(grace, name="grace's")
+        assert made["owner"] == "grace"
+        listed = (await grace.get(f"{API}/schedules")).json()["items"]
+        assert [item["id"] for item in listed] == [made["id"]]
+
+        listing = cli(env, "keys", "list")
+        assert listing.returncode == 0, listing.stderr
+        (line,) = [line for line in listing.stdout.splitlines() if "owner=grace" in line]
+        assert f"ac_{key.split('_')[1]}_…" in line and "admin=no" in line
+        assert secret not in listing.stdout + listing.stderr
+
+        revoked = cli(env, "keys", "revoke", line.split()[0])
+        assert revoked.returncode == 0, revoked.stderr
+        assert_unauthorized(await grace.get(f"{API}/schedules"), key)
+
+    assert cli(env, "keys", "revoke", str(uuid.uuid4())).returncode == 1
+    refused = cli(env, "keys", "create", "--owner", "not valid")
+    assert refused.returncode == 2 and "owner" in refused.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_cli_example_prints_a_local_key_once(
+    live_app: FastAPI, db_url: str, tmp_path: Path
+) -> None:
+    env = dict(
+        os.environ,
+        AGENTCRON_DATABASE_URL=db_url,
+        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
+        AGENTCRON_LOG_FORMAT="json",
+    )
+    first = cli(env, "example")
+    assert first.returncode == 0, first.stderr
+    export = first.stdout.strip().splitlines()[-1]
+    assert export.startswith("export AGENTCRON_KEY=ac_")
+    key = export.removeprefix("export AGENTCRON_KEY=")
+    assert key.split("_", 2)[2] not in first.stderr
+
+    async with app_client(live_app, key) as local:
+        items = (await local.get(f"{API}/schedules")).json()["items"]
+    assert [item["name"] for item in items] == ["example: hello agent"]
+    assert items[0]["owner"] == "local"
+
+    again = cli(env, "example")
+    assert again.returncode == 0, again.stderr
+    assert "AGENTCRON_KEY=" not in again.stdout and "ac_" + key.split("_")[1] in again.stdout
+    assert "agentcron keys create --owner local" in again.stdout
+    async with app_client(live_app, None) as nobody:
+        # Still one example schedule, still one key.
+        admin_key = await issue_key(live_app, "root", admin=True)
+        listed = await nobody.get(f"{API}/schedules", headers=bearer(admin_key))
+    assert [item["name"] for item in listed.json()["items"]] == ["example: hello agent"]
+    async with live_app.state.db.session(write=False) as session:
+        owners = (await session.execute(select(ApiKey.owner))).scalars().all()
+    assert sorted(owners) == ["local", "root"]
