@@ -63,14 +63,15 @@ def _zone(name: object) -> ZoneInfo:
     hint = "use an IANA zone name such as 'Asia/Shanghai' or 'UTC'"
     if not name.strip():
         raise InvalidSchedule(f"timezone is empty: {hint}", field=field)
-    if _OFFSET_LIKE.match(name):
-        raise InvalidSchedule(
-            f"timezone {name!r} is a UTC offset, not a zone (offsets change with DST): {hint}",
-            field=field,
-        )
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # Checked only once the lookup failed: "GMT0", "GMT+0" and "GMT-0" are IANA names.
+        if _OFFSET_LIKE.match(name):
+            raise InvalidSchedule(
+                f"timezone {name!r} is a UTC offset, not a zone (offsets change with DST): {hint}",
+                field=field,
+            ) from exc
         raise InvalidSchedule(f"unknown timezone {name!r}: {hint}", field=field) from exc
 
 

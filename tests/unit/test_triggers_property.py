@@ -1,0 +1,638 @@
+"""Property tests of the trigger arithmetic (DESIGN.md contract points 1 and 2), with hypothesis.
+
+Cron expressions are generated from parts whose meaning is known: each field's value set is
+computed here from the Debian rules (values, ranges, reversed ranges that wrap, steps, lists,
+names, 0 and 7 for Sunday, the OR/AND day rule), never by asking the parser. They are checked
+in IANA zones (every zone can be drawn; the DST-heavy ones more often) from instants between
+1900 and 2100, many of them a few hours from a UTC-offset transition, against an oracle that
+walks the local wall-clock minutes between consecutive due times, segment by segment between
+the zone's transitions:
+
+* a wildcard job (minute or hour field starting with ``*``) fires at every instant whose wall
+  clock reads a matching minute: both passes of a repeated time, nothing for a skipped one;
+* a fixed-time job fires for each matching wall time ``m`` once, at the first instant whose
+  wall clock reads ``m`` or later: the first pass of a repeated time, the end of a gap for a
+  skipped one, and several skipped times collapse into one fire.
+
+Only the public functions of ``core.triggers`` are used. Examples are derandomised (the same
+inputs on every run, so CI cannot flake) and counts are kept modest for a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from itertools import pairwise
+from typing import Any
+from zoneinfo import ZoneInfo, available_timezones
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from core.errors import InvalidSchedule
+from core.triggers import (
+    MAX_INTERVAL_SECONDS,
+    CronTrigger,
+    IntervalTrigger,
+    OneShotTrigger,
+    is_wildcard_job,
+    next_fire,
+    parse_trigger,
+    preview,
+    trigger_from_dict,
+    trigger_to_dict,
+)
+
+PROPERTY = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+QUICK = settings(PROPERTY, max_examples=100)
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
+MINUTE = timedelta(minutes=1)
+
+DST_HEAVY = (
+    "America/New_York",
+    "Europe/London",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "America/Havana",
+    "America/Santiago",
+    "Africa/Casablanca",
+    "Antarctica/Troll",
+    "Australia/Sydney",
+    "Pacific/Apia",  # skipped a whole day (2011-12-30) crossing the date line
+    "America/St_Johns",  # half-hour zone with DST
+    "Europe/Moscow",
+)
+ALL_ZONES = tuple(sorted(available_timezones()))
+
+# ---------------------------------------------------------------------------------------------
+# Cron expressions with a known meaning
+# ---------------------------------------------------------------------------------------------
+
+MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+@dataclass(frozen=True)
+class Spec:
+    low: int
+    high: int
+    cycle_high: int  # last value of the cycle a reversed range wraps around (6 for weekdays)
+    names: dict[int, str]
+
+
+SPECS = (
+    Spec(0, 59, 59, {}),
+    Spec(0, 23, 23, {}),
+    Spec(1, 31, 31, {}),
+    Spec(1, 12, 12, {i + 1: n for i, n in enumerate(MONTH_NAMES)}),
+    Spec(0, 7, 6, dict(enumerate(DOW_NAMES))),
+)
+MIN, HOUR, DOM, MON, DOW = range(5)
+
+
+@dataclass(frozen=True)
+class Field:
+    text: str
+    values: frozenset[int]
+
+    @property
+    def star(self) -> bool:
+        return self.text.startswith("*")
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A generated expression and what it means, derived independently of the parser."""
+
+    text: str
+    fields: tuple[Field, Field, Field, Field, Field]
+
+    @property
+    def wildcard(self) -> bool:
+        return self.fields[MIN].star or self.fields[HOUR].star
+
+    @property
+    def day_or(self) -> bool:
+        return not (self.fields[DOM].star or self.fields[DOW].star)
+
+    @property
+    def never_fires(self) -> bool:
+        """Under AND, no listed day exists in a listed month (under OR weekdays always match)."""
+        days, months = self.fields[DOM].values, self.fields[MON].values
+        return not self.day_or and not any(d <= MAX_DAYS[m - 1] for m in months for d in days)
+
+    @functools.cached_property
+    def hours(self) -> list[int]:
+        return sorted(self.fields[HOUR].values)
+
+    @functools.cached_property
+    def minutes(self) -> list[int]:
+        return sorted(self.fields[MIN].values)
+
+    def day_matches(self, day: date) -> bool:
+        if day.month not in self.fields[MON].values:
+            return False
+        dom = day.day in self.fields[DOM].values
+        dow = day.isoweekday() % 7 in self.fields[DOW].values
+        return (dom or dow) if self.day_or else (dom and dow)
+
+    def matches(self, wall: datetime) -> bool:
+        return (
+            wall.second == 0
+            and wall.microsecond == 0
+            and wall.minute in self.fields[MIN].values
+            and wall.hour in self.fields[HOUR].values
+            and self.day_matches(wall.date())
+        )
+
+    def walls(self, low: datetime, high: datetime) -> Iterator[datetime]:
+        """Every matching wall-clock minute in ``[low, high)``, in order (naive)."""
+        day = low.date()
+        while datetime.combine(day, time()) < high:
+            if self.day_matches(day):
+                for hour in self.hours:
+                    for minute in self.minutes:
+                        wall = datetime.combine(day, time(hour, minute))
+                        if wall >= high:
+                            return
+                        if wall >= low:
+                            yield wall
+            day += timedelta(days=1)
+
+
+def _wrap(start: int, stop: int, low: int, cycle_high: int) -> list[int]:
+    """start, start+1, ... up to cycle_high, then low, ... up to stop."""
+    values = [start]
+    while values[-1] != stop:
+        values.append(low if values[-1] == cycle_high else values[-1] + 1)
+    return values
+
+
+@st.composite
+def _item(draw: st.DrawFn, index: int) -> tuple[str, set[int]]:
+    spec = SPECS[index]
+    span = spec.high - spec.low + 1
+
+    def token(value: int) -> str:
+        name = spec.names.get(value)
+        if name is not None and draw(st.booleans()):
+            return draw(st.sampled_from((name, name.upper(), name.title())))
+        return str(value)
+
+    def step() -> int:
+        return draw(st.one_of(st.integers(1, 4), st.integers(1, span + 2)))
+
+    kind = draw(
+        st.sampled_from(
+            ("star", "star_step", "value", "value", "value", "range", "range", "range_step")
+        )
+    )
+    if kind == "star":
+        return "*", set(range(spec.low, spec.high + 1))
+    if kind == "star_step":
+        s = step()
+        return f"*/{s}", set(range(spec.low, spec.high + 1, s))
+    value = draw(st.integers(spec.low, spec.high))
+    if kind == "value":
+        return token(value), {value}
+    stop = draw(st.integers(spec.low, spec.high))
+    if index == DOW and value > stop and value == 7:
+        value, stop = stop, value  # 7 is only another Sunday: keep it at the top of a range
+    s = step() if kind == "range_step" else 1
+    text = f"{token(value)}-{token(stop)}" + (f"/{s}" if kind == "range_step" else "")
+    if value <= stop:
+        return text, set(range(value, stop + 1, s))
+    return text, set(_wrap(value, stop, spec.low, spec.cycle_high)[::s])
+
+
+@st.composite
+def _field(draw: st.DrawFn, index: int) -> Field:
+    if index in (DOM, MON, DOW) and draw(st.integers(0, 2)) == 0:
+        return Field("*", frozenset(range(SPECS[index].low, SPECS[index].high + 1)))
+    size = draw(st.sampled_from((1, 1, 1, 2, 3)))
+    items = draw(st.lists(_item(index), min_size=size, max_size=size))
+    values = set().union(*(v for _, v in items))
+    if index == DOW and 7 in values:
+        values = (values - {7}) | {0}
+    return Field(",".join(text for text, _ in items), frozenset(values))
+
+
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def _macro_fields(expansion: str) -> tuple[Field, Field, Field, Field, Field]:
+    parts = expansion.split()
+    fields = []
+    for index, part in enumerate(parts):
+        spec = SPECS[index]
+        values = set(range(spec.low, spec.high + 1)) if part == "*" else {int(part)}
+        if index == DOW:
+            values = (values - {7}) | ({0} if 7 in values else set())
+        fields.append(Field(part, frozenset(values)))
+    return fields[0], fields[1], fields[2], fields[3], fields[4]
+
+
+@st.composite
+def crons(draw: st.DrawFn, focus: datetime | None = None) -> Cron:
+    """Any valid-looking expression; ``never_fires`` says whether it must be rejected.
+
+    With ``focus`` (a local wall time), the hour and day fields often list that time's hour
+    and day, so that DST transitions are actually crossed by matching times.
+    """
+    if focus is None and draw(st.integers(0, 15)) == 0:
+        macro = draw(st.sampled_from(sorted(MACROS)))
+        text = draw(st.sampled_from((macro, macro.upper())))
+        return Cron(text, _macro_fields(MACROS[macro]))
+    fields = [draw(_field(index)) for index in range(5)]
+    if focus is not None and draw(st.integers(0, 3)) > 0:
+        near = sorted({(focus + k * timedelta(minutes=30)).hour for k in range(-3, 4)})
+        hours = draw(st.lists(st.sampled_from(near), min_size=1, max_size=3, unique=True))
+        fields[HOUR] = Field(",".join(map(str, hours)), frozenset(hours))
+        fields[DOM] = draw(
+            st.sampled_from(
+                (Field("*", frozenset(range(1, 32))), Field(str(focus.day), frozenset({focus.day})))
+            )
+        )
+        fields[MON] = Field("*", frozenset(range(1, 13)))
+        fields[DOW] = Field("*", frozenset(range(7)))
+    separators = draw(
+        st.lists(st.sampled_from((" ", " ", " ", "  ", "\t")), min_size=4, max_size=4)
+    )
+    text = fields[0].text + "".join(
+        sep + f.text for sep, f in zip(separators, fields[1:], strict=True)
+    )
+    if draw(st.integers(0, 9)) == 0:
+        text = f" {text} "
+    return Cron(text, (fields[0], fields[1], fields[2], fields[3], fields[4]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Zones, their transitions, and instants near them
+# ---------------------------------------------------------------------------------------------
+
+
+def _offset(instant: datetime, zone: ZoneInfo) -> timedelta:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def wall(instant: datetime, zone: ZoneInfo) -> datetime:
+    """The naive local wall-clock time of an instant."""
+    return instant.astimezone(zone).replace(tzinfo=None)
+
+
+def _at(seconds: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)
+
+
+def transitions(zone: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
+    """The instants in ``(start, end]`` where the zone's UTC offset changes (whole seconds).
+
+    Sampled every 3 hours and bisected: tzdata has no zone that shifts twice within 3 hours.
+    """
+    found: list[datetime] = []
+    step = timedelta(hours=3)
+    low = start
+    while low < end:
+        high = min(low + step, end)
+        while _offset(high, zone) != _offset(low, zone):
+            before = _offset(low, zone)
+            # Transitions fall on whole seconds: the floor of `low` still has its offset.
+            lo, hi = math.floor(low.timestamp()), math.ceil(high.timestamp())
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if _offset(_at(mid), zone) == before:
+                    lo = mid
+                else:
+                    hi = mid
+            found.append(_at(hi))
+            low = _at(hi)
+        low = high
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def transitions_in_year(zone_name: str, year: int) -> tuple[datetime, ...]:
+    start = datetime(year, 1, 1, tzinfo=UTC)
+    return tuple(transitions(ZoneInfo(zone_name), start, start.replace(year=year + 1)))
+
+
+zones = st.one_of(st.sampled_from(DST_HEAVY), st.sampled_from(ALL_ZONES))
+years = st.one_of(st.integers(1970, 2040), st.integers(1900, 2100))
+
+
+def uniform_instants() -> st.SearchStrategy[datetime]:
+    return st.datetimes(datetime(1900, 1, 2), datetime(2100, 12, 30)).map(
+        lambda naive: naive.replace(tzinfo=UTC)
+    )
+
+
+@st.composite
+def cron_cases(draw: st.DrawFn) -> tuple[Cron, str, datetime]:
+    """(expression, zone, instant): mostly a few hours before or after one of the zone's
+    transitions in a random year, with the expression often aimed at that transition."""
+    zone_name = draw(zones)
+    zone = ZoneInfo(zone_name)
+    found = transitions_in_year(zone_name, draw(years)) if draw(st.integers(0, 3)) else ()
+    if found:
+        transition = draw(st.sampled_from(found))
+        after = transition + timedelta(
+            seconds=draw(st.integers(-5 * 3600, 3 * 3600)),
+            microseconds=draw(st.sampled_from((0, 0, 1, 500_000, 999_999))),
+        )
+        cron = draw(crons(focus=wall(transition - SECOND, zone)))
+    else:
+        after = draw(uniform_instants())
+        cron = draw(crons())
+    assume(not cron.never_fires)
+    # The caller's instant may be in any zone: only the instant counts.
+    shown_in = draw(st.sampled_from((UTC, zone, ZoneInfo("Asia/Kolkata"))))
+    return cron, zone_name, after.astimezone(shown_in)
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle: fire instants from the rules, segment by segment between transitions
+# ---------------------------------------------------------------------------------------------
+
+
+def oracle(cron: Cron, zone: ZoneInfo, after: datetime, end: datetime) -> list[datetime]:
+    """The fire instants in ``(after, end]`` (UTC), from the DST rules of the module docstring.
+
+    Between two transitions the offset ``o`` is constant, so the instants ``[a, b)`` read the
+    wall times ``[a + o, b + o)``; every matching wall minute there is enumerated. A fixed-time
+    job fires only for wall times never read before (the high-water mark ``high``), at
+    ``max(a, m - o)``: ``m - o`` for a time read in this segment, the segment start ``a`` (the
+    end of the gap) for a time the clock jumped over.
+    """
+    start = after.astimezone(UTC).replace(microsecond=0) - timedelta(hours=30)
+    last = end.astimezone(UTC) + SECOND
+    bounds = [start, *transitions(zone, start, last), last]
+    fires: set[datetime] = set()
+    high: datetime | None = None
+    for a, b in pairwise(bounds):
+        o = _offset(a, zone)
+        wall_a = (a + o).replace(tzinfo=None)
+        wall_b = (b + o).replace(tzinfo=None)
+        if cron.wildcard:
+            fires.update((m - o).replace(tzinfo=UTC) for m in cron.walls(wall_a, wall_b))
+            continue
+        if high is None:
+            high = wall_a
+        if wall_b > high:
+            for m in cron.walls(high, wall_b):
+                fires.add(max(a, (m - o).replace(tzinfo=UTC)))
+            high = wall_b
+    return sorted(f for f in fires if after < f <= end)
+
+
+def occurrences(local: datetime, zone: ZoneInfo) -> list[datetime]:
+    """The instants (UTC) whose wall clock reads ``local``: one, two (repeated) or none (gap)."""
+    candidates = {local.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1)}
+    return sorted(c for c in candidates if wall(c, zone) == local)
+
+
+def _trigger(cron: Cron, zone_name: str) -> CronTrigger:
+    trigger = parse_trigger({"cron": cron.text, "timezone": zone_name}, NOW)
+    assert isinstance(trigger, CronTrigger)
+    return trigger
+
+
+def _fires(trigger: CronTrigger, after: datetime, count: int = 8) -> list[datetime]:
+    """Up to ``count`` due times, cut after 400 days past the first (sparse expressions such as
+    Feb 29 on a Monday would otherwise make the oracle walk centuries)."""
+    fires = preview(trigger, after, count)
+    assert fires, "a valid cron expression has a next due time"
+    horizon = fires[0] + timedelta(days=400)
+    return [f for i, f in enumerate(fires) if i < 2 or f <= horizon]
+
+
+def _utc(values: list[datetime]) -> list[datetime]:
+    return [v.astimezone(UTC) for v in values]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cron properties
+# ---------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(crons())
+def test_expression_accepted_unless_it_never_fires(cron: Cron) -> None:
+    data = {"cron": cron.text, "timezone": "UTC"}
+    if cron.never_fires:
+        with pytest.raises(InvalidSchedule) as caught:
+            parse_trigger(data, NOW)
+        assert caught.value.field == "trigger.cron"
+        assert "never fires" in caught.value.message
+        return
+    trigger = parse_trigger(data, NOW)
+    assert trigger == CronTrigger(cron.text.strip(), "UTC")
+    assert trigger_from_dict(trigger_to_dict(trigger)) == trigger
+    assert is_wildcard_job(cron.text) is cron.wildcard
+
+
+@PROPERTY
+@given(cron_cases())
+def test_due_times_increase_and_each_matches_or_is_the_gap_shift(
+    case: tuple[Cron, str, datetime],
+) -> None:
+    cron, zone_name, after = case
+    zone = ZoneInfo(zone_name)
+    fires = _fires(_trigger(cron, zone_name), after)
+    utc = _utc(fires)
+    assert utc[0] > after
+    assert all(a < b for a, b in pairwise(utc)), "due times strictly increase"
+    for fire in fires:
+        # Aware, in the trigger's zone, carrying that zone's offset at that instant.
+        assert fire.tzinfo == zone
+        assert fire.utcoffset() == _offset(fire, zone)
+        local = wall(fire, zone)
+        if cron.matches(local):
+            passes = occurrences(local, zone)
+            assert fire.astimezone(UTC) in passes
+            if not cron.wildcard:
+                assert fire.astimezone(UTC) == passes[0], "fixed-time jobs fire at the first pass"
+            continue
+        # Otherwise only the documented shift: a fixed-time job whose wall time the clock
+        # jumped over fires at the first instant after the gap, i.e. at the transition.
+        assert not cron.wildcard, f"wildcard job fired at non-matching {local}"
+        before = _offset(fire - SECOND, zone)
+        now_offset = _offset(fire, zone)
+        assert before < now_offset, f"{fire} is not the end of a spring-forward gap"
+        skipped_from = (fire.astimezone(UTC) + before).replace(tzinfo=None)
+        assert any(cron.walls(skipped_from, local)), f"no matching time was skipped at {fire}"
+
+
+@PROPERTY
+@given(cron_cases())
+def test_no_due_time_is_skipped(case: tuple[Cron, str, datetime]) -> None:
+    """Every local minute between consecutive due times is scanned: none that should fire
+    (per the DST rules) lies between them, and the due times are exactly the oracle's."""
+    cron, zone_name, after = case
+    zone = ZoneInfo(zone_name)
+    fires = _utc(_fires(_trigger(cron, zone_name), after))
+    assert fires == oracle(cron, zone, after, fires[-1])
+
+
+@PROPERTY
+@given(cron_cases(), st.lists(st.floats(0, 1), min_size=1, max_size=12), st.sampled_from(ALL_ZONES))
+def test_next_fire_is_a_pure_function_of_the_instant(
+    case: tuple[Cron, str, datetime], fractions: list[float], asked_in: str
+) -> None:
+    """From any instant, ``next_fire`` gives the next due time of one fixed walk: where an
+    iteration started never matters (so asking from the second pass of a repeated hour never
+    returns the first pass), and the zone the instant is written in does not either."""
+    cron, zone_name, asked = case
+    zone = ZoneInfo(zone_name)
+    trigger = _trigger(cron, zone_name)
+    walked = _utc(_fires(trigger, asked))
+    # UTC throughout: arithmetic and comparisons on datetimes sharing a ZoneInfo use wall time.
+    after = asked.astimezone(UTC)
+    span = walked[-1] - after
+    origins = [after + span * f for f in fractions]
+    origins += [w - timedelta(microseconds=1) for w in walked] + walked[:-1]
+    # Inside every repeated stretch of wall time the walk crosses: second-pass origins.
+    for transition in transitions(zone, after.astimezone(UTC), walked[-1]):
+        if _offset(transition, zone) < _offset(transition - SECOND, zone):
+            origins += [transition + k * timedelta(minutes=7, seconds=3) for k in range(9)]
+    for origin in origins:
+        if not after <= origin < walked[-1]:
+            continue
+        expected = next(w for w in walked if w > origin)
+        found = next_fire(trigger, origin.astimezone(ZoneInfo(asked_in)))
+        assert found is not None
+        assert found.astimezone(UTC) == expected, f"next_fire({origin.isoformat()})"
+
+
+def test_every_iana_zone_is_accepted() -> None:
+    trigger_data: dict[str, Any] = {"cron": "30 2 * * *"}
+    refused = []
+    for name in ALL_ZONES:
+        try:
+            trigger = parse_trigger({**trigger_data, "timezone": name}, NOW)
+        except InvalidSchedule as exc:
+            refused.append(f"{name}: {exc.message}")
+            continue
+        found = next_fire(trigger, NOW)
+        assert found is not None and found > NOW
+    assert refused == []
+
+
+CRON_ALPHABET = string.digits + "*/-,@ \tLW#?HRjanfebmonSUNsat" + "\x00٣５é\u2212"
+
+
+@QUICK
+@given(
+    st.one_of(st.text(CRON_ALPHABET, max_size=40), st.text(max_size=40)),
+    st.one_of(st.none(), st.sampled_from(DST_HEAVY), st.text(max_size=30)),
+)
+def test_any_text_is_accepted_or_rejected_naming_the_field(cron: str, zone: str | None) -> None:
+    data = {"cron": cron, "timezone": zone}
+    try:
+        trigger = parse_trigger(data, NOW)
+    except InvalidSchedule as exc:
+        assert exc.field in ("trigger.cron", "trigger.timezone")
+        assert exc.message
+        return
+    assert isinstance(trigger, CronTrigger)
+    found = next_fire(trigger, NOW)
+    assert found is None or found > NOW
+
+
+@QUICK
+@given(st.text(min_size=1, max_size=40).filter(lambda z: z not in ALL_ZONES))
+def test_unknown_zone_names_are_rejected(zone: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger({"cron": "0 8 * * *", "timezone": zone}, NOW)
+    assert caught.value.field == "trigger.timezone"
+
+
+# ---------------------------------------------------------------------------------------------
+# Interval and one-shot triggers
+# ---------------------------------------------------------------------------------------------
+
+aware_instants = st.builds(
+    lambda naive, minutes: naive.replace(tzinfo=timezone(timedelta(minutes=minutes))),
+    st.datetimes(datetime(1900, 1, 2), datetime(2100, 12, 30)),
+    st.integers(-14 * 60, 14 * 60),
+)
+every_seconds = st.one_of(
+    st.integers(1, 120), st.sampled_from((3600, 86_400)), st.integers(1, MAX_INTERVAL_SECONDS)
+)
+
+
+@PROPERTY
+@given(every_seconds, aware_instants, aware_instants)
+def test_interval_fires_on_its_grid_strictly_after(
+    every: int, start_at: datetime, after: datetime
+) -> None:
+    trigger = parse_trigger({"every_seconds": every, "start_at": start_at.isoformat()}, NOW)
+    assert trigger == IntervalTrigger(every, start_at.astimezone(UTC))
+    assert trigger_from_dict(trigger_to_dict(trigger)) == trigger
+    step = timedelta(seconds=every)
+    fires = preview(trigger, after, 4)
+    assert len(fires) == 4
+    first = fires[0]
+    assert first.tzinfo == UTC and first > after
+    # On the grid start_at + k * every (k >= 0), and the smallest such point after `after`.
+    assert (first - start_at) % step == timedelta(0) and first >= start_at
+    assert first == start_at or first - step <= after
+    assert [b - a for a, b in pairwise(fires)] == [step] * 3
+    # Pure: asking from between two due times gives the later one.
+    assert next_fire(trigger, fires[1] - timedelta(microseconds=1)) == fires[1]
+    assert next_fire(trigger, fires[1]) == fires[2]
+
+
+@QUICK
+@given(st.integers(), aware_instants)
+def test_interval_out_of_range_is_rejected(every: int, start_at: datetime) -> None:
+    data = {"every_seconds": every, "start_at": start_at.isoformat()}
+    if 1 <= every <= MAX_INTERVAL_SECONDS:
+        assert isinstance(parse_trigger(data, NOW), IntervalTrigger)
+        return
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger(data, NOW)
+    assert caught.value.field == "trigger.every_seconds"
+
+
+@PROPERTY
+@given(aware_instants, aware_instants)
+def test_one_shot_fires_once_strictly_after_now(at: datetime, after: datetime) -> None:
+    if at <= NOW:
+        with pytest.raises(InvalidSchedule) as caught:
+            parse_trigger({"at": at.isoformat()}, NOW)
+        assert caught.value.field == "trigger.at"
+        trigger = trigger_from_dict({"at": at.isoformat()})  # stored: no future check
+    else:
+        trigger = parse_trigger({"at": at.isoformat()}, NOW)
+    assert trigger == OneShotTrigger(at.astimezone(UTC))
+    assert trigger_from_dict(trigger_to_dict(trigger)) == trigger
+    fires = preview(trigger, after, 3)
+    if at > after:
+        assert fires == [at] and fires[0].tzinfo == UTC
+        assert next_fire(trigger, at) is None
+    else:
+        assert fires == [] and next_fire(trigger, after) is None
