@@ -345,4 +345,12 @@ def check_preview_after(after: str | None) -> datetime | None:
         raise InvalidSchedule("after must be an ISO 8601 datetime", field="after") from None
     if value.tzinfo is None:
         raise InvalidSchedule("after must carry a UTC offset", field="after")
+    try:
+        in_utc = value.astimezone(UTC)
+    except OverflowError:
+        in_utc = None
+    # Due times are searched in local time on either side of `after`: keep a year of margin
+    # from the start of representable time (the end is handled: no due time is found).
+    if in_utc is None or in_utc.year < 2:
+        raise InvalidSchedule("after must lie between the years 2 and 9999 in UTC", field="after")
     return value

@@ -94,7 +94,12 @@ def _aware_utc(value: object, field: str) -> datetime:
             f"{key} {parsed.isoformat()!r} has no UTC offset; add one, e.g. 'Z' or '+08:00'",
             field=field,
         )
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00+01:00 lies before year 1 in UTC
+        raise InvalidSchedule(
+            f"{key} {parsed.isoformat()!r} lies outside the years 1-9999 in UTC", field=field
+        ) from None
 
 
 def require_aware(value: datetime, what: str) -> datetime:

@@ -618,6 +618,38 @@ def test_interval_out_of_range_is_rejected(every: int, start_at: datetime) -> No
     assert caught.value.field == "trigger.every_seconds"
 
 
+any_instant = st.builds(
+    lambda naive, minutes: naive.replace(tzinfo=timezone(timedelta(minutes=minutes))),
+    st.one_of(  # years 1 to 9999, often within a day of either end
+        st.datetimes(),
+        st.datetimes(max_value=datetime(1, 1, 2)),
+        st.datetimes(min_value=datetime(9999, 12, 30)),
+    ),
+    st.integers(-14 * 60, 14 * 60),
+)
+
+
+@QUICK
+@given(any_instant, every_seconds, st.datetimes().map(lambda d: d.replace(tzinfo=UTC)))
+def test_instants_anywhere_in_representable_time_are_parsed_or_refused_by_field(
+    instant: datetime, every: int, after: datetime
+) -> None:
+    """``0001-01-01T00:00+14:00`` lies before year 1 in UTC: refused on its field, never an
+    OverflowError; whatever is accepted has due times (or none) from any instant."""
+    for data, field in (
+        ({"at": instant.isoformat()}, "trigger.at"),
+        ({"every_seconds": every, "start_at": instant.isoformat()}, "trigger.start_at"),
+    ):
+        try:
+            trigger = parse_trigger(data, NOW)
+        except InvalidSchedule as exc:
+            assert exc.field == field
+            continue
+        fires = preview(trigger, after, 3)
+        assert all(f > after for f in fires)
+        assert all(a < b for a, b in pairwise(fires))
+
+
 @PROPERTY
 @given(aware_instants, aware_instants)
 def test_one_shot_fires_once_strictly_after_now(at: datetime, after: datetime) -> None:
