@@ -44,7 +44,14 @@ _HEADERS: dict[int, dict[str, str]] = {
     401: {"WWW-Authenticate": "Bearer"},
 }
 
-_HTTP_TYPES = {401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed"}
+# 400: FastAPI's own "There was an error parsing the body" (a body nested too deeply for the
+# JSON parser, or not UTF-8): a malformed request like any other, not an undocumented type.
+_HTTP_TYPES = {
+    400: "ValidationError",
+    401: "Unauthorized",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+}
 
 
 def error_body(type_: str, message: str, field: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,589 @@
+"""Hostile input through the real app, on SQLite and PostgreSQL (API.md, README "Bad input").
+
+Every bad request must get a 4xx with the documented error body
+``{"error": {"type", "message", "field"}}`` (the field named where the error is about one), never
+a 500 and never driver text, and must leave nothing behind: the tables are counted directly
+after each test. Inputs that are valid however odd (SQL metacharacters, any Unicode) must be
+stored verbatim and read back unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import UTC, datetime
+from itertools import pairwise
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from core.storage import Database, Delivery, Run, Schedule, Task
+
+API = "/api/v1/schedules"
+RUNNER = {"type": "command", "argv": ["cat"]}
+DOCUMENTED_TYPES = {
+    "InvalidSchedule",
+    "ValidationError",
+    "NotFound",
+    "Conflict",
+    "Unauthorized",
+    "SchedulerUnavailable",
+    "ScheduleCapacityExceeded",
+}
+DRIVER_WORDS = ("sqlalchemy", "asyncpg", "sqlite3", "aiosqlite", "psycopg", "traceback", "select ")
+JSON = {"content-type": "application/json"}
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "hostile",
+        "prompt": "p",
+        "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London"},
+        "runner": RUNNER,
+    }
+    data.update(overrides)
+    return data
+
+
+def assert_error(
+    response: httpx.Response, status: int | tuple[int, ...], field: str | None = None
+) -> dict[str, Any]:
+    """A documented error: the status, the exact body shape, a known type, the field."""
+    statuses = (status,) if isinstance(status, int) else status
+    assert response.status_code in statuses, (response.status_code, response.text[:500])
+    data = response.json()
+    assert set(data) == {"error"}, data
+    error: dict[str, Any] = data["error"]
+    assert set(error) == {"type", "message", "field"}, error
+    assert error["type"] in DOCUMENTED_TYPES, error
+    assert isinstance(error["message"], str) and error["message"], error
+    lowered = error["message"].lower()
+    assert not any(word in lowered for word in DRIVER_WORDS), error
+    if field is not None:
+        assert error["field"] == field, error
+    return error
+
+
+async def rows(db: Database) -> dict[str, int]:
+    """Row counts of every table a request could write (deleted schedules included)."""
+    counts: dict[str, int] = {}
+    async with db.session(write=False) as session:
+        for model in (Schedule, Run, Task, Delivery):
+            counts[model.__tablename__] = (
+                await session.scalar(select(func.count()).select_from(model)) or 0
+            )
+    return counts
+
+
+EMPTY = {"schedules": 0, "runs": 0, "tasks": 0, "deliveries": 0}
+ONE_SCHEDULE = {**EMPTY, "schedules": 1}
+
+
+async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    response = await client.post(API, json=body(**overrides))
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def unchanged(client: httpx.AsyncClient, schedule: dict[str, Any]) -> None:
+    got = await client.get(f"{API}/{schedule['id']}")
+    assert got.status_code == 200
+    assert got.json() == schedule
+
+
+# ---------------------------------------------------------------------------------------------
+# Size
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_one_megabyte_prompt_and_name_are_refused(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    existing = await create(client)
+    megabyte = "x" * 1_000_000
+    emoji_megabyte = "\U0001f916" * 250_000  # 1 MB of UTF-8 in 4-byte characters
+    for prompt in (megabyte, emoji_megabyte):
+        assert_error(await client.post(API, json=body(prompt=prompt)), 422, "prompt")
+        response = await client.patch(f"{API}/{existing['id']}", json={"prompt": prompt})
+        assert_error(response, 422, "prompt")
+    assert_error(await client.post(API, json=body(name=megabyte)), 422, "name")
+    response = await client.post(f"{API}/{existing['id']}/pause", json={"note": megabyte})
+    assert_error(response, 422, "note")
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+async def test_largest_prompt_is_stored_verbatim(client: httpx.AsyncClient) -> None:
+    """The limit counts characters: 100,000 four-byte characters (400 KB) fit, exactly."""
+    prompt = ("\U0001f916a\u00e9\u4e2d" * 25_000)[:100_000]
+    created = await create(client, prompt=prompt)
+    got = await client.get(f"{API}/{created['id']}")
+    assert got.json()["prompt"] == prompt
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure: nesting, non-objects, content types, empty bodies
+# ---------------------------------------------------------------------------------------------
+
+
+def nested(depth: int, kind: str) -> str:
+    return "[" * depth + "]" * depth if kind == "list" else '{"a":' * depth + "1" + "}" * depth
+
+
+def with_value(key: str, raw: str) -> bytes:
+    """A valid create body whose ``key`` is the raw JSON text ``raw``."""
+    data = body()
+    data[key] = "@@"
+    return json.dumps(data).replace('"@@"', raw).encode()
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+async def test_deeply_nested_json_is_a_400(
+    client: httpx.AsyncClient, db: Database, kind: str
+) -> None:
+    existing = await create(client)
+    deep = nested(10_000, kind)
+    requests: list[tuple[str, str, bytes]] = [
+        ("POST", API, deep.encode()),
+        ("POST", f"{API}/preview", deep.encode()),
+        ("POST", f"{API}/preview", f'{{"trigger": {deep}}}'.encode()),
+        ("PATCH", f"{API}/{existing['id']}", f'{{"runner": {deep}}}'.encode()),
+        ("POST", f"{API}/{existing['id']}/pause", f'{{"note": {deep}}}'.encode()),
+    ]
+    requests += [
+        ("POST", API, with_value(key, deep))
+        for key in ("name", "trigger", "runner", "notify", "unknown_key")
+    ]
+    for method, path, content in requests:
+        response = await client.request(method, path, content=content, headers=JSON)
+        error = assert_error(response, 400)
+        assert error["type"] == "ValidationError", (method, path, error)
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+@pytest.mark.parametrize("depth", [100, 900])
+async def test_nested_values_the_parser_accepts_are_refused_by_field(
+    client: httpx.AsyncClient, db: Database, depth: int
+) -> None:
+    existing = await create(client)
+    for kind in ("list", "dict"):
+        deep = nested(depth, kind)
+        for key in ("name", "trigger", "runner", "notify", "max_attempts"):
+            response = await client.post(API, content=with_value(key, deep), headers=JSON)
+            error = assert_error(response, 422)
+            assert error["field"].split(".")[0] == key, error
+        runner = f'{{"type": "command", "argv": ["cat"], "env": {deep}}}'
+        response = await client.patch(
+            f"{API}/{existing['id']}", content=f'{{"runner": {runner}}}'.encode(), headers=JSON
+        )
+        assert assert_error(response, 422)["field"].startswith("runner.env")
+        response = await client.post(
+            f"{API}/preview", content=f'{{"trigger": {{"cron": {deep}}}}}'.encode(), headers=JSON
+        )
+        assert_error(response, 422, "trigger.cron")
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+NOT_AN_OBJECT = [
+    b"",
+    b"[]",
+    b"null",
+    b"42",
+    b'"text"',
+    b"true",
+    b"{",
+    b'{"name": "x",',
+    b"\xff\xfe",
+]
+
+
+@pytest.mark.parametrize("content", NOT_AN_OBJECT, ids=lambda c: repr(c)[2:-1] or "empty")
+async def test_body_that_is_not_a_json_object_is_a_400(
+    client: httpx.AsyncClient, db: Database, content: bytes
+) -> None:
+    existing = await create(client)
+    for method, path in (
+        ("POST", API),
+        ("POST", f"{API}/preview"),
+        ("PATCH", f"{API}/{existing['id']}"),
+    ):
+        response = await client.request(method, path, content=content, headers=JSON)
+        error = assert_error(response, 400)
+        assert error["type"] == "ValidationError"
+    # Pause takes an optional body: none (or null) is fine, anything else but an object is not.
+    if content not in (b"", b"null"):
+        response = await client.post(f"{API}/{existing['id']}/pause", content=content, headers=JSON)
+        assert_error(response, 400)
+    else:
+        await client.post(f"{API}/{existing['id']}/resume")
+    assert await rows(db) == ONE_SCHEDULE
+
+
+async def test_json_array_of_valid_schedules_is_refused(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    response = await client.post(API, json=[body(), body(name="second")])
+    error = assert_error(response, 400)
+    assert error["type"] == "ValidationError"
+    assert await rows(db) == EMPTY
+
+
+WRONG_TYPES = [
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=xyz",
+    "application/xml",
+    "image/png",
+    "application/jsonx",
+    None,
+]
+
+
+@pytest.mark.parametrize("content_type", WRONG_TYPES, ids=lambda t: str(t))
+async def test_valid_json_under_a_wrong_content_type_is_refused(
+    client: httpx.AsyncClient, db: Database, content_type: str | None
+) -> None:
+    existing = await create(client)
+    headers = {} if content_type is None else {"content-type": content_type}
+    valid = json.dumps(body(name="smuggled")).encode()
+    for method, path in (
+        ("POST", API),
+        ("POST", f"{API}/preview"),
+        ("PATCH", f"{API}/{existing['id']}"),
+    ):
+        response = await client.request(method, path, content=valid, headers=headers)
+        error = assert_error(response, (400, 415))
+        assert error["type"] == "ValidationError"
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+# ---------------------------------------------------------------------------------------------
+# Content: NUL bytes, SQL metacharacters, Unicode
+# ---------------------------------------------------------------------------------------------
+
+NUL_CREATE = [
+    ({"name": "a\x00b"}, "name"),
+    ({"prompt": "\x00"}, "prompt"),
+    ({"trigger": {"cron": "0 8 * * *", "timezone": "Europe/\x00London"}}, "trigger.timezone"),
+    ({"trigger": {"cron": "0 8 * * *\x00"}}, "trigger.cron"),
+    (
+        {"trigger": {"every_seconds": 60, "start_at": "2030-01-01T00:00:00Z\x00"}},
+        "trigger.start_at",
+    ),
+    ({"runner": {"type": "command", "argv": ["cat", "a\x00"]}}, "runner.argv.1"),
+    ({"runner": {"type": "command", "argv": ["cat"], "env": {"K\x00": "v"}}}, "runner.env"),
+    ({"runner": {"type": "command", "argv": ["cat"], "env": {"K": "v\x00"}}}, "runner.env.K"),
+    ({"notify": [{"type": "file", "path": "log\x00.txt"}]}, "notify.0.path"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), NUL_CREATE, ids=[f for _, f in NUL_CREATE])
+async def test_nul_characters_are_refused_naming_the_field(
+    client: httpx.AsyncClient, db: Database, overrides: dict[str, Any], field: str
+) -> None:
+    assert_error(await client.post(API, json=body(**overrides)), 422, field)
+    assert await rows(db) == EMPTY
+
+
+async def test_nul_characters_elsewhere(client: httpx.AsyncClient, db: Database) -> None:
+    existing = await create(client)
+    sid = existing["id"]
+    assert_error(await client.patch(f"{API}/{sid}", json={"name": "\x00"}), 422, "name")
+    response = await client.patch(f"{API}/{sid}", json={"trigger": {"cron": "\x00"}})
+    assert_error(response, 422, "trigger.cron")
+    assert_error(await client.post(f"{API}/{sid}/pause", json={"note": "\x00"}), 422, "note")
+    response = await client.post(
+        f"{API}/preview", json={"trigger": {"cron": "0 8 * * *", "timezone": "\x00"}}
+    )
+    assert_error(response, 422, "trigger.timezone")
+    response = await client.post(
+        f"{API}/preview", json={"trigger": {"cron": "* * * * *"}, "after": "2030-01-01\x00"}
+    )
+    assert_error(response, 422, "after")
+    assert_error(await client.get(API, params={"cursor": "\x00"}), 422, "cursor")
+    assert_error(await client.get(API, params={"limit": "\x00"}), 422, "limit")
+    assert_error(await client.get(f"{API}/%00"), 404)
+    assert_error(await client.get(f"{API}/{sid}%00"), 404)
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+SQL_METACHARACTERS = [
+    "'; DROP TABLE schedules; --",
+    "Robert'); DELETE FROM runs WHERE ('1'='1",
+    '" OR ""="',
+    "' OR 1=1 --",
+    "%_%\\%",
+    "$1 $$ :name ? %s %(name)s {0}",
+    "/* comment */ -- ; \\x00 \\' \\\\",
+    "E'\\\\x41' || chr(0) || U&'\\0041'",
+    '`backtick` [bracket] "quote"',
+]
+
+
+async def test_sql_metacharacters_are_stored_verbatim(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    created = [await create(client, name=text, prompt=text * 3) for text in SQL_METACHARACTERS]
+    for text, schedule in zip(SQL_METACHARACTERS, created, strict=True):
+        assert schedule["name"] == text
+        got = (await client.get(f"{API}/{schedule['id']}")).json()
+        assert (got["name"], got["prompt"]) == (text, text * 3)
+    listed = (await client.get(API, params={"limit": 500})).json()["items"]
+    assert sorted(item["name"] for item in listed) == sorted(SQL_METACHARACTERS)
+    # Renaming to one works the same; as an id, a cursor, a zone or a cron it is only refused.
+    first = created[0]["id"]
+    patched = await client.patch(f"{API}/{first}", json={"name": SQL_METACHARACTERS[1]})
+    assert patched.status_code == 200 and patched.json()["name"] == SQL_METACHARACTERS[1]
+    for text in SQL_METACHARACTERS:
+        assert_error(await client.get(API, params={"cursor": text}), 422, "cursor")
+        zone = {"cron": "0 8 * * *", "timezone": text}
+        assert_error(await client.post(API, json=body(trigger=zone)), 422, "trigger.timezone")
+        cron = {"cron": text}
+        assert_error(await client.post(API, json=body(trigger=cron)), 422, "trigger.cron")
+        assert_error(await client.get(f"/api/v1/runs/{text}"), 404)
+    assert await rows(db) == {**EMPTY, "schedules": len(SQL_METACHARACTERS)}
+
+
+UNICODE_NAMES = [
+    "日本語のスケジュール",
+    "morning \U0001f305 digest \U0001f916",
+    "עברית \u202eRTL override\u202c",
+    "e\u0301 (combining) vs \u00e9 (precomposed)",
+    "zero\u200bwidth\u200djoiner\ufeff",
+    "line\u2028separator\u2029paragraph",
+    "\U0001d518\U0001d52b\U0001d526\U0001d520\U0001d52c\U0001d521\U0001d522",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 28,  # 196 code points
+    "\U0001f916" * 200,  # the longest name, 800 bytes of UTF-8
+    "\ud7ff\ue000\uffff",  # edges of the non-surrogate BMP
+]
+
+
+async def test_unicode_names_round_trip_exactly(client: httpx.AsyncClient, db: Database) -> None:
+    for name in UNICODE_NAMES:
+        created = await create(client, name=name, prompt=name)
+        got = (await client.get(f"{API}/{created['id']}")).json()
+        assert got["name"] == name and got["prompt"] == name  # no normalisation, no truncation
+    assert_error(await client.post(API, json=body(name="\U0001f916" * 201)), 422, "name")
+    # A lone surrogate is not a character: refused, not stored as mojibake.
+    raw = with_value("name", '"bad \\ud800 surrogate"')
+    assert_error(await client.post(API, content=raw, headers=JSON), 422, "name")
+    assert await rows(db) == {**EMPTY, "schedules": len(UNICODE_NAMES)}
+
+
+BOGUS_ZONES = [
+    "Europe/Zürich",
+    "Asia/東京",
+    "\uff21\uff53\uff49\uff41/\uff34\uff4f\uff4b\uff59\uff4f",  # full-width Asia/Tokyo
+    "America/New_York\u200b",
+    "Europe/London\n",
+    " Europe/London",
+    "UTC\u22121",
+    "\u0663",  # Arabic-Indic digit three
+    "\U0001f550",
+    "Europe/Kyiv/../../../etc/passwd",
+    "/usr/share/zoneinfo/UTC",
+    "Mars/Olympus_Mons",
+    "A" * 5_000,
+]
+
+
+@pytest.mark.parametrize("zone", BOGUS_ZONES, ids=range(len(BOGUS_ZONES)))
+async def test_bogus_zones_are_refused_naming_the_field(
+    client: httpx.AsyncClient, db: Database, zone: str
+) -> None:
+    existing = await create(client)
+    trigger = {"cron": "0 8 * * *", "timezone": zone}
+    assert_error(await client.post(API, json=body(trigger=trigger)), 422, "trigger.timezone")
+    response = await client.post(f"{API}/preview", json={"trigger": trigger})
+    assert_error(response, 422, "trigger.timezone")
+    response = await client.patch(f"{API}/{existing['id']}", json={"trigger": trigger})
+    assert_error(response, 422, "trigger.timezone")
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers, pagination, ids
+# ---------------------------------------------------------------------------------------------
+
+BAD_NUMBERS = ["1e400", "-1e400", "NaN", "Infinity", "1.0", "1.5", "true", "null", "10" * 20]
+
+
+async def test_hostile_numbers_are_refused_naming_the_field(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    for raw in BAD_NUMBERS:
+        for key in ("max_attempts", "timeout_seconds", "catchup_window_seconds"):
+            response = await client.post(API, content=with_value(key, raw), headers=JSON)
+            assert_error(response, 422, key)
+        trigger = json.dumps(body()).replace(
+            '{"cron": "0 8 * * *", "timezone": "Europe/London"}', f'{{"every_seconds": {raw}}}'
+        )
+        response = await client.post(API, content=trigger.encode(), headers=JSON)
+        assert_error(response, 422, "trigger.every_seconds")
+        preview = f'{{"trigger": {{"cron": "* * * * *"}}, "count": {raw}}}'
+        response = await client.post(f"{API}/preview", content=preview.encode(), headers=JSON)
+        assert_error(response, 422, "count")
+    assert await rows(db) == EMPTY
+
+
+EXTREME_INSTANTS = [
+    "0001-01-01T00:00:00+14:00",  # before year 1 in UTC
+    "0001-01-01T00:00:00-14:00",
+    "0001-01-01T00:00:00+00:00",
+    "9999-12-31T23:59:59-14:00",  # after year 9999 in UTC
+    "9999-12-31T23:59:59+14:00",
+    "9999-12-31T23:59:59.999999+00:00",
+]
+
+
+@pytest.mark.parametrize("instant", EXTREME_INSTANTS)
+async def test_instants_at_the_ends_of_time_never_500(
+    client: httpx.AsyncClient, db: Database, instant: str
+) -> None:
+    """Out-of-range instants are refused naming the field; in-range ones work."""
+    stored = 0
+    for trigger, field in (
+        ({"every_seconds": 60, "start_at": instant}, "trigger.start_at"),
+        ({"at": instant}, "trigger.at"),
+    ):
+        response = await client.post(API, json=body(trigger=trigger))
+        if response.status_code == 201:
+            stored += 1
+        else:
+            assert_error(response, 422, field)
+        response = await client.post(f"{API}/preview", json={"trigger": trigger, "count": 3})
+        if response.status_code != 200:
+            assert_error(response, 422, field)
+    for trigger in (
+        {"cron": "* * * * *", "timezone": "Pacific/Kiritimati"},
+        {"cron": "0 0 29 2 1", "timezone": "Etc/GMT+12"},
+        {"every_seconds": 5, "start_at": "2025-01-01T00:00:00Z"},
+        {"at": "2999-01-01T00:00:00Z"},
+    ):
+        response = await client.post(
+            f"{API}/preview", json={"trigger": trigger, "count": 1000, "after": instant}
+        )
+        if response.status_code == 200:
+            due = [datetime.fromisoformat(d).astimezone(UTC) for d in response.json()["next"]]
+            assert all(a < b for a, b in pairwise(due))
+            if due:
+                assert due[0] > datetime.fromisoformat(instant)
+        else:
+            assert_error(response, 422, "after")
+    assert await rows(db) == {**EMPTY, "schedules": stored}
+
+
+BAD_LIMITS: list[Any] = [10**12, -1, 0, 501, 10**100, "abc", "1.5", "1e3", "", "0x10", " ", "5 5"]
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+BAD_CURSORS = [
+    "",
+    "abc",
+    "x" * 501,
+    "\U0001f916",
+    _b64('["2025-01-01T00:00:00", "00000000-0000-0000-0000-000000000000"]'),  # naive
+    _b64('["2025-01-01T00:00:00+00:00", "not-a-uuid"]'),
+    _b64('["2025-01-01T00:00:00+00:00"]'),
+    _b64('{"created": "2025-01-01T00:00:00+00:00"}'),
+    _b64("[1, 2]"),
+    _b64("null"),
+    _b64("[" * 5_000),
+]
+
+
+async def test_hostile_pagination_is_refused_naming_the_field(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    existing = await create(client)
+    for path in (API, f"{API}/{existing['id']}/runs"):
+        for limit in BAD_LIMITS:
+            assert_error(await client.get(path, params={"limit": limit}), 422, "limit")
+        for cursor in BAD_CURSORS:
+            assert_error(await client.get(path, params={"cursor": cursor}), 422, "cursor")
+        assert (await client.get(path, params={"limit": 500})).status_code == 200
+    assert await rows(db) == ONE_SCHEDULE
+
+
+BAD_IDS = [
+    "-1",
+    "0",
+    "1.5",
+    "-0.0",
+    "1e400",
+    "9" * 400,
+    "NaN",
+    "not-a-uuid",
+    "00000000-0000-0000-0000-000000000000",
+    "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    str(uuid.uuid4()),
+    str(uuid.uuid4()).upper(),
+    "{" + str(uuid.uuid4()) + "}",
+    "urn:uuid:" + str(uuid.uuid4()),
+    uuid.uuid4().hex,
+    "%00",
+    "%F0%9F%A4%96",
+    "%E2%80%AE",
+    "' OR '1'='1",
+    "preview",
+    "..",
+    "%2E%2E%2Fruns",
+    "a" * 10_000,
+]
+
+
+def id_routes(some_id: str) -> list[tuple[str, str]]:
+    return [
+        ("GET", f"{API}/{some_id}"),
+        ("PATCH", f"{API}/{some_id}"),
+        ("DELETE", f"{API}/{some_id}"),
+        ("POST", f"{API}/{some_id}/pause"),
+        ("POST", f"{API}/{some_id}/resume"),
+        ("POST", f"{API}/{some_id}/run"),
+        ("GET", f"{API}/{some_id}/runs"),
+        ("GET", f"/api/v1/runs/{some_id}"),
+        ("POST", f"/api/v1/runs/{some_id}/replay"),
+        ("POST", f"/api/v1/runs/{some_id}/cancel"),
+        ("GET", f"/api/v1/tasks/{some_id}"),
+        ("DELETE", f"/api/v1/tasks/{some_id}"),
+    ]
+
+
+async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Database) -> None:
+    existing = await create(client)
+    for bad in BAD_IDS:
+        for method, path in id_routes(bad):
+            kwargs: dict[str, Any] = {"json": {"name": "x"}} if method == "PATCH" else {}
+            response = await client.request(method, path, **kwargs)
+            if response.status_code == 405:  # ".." can resolve onto another route
+                assert bad in ("..", "%2E%2E%2Fruns"), (method, path)
+                continue
+            error = assert_error(response, (404, 422), None)
+            assert error["type"] in ("NotFound", "ValidationError"), (method, path, error)
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+async def test_an_id_of_another_kind_is_not_found(client: httpx.AsyncClient, db: Database) -> None:
+    schedule = await create(client)
+    run = await client.post(f"{API}/{schedule['id']}/run")
+    assert run.status_code == 202
+    run_id = run.json()["id"]
+    before = await rows(db)
+    for method, path in id_routes(run_id)[:7] + id_routes(schedule["id"])[7:]:
+        kwargs: dict[str, Any] = {"json": {"name": "x"}} if method == "PATCH" else {}
+        error = assert_error(await client.request(method, path, **kwargs), 404)
+        assert error["type"] == "NotFound"
+    assert await rows(db) == before
