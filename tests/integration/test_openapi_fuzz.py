@@ -1,10 +1,10 @@
 """Schemathesis against the app's own OpenAPI document, on SQLite and PostgreSQL.
 
 Every operation of ``/openapi.json`` gets generated requests (schema-valid and not) sent to a
-real uvicorn server on a free loopback port, on this test's fresh database; each response must
-not be a server error and must match the response schema the document declares for its status
-(a 500 fails the test, so does an undeclared body). Example counts are bounded so the file
-stays well under a minute on two cores.
+real uvicorn server on a free loopback port, on this test's fresh database, with an API key;
+each response must not be a server error and must match the response schema the document
+declares for its status (a 500 fails the test, so does an undeclared body). Example counts are
+bounded so the file stays well under a minute on two cores.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -24,6 +24,9 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from core.config import Settings
+from core.keys import LOCAL_OWNER, create_key
+from core.storage import Database
+from tests.conftest import bearer
 from web.app import create_app
 
 SCHEMA_SETTINGS = Settings(
@@ -64,23 +67,32 @@ class LiveServer:
 
 
 @pytest.fixture
-def live(settings: Settings) -> Iterator[dict[str, Any]]:
-    """A served app with one schedule and one run in it, so generated ids sometimes exist."""
-    with LiveServer(settings) as base_url, httpx.Client(base_url=base_url) as http:
-        created = http.post(
-            "/api/v1/schedules",
-            json={
-                "name": "fuzz target",
-                "prompt": "p",
-                "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London"},
-                "runner": {"type": "command", "argv": ["cat"]},
-            },
-        )
-        assert created.status_code == 201, created.text
-        schedule_id = created.json()["id"]
-        run = http.post(f"/api/v1/schedules/{schedule_id}/run")
-        assert run.status_code == 202, run.text
-        yield {"base_url": base_url, "schedule_id": schedule_id, "run_id": run.json()["id"]}
+async def live(settings: Settings, db: Database) -> AsyncIterator[dict[str, Any]]:
+    """A served app with one schedule and one run in it, so generated ids sometimes exist,
+    and an API key of owner "local" to call it with."""
+    key, _record = await create_key(db, LOCAL_OWNER)
+    headers = bearer(key)
+    with LiveServer(settings) as base_url:
+        async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
+            created = await http.post(
+                "/api/v1/schedules",
+                json={
+                    "name": "fuzz target",
+                    "prompt": "p",
+                    "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London"},
+                    "runner": {"type": "command", "argv": ["cat"]},
+                },
+            )
+            assert created.status_code == 201, created.text
+            schedule_id = created.json()["id"]
+            run = await http.post(f"/api/v1/schedules/{schedule_id}/run")
+            assert run.status_code == 202, run.text
+            yield {
+                "base_url": base_url,
+                "headers": headers,
+                "schedule_id": schedule_id,
+                "run_id": run.json()["id"],
+            }
 
 
 VALID_TRIGGERS = [
@@ -126,4 +138,4 @@ def test_every_operation_answers_within_its_schema(
     case: schemathesis.Case, live: dict[str, Any]
 ) -> None:
     _aim(case, live)
-    case.call_and_validate(base_url=live["base_url"], checks=CHECKS)
+    case.call_and_validate(base_url=live["base_url"], headers=live["headers"], checks=CHECKS)
