@@ -35,6 +35,9 @@ PG_URL = os.environ.get(
 )
 REQUIRE_PG = os.environ.get("AGENTCRON_REQUIRE_PG", "").lower() in ("1", "true", "yes")
 RUN_TAG = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+# The python runner admits only listed modules: the test fixtures' and the throwaway modules
+# tests write (agentcron_tmp_<hex>). Tests of the list itself set their own.
+os.environ["AGENTCRON_PYTHON_MODULES"] = "tests,agentcron_tmp_*"
 
 
 def _dsn(url: str) -> str:

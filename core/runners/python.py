@@ -4,8 +4,14 @@ Configuration: ``{"type": "python", "target": "package.module:function"}`` (the 
 colon may be a dotted attribute path, ``module:Class.method``). ``validate`` imports the
 module and checks that the attribute exists and is callable, so a bad path is rejected when
 the schedule is created or updated (``InvalidSchedule`` on ``runner.target``). Importing runs
-the module's top-level code in the service process: this runner is for hosts that embed
-agentcron in their own application and trust whoever may create schedules.
+the module's top-level code in the service process, and the call runs with the service's
+rights: this runner is for hosts that embed agentcron in their own application. So only the
+modules the host lists may be named: ``AGENTCRON_PYTHON_MODULES`` holds comma-separated module
+names (a name also admits its submodules) or ``fnmatch`` patterns (``myapp.agents.*``). Unset,
+the runner admits nothing: without it, anyone holding an API key could make the service call
+``os:system`` or import any installed module. The list is checked before anything is imported,
+when a schedule is saved and again at each attempt (a target taken off the list fails its run
+and pauses the schedule).
 
 Each attempt calls ``function(RunContext(request, cancel))``:
 
@@ -31,8 +37,10 @@ time (its module no longer imports, the attribute is gone or not callable), the 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import importlib
 import inspect
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,14 +74,40 @@ class _Unresolvable(Exception):
         self.message = message
 
 
+MODULES_VARIABLE = "AGENTCRON_PYTHON_MODULES"
+
+
+def allowed_modules() -> list[str]:
+    """The host's list of modules python targets may live in (read at each use, so a change
+    of the environment, in tests say, is seen at once)."""
+    return [
+        entry.strip() for entry in os.environ.get(MODULES_VARIABLE, "").split(",") if entry.strip()
+    ]
+
+
+def _admitted(module_name: str) -> bool:
+    return any(
+        module_name == entry
+        or module_name.startswith(entry + ".")
+        or fnmatch.fnmatchcase(module_name, entry)
+        for entry in allowed_modules()
+    )
+
+
 def _resolve(target: str) -> Target:
     """Import ``module`` and walk ``attr.path`` of ``"module:attr.path"``.
 
-    Returns the callable; raises ``_Unresolvable`` if the module does not import, an
-    attribute is missing, or the result is not callable. An exception raised by the module's
-    own code while importing is reported by type only (its text may hold anything).
+    Returns the callable; raises ``_Unresolvable`` if the module is not on the host's list
+    (checked before importing anything), does not import, an attribute is missing, or the
+    result is not callable. An exception raised by the module's own code while importing is
+    reported by type only (its text may hold anything).
     """
     module_name, _, attr_path = target.partition(":")
+    if not _admitted(module_name):
+        raise _Unresolvable(
+            f"module {module_name!r} is not one the host allows python targets in"
+            f" (the list in {MODULES_VARIABLE})"
+        )
     try:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -201,7 +201,7 @@ def test_validate_accepts_and_normalises() -> None:
         ({"target": ":greet"}, "runner.target", "import path"),
         ({"target": "tests agents:greet"}, "runner.target", "import path"),
         ({"target": "tests.agents_fixture:greet()"}, "runner.target", "import path"),
-        ({"target": "no_such_package.agents:run"}, "runner.target", "no module named"),
+        ({"target": "tests.no_such_module:run"}, "runner.target", "no module named"),
         ({"target": f"{FIXTURE}:no_such_function"}, "runner.target", "no attribute"),
         ({"target": f"{FIXTURE}:Agents.nope"}, "runner.target", "'Agents.nope'"),
         ({"target": f"{FIXTURE}:NOT_CALLABLE"}, "runner.target", "not callable"),
@@ -243,3 +243,42 @@ async def test_a_function_gone_at_run_time_is_target_unavailable(module_dir: Pat
     del sys.modules[name].run
     with pytest.raises(TargetUnavailable, match="no attribute 'run'"):
         await runner.run(request(), CancelToken())
+
+
+@pytest.mark.parametrize(
+    ("allowed", "target"),
+    [
+        ("", "tests.agents_fixture:greet"),  # unset: nothing is admitted
+        ("tests", "os:system"),
+        ("tests", "subprocess:getoutput"),
+        ("tests", "testsuite.agent:run"),  # a name admits itself and submodules, no more
+        ("myapp.*", "myapp:run"),
+    ],
+)
+def test_only_modules_the_host_lists_are_admitted(
+    allowed: str, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTCRON_PYTHON_MODULES", allowed)
+    module = target.partition(":")[0]
+    already = module in sys.modules
+    with pytest.raises(InvalidSchedule) as caught:
+        validate_runner({"type": "python", "target": target})
+    assert caught.value.field == "runner.target"
+    assert "AGENTCRON_PYTHON_MODULES" in caught.value.message
+    # Refused before importing: the module's top-level code never ran.
+    assert (module in sys.modules) == already
+
+
+def test_listed_modules_and_patterns_are_admitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTCRON_PYTHON_MODULES", " other , tests.agents_* ")
+    config = validate_runner({"type": "python", "target": f"{FIXTURE}:greet"})
+    assert config["target"] == f"{FIXTURE}:greet"
+
+
+async def test_a_target_taken_off_the_list_is_unavailable_at_run_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runner = build_runner(validate_runner({"type": "python", "target": f"{FIXTURE}:greet"}))
+    monkeypatch.setenv("AGENTCRON_PYTHON_MODULES", "somewhere_else")
+    with pytest.raises(TargetUnavailable, match="AGENTCRON_PYTHON_MODULES"):
+        await runner.run(run_request(), CancelToken())
