@@ -91,6 +91,10 @@ class FaultProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        me = asyncio.current_task()
+        if me is not None:  # so close() ends connections still waiting on a stall
+            self._tasks.add(me)
+            me.add_done_callback(self._tasks.discard)
         if self.state == "cut":
             self.reset += 1
             _reset(writer)

@@ -10,6 +10,7 @@ service's JSON log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,7 +39,8 @@ from tests.faults.conftest import through
 from tests.faults.proxy import ThreadedProxy
 
 OUTAGE_SECONDS = 20.0  # issue 6: the database is gone for 20 s
-STALL_SECONDS = 8.0
+STALL_SECONDS = 10.0
+STALL_DB_TIMEOUT = 2  # AGENTCRON_DATABASE_TIMEOUT_SECONDS in the stall test
 EVERY = 2  # seconds between due times of the ticking schedule
 GRACE = 5  # its misfire_grace_seconds: far below the outage, above a loaded claim delay
 LEASE = "3"
@@ -287,4 +289,84 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
         f"{len(missed)} due times missed (skip), {len(runs)} runs, 0 doubled; interrupted run "
         f"finished with attempt {done.attempt}; probes during the outage {seen}; "
         f"503 body {sample.get('write')}"
+    )
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_database_stall_answers_503_in_bounded_time_and_resumes(
+    pg_url: str,
+    pg_proxy: ThreadedProxy,
+    fleet: Fleet,
+    tmp_path: Path,
+    probe_factory: Callable[[str], RunProbe],
+) -> None:
+    """The link hangs instead of failing (a partition, a frozen server): nothing resets, no
+    error arrives. /readyz and API calls must still answer 503 within the database timeout
+    (AGENTCRON_DATABASE_TIMEOUT_SECONDS, here 2 s), not hang, and the timetable resumes after
+    with no run doubled."""
+    tick_log = tmp_path / "tick.log"
+    probe = probe_factory(pg_url)
+    key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
+    env = engine_env(
+        through(pg_proxy, pg_url),
+        tmp_path / "data",
+        "stall-1",
+        LEASE_SECONDS=LEASE,
+        DATABASE_TIMEOUT_SECONDS=str(STALL_DB_TIMEOUT),
+    )
+    server = await asyncio.to_thread(fleet.start, env, "server")
+    start_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    tick_id = await create(
+        server,
+        key,
+        {
+            "name": "tick",
+            "prompt": "tick",
+            "trigger": {"every_seconds": EVERY, "start_at": iso(start_at)},
+            "misfire_grace_seconds": GRACE,
+            "runner": command_runner(TICK_AGENT, "agent", str(tick_log)),
+        },
+    )
+    await wait_for(lambda: probe.runs(tick_id), "a first run", within=10)
+    await asyncio.to_thread(pg_proxy.stall)
+    stall_at = time.monotonic()
+    # Each answer within two database timeouts (a statement, then a reconnect) plus a margin
+    # for a loaded machine; without a timeout they hang until the link comes back.
+    bound = 2 * STALL_DB_TIMEOUT + 4
+    answers: dict[str, tuple[int, float]] = {}
+    async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer(key)) as http:
+        for name, path in (("readyz", "/readyz"), ("read", f"/api/v1/schedules/{tick_id}")):
+            began = time.monotonic()
+            with contextlib.suppress(httpx.TimeoutException):
+                response = await http.get(path, timeout=bound)
+                answers[name] = (response.status_code, time.monotonic() - began)
+                if name == "read":
+                    assert_unavailable_body(response)
+        assert pg_proxy.state == "stalled"  # every answer came during the stall
+        assert answers.get("readyz", (0, 0.0))[0] == 503, answers
+        assert answers.get("read", (0, 0.0))[0] == 503, answers
+        assert server.process.poll() is None
+    await asyncio.sleep(max(0.0, STALL_SECONDS - (time.monotonic() - stall_at)))
+    restore_at = datetime.now(UTC)
+    await asyncio.to_thread(pg_proxy.restore)
+    recovery = await wait_ready(server, within=30)
+    resume_from = restore_at + timedelta(seconds=RECOVERY_BOUND / 2)
+    await asyncio.sleep((resume_from - datetime.now(UTC)).total_seconds() + 3 * EVERY)
+    end = datetime.now(UTC)
+    assert await asyncio.to_thread(stop_server, server) in (0, -15)
+
+    runs = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
+    due = Counter(r.due_at for r in runs)
+    assert [d for d, count in due.items() if count > 1] == []
+    resumed = grid(start_at, resume_from, end - timedelta(seconds=EVERY))
+    assert resumed and set(resumed) <= set(due), sorted(set(resumed) - set(due))
+    lines = log_lines(tick_log)
+    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
+    assert [pair for pair, count in attempts.items() if count > 1] == []
+    assert len(json_events(server.log(), "SchedulerUnavailable")) >= 1
+    print(
+        f"\nstall: {STALL_SECONDS:g} s, database timeout {STALL_DB_TIMEOUT} s; answers during "
+        f"the stall (status, seconds) {answers}; /readyz 200 {recovery:.2f} s after the restore"
     )
