@@ -230,6 +230,12 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     assert await asyncio.to_thread(stop_server, server) in (0, -15)
     log = server.log()
 
+    # -- the process declared what it promises (contract point 14) ------------------------
+    started = json_events(log, "engine_started")
+    assert len(started) == 1 and started[0]["recovery_scope"] == "cluster", started
+    assert started[0]["lease_seconds"] == float(LEASE) and started[0]["dialect"] == "postgresql"
+    assert {"max_active_schedules", "pause_visibility", "tick_seconds"} <= set(started[0])
+
     # -- the process stayed up and said so once per state change --------------------------
     assert seen.get("readyz 503", 0) >= 1 and seen.get("readyz 200", 0) == 0, seen
     assert seen.get("write 503", 0) >= 1 and seen.get("write 201", 0) == 0, seen

@@ -35,7 +35,7 @@ async def test_replica_killed_while_claiming_a_burst_loses_and_doubles_nothing(
     fraction of a second after a burst came due, while claims and admissions are in flight,
     twice; every due time still has exactly one run, which succeeded."""
     config = SoakConfig(
-        replicas=2, schedules=200, seconds=10, kill_every=4, every=4, burst=True, seed=3
+        replicas=2, schedules=200, seconds=14, kill_every=3, every=4, burst=True, seed=3
     )
     result = await soak(config, pg_url, tmp_path)
     print(f"\nburst kill: {result.summary}")
