@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format migrate bench bench-quick clean
+.PHONY: help install run test lint format migrate bench bench-quick soak clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -48,6 +48,9 @@ bench: install ## burst benchmark on PostgreSQL: agentcron vs asyncpg ceiling vs
 
 bench-quick: install ## the same with 2,000 schedules (a few minutes)
 	$(BIN)/python -m bench --quick
+
+soak: install ## 4 replicas, 1,000 schedules, 2 minutes, one SIGKILLed and restarted every 20 s; JSON figures (PostgreSQL)
+	$(BIN)/python -m tests.faults.soak --replicas 4 --schedules 1000 --seconds 120 --kill-every 20
 
 clean: ## remove the virtualenv and local state
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     max_active_schedules: int = Field(default=100_000, ge=1)
     lease_seconds: float = Field(default=30.0, gt=0)
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
+    database_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     instance_id: str = Field(default_factory=_default_instance_id)
 
 

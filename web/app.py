@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(settings.database_url)
+        db = Database(settings.database_url, timeout=settings.database_timeout_seconds)
         lock = EngineLock(settings.database_url)
         loop: SchedulerLoop | None = None
         try:

@@ -26,6 +26,11 @@ from core.errors import SchedulerUnavailable
 # lock up front and waits (busy_timeout) instead of failing on lock upgrade mid-transaction.
 _WRITE = "agentcron_write"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# PostgreSQL: the longest a connect or one statement may take. A link that hangs instead of
+# failing (a partition, a frozen server) then raises SchedulerUnavailable in bounded time, so
+# /readyz and the API answer 503 and the loop keeps ticking, instead of waiting for TCP to
+# give up (minutes). Every statement the service sends is a small, bounded batch.
+DATABASE_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -77,12 +82,17 @@ class Database:
     with the driver exception as ``__cause__``.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 10, timeout: float = DATABASE_TIMEOUT_SECONDS
+    ) -> None:
         backend = make_url(url).get_backend_name()
         kwargs: dict[str, Any] = {}
+        bounded: dict[str, Any] = {}
         if backend == "postgresql":
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
             kwargs["isolation_level"] = "READ COMMITTED"
+            bounded = {"connect_args": {"timeout": timeout, "command_timeout": timeout}}
+            kwargs.update(bounded)
         elif backend == "sqlite":
             ensure_sqlite_dir(url)
         self.url = url
@@ -100,7 +110,7 @@ class Database:
         self.engines: tuple[AsyncEngine, ...] = (self.engine,)  # every pool, for dispose/events
         if backend == "postgresql":
             self._hot = create_async_engine(
-                url, pool_size=4, max_overflow=4, isolation_level="READ COMMITTED"
+                url, pool_size=4, max_overflow=4, isolation_level="READ COMMITTED", **bounded
             )
             self.engines = (self.engine, self._hot)
 

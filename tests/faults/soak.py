@@ -1,0 +1,424 @@
+"""Soak: several real replicas on one PostgreSQL database, one SIGKILLed and restarted at
+random moments, and every due time checked afterwards (contract points 3, 4, 7).
+
+    python -m tests.faults.soak --replicas 4 --schedules 1000 --seconds 120 --kill-every 20
+
+(``make soak``). It makes a fresh database on ``AGENTCRON_TEST_PG_URL``'s server, starts the
+replicas (``agentcron serve``, each its own process, instance id and data directory), creates
+the schedules over HTTP (every ``--every`` seconds, spread evenly over the interval, or all due
+at the same instant with ``--burst``), and every ``--kill-every`` seconds SIGKILLs one replica
+at a random moment and starts a new process in its place (a new instance id, as a restarted
+process gets). With ``--burst`` each kill lands a random fraction of a second after a burst
+came due, while its claims are in flight. Then it waits until every run of the observed window
+has finished, stops the fleet and checks, from the database and from the agents' own log:
+
+- no duplicate: one run per (schedule, due time);
+- nothing missed: every due time of the window, for every schedule, has a run, and it
+  succeeded (at least one replica lived throughout);
+- no attempt executed twice; a run re-executes only as a new attempt after its replica died;
+- nothing ran early, or later than the schedules' misfire grace.
+
+It prints a JSON summary and exits 1 if any check failed. ``tests/faults/test_soak.py`` runs a
+20-second version in ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from core.storage import Run
+from tests.conftest import PG_URL, bearer, pg_url_for
+from tests.e2e.conftest import (
+    AGENTCRON,
+    RunProbe,
+    Server,
+    engine_env,
+    iso,
+    json_events,
+    kill_server,
+    make_key,
+    start_server,
+    stop_server,
+)
+from tests.faults.agents import LOG_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+MARGIN = timedelta(seconds=3)  # around the window: schedules being created, the fleet stopping
+
+
+@dataclass
+class SoakConfig:
+    replicas: int = 4
+    schedules: int = 1000
+    seconds: float = 120.0
+    kill_every: float = 20.0
+    every: int = 10  # seconds between due times of one schedule
+    burst: bool = False  # every schedule due at the same instant (claims in flight at a kill)
+    lease_seconds: float = 3.0
+    concurrency: int = 16
+    grace: int = 60  # misfire_grace_seconds of every schedule (the default)
+    seed: int | None = None
+
+
+@dataclass
+class SoakResult:
+    summary: dict[str, Any]
+    violations: list[str] = field(default_factory=list)
+
+
+def grid(start: datetime, every: timedelta, low: datetime, high: datetime) -> list[datetime]:
+    """The due times ``start + k * every`` (any integer k) within [low, high]."""
+    k = math.ceil((low - start) / every)
+    times = []
+    while (due := start + k * every) <= high:
+        times.append(due)
+        k += 1
+    return times
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] if ordered else 0.0
+
+
+class Replicas:
+    """The fleet: slot i runs one process at a time; a kill replaces it with a new one."""
+
+    def __init__(self, database_url: str, workdir: Path, config: SoakConfig, fault_log: Path):
+        self.database_url = database_url
+        self.workdir = workdir
+        self.config = config
+        self.fault_log = fault_log
+        self.live: list[Server] = []
+        self.dead: list[Server] = []
+        self.generation = [0] * config.replicas
+
+    def env(self, slot: int) -> dict[str, str]:
+        instance = f"soak-{slot}-g{self.generation[slot]}"
+        env = engine_env(
+            self.database_url,
+            self.workdir / f"data-{slot}",
+            instance,
+            LEASE_SECONDS=f"{self.config.lease_seconds:g}",
+            SCHEDULER_TICK_SECONDS="1",
+            SCHEDULER_CONCURRENCY=str(self.config.concurrency),
+        )
+        env[LOG_ENV] = str(self.fault_log)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        return env
+
+    def start(self, slot: int) -> Server:
+        name = f"soak-{slot}-g{self.generation[slot]}"
+        return start_server(self.env(slot), self.workdir / f"{name}.log")
+
+    async def start_all(self) -> None:
+        self.live = list(
+            await asyncio.gather(
+                *(asyncio.to_thread(self.start, slot) for slot in range(self.config.replicas))
+            )
+        )
+
+    async def kill_and_restart(self, slot: int) -> tuple[datetime, datetime]:
+        """SIGKILL slot's process; start its successor. Returns (killed at, successor up at)."""
+        victim = self.live[slot]
+        killed_at = datetime.now(UTC)
+        code = await asyncio.to_thread(kill_server, victim)
+        assert code == -signal.SIGKILL, code
+        self.dead.append(victim)
+        self.generation[slot] += 1
+        self.live[slot] = await asyncio.to_thread(self.start, slot)
+        return killed_at, datetime.now(UTC)
+
+    async def stop_all(self) -> list[int]:
+        return list(await asyncio.gather(*(asyncio.to_thread(stop_server, s) for s in self.live)))
+
+    def kill_all(self) -> None:
+        for server in self.live:
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait(timeout=10)
+            with contextlib.suppress(Exception):
+                server.log_file.close()
+
+    def logs(self) -> list[str]:
+        return [server.log() for server in [*self.dead, *self.live]]
+
+
+async def create_schedules(
+    urls: list[str], key: str, config: SoakConfig, base: datetime
+) -> list[str]:
+    """Create the schedules over HTTP, spread over the replicas, 20 requests at a time."""
+    every = config.every
+    async with httpx.AsyncClient(timeout=60, headers=bearer(key)) as http:
+
+        async def create(index: int) -> str:
+            offset = 0.0 if config.burst else every * index / config.schedules
+            body = {
+                "name": f"soak {index}",
+                "prompt": "append the run id",
+                "trigger": {
+                    "every_seconds": every,
+                    "start_at": iso(base + timedelta(seconds=round(offset, 3))),
+                },
+                "misfire_grace_seconds": config.grace,
+                "max_attempts": 3,
+                "runner": {"type": "python", "target": "tests.faults.agents:append_run"},
+            }
+            response = await http.post(f"{urls[index % len(urls)]}/api/v1/schedules", json=body)
+            if response.status_code != 201:
+                raise AssertionError(f"{response.status_code} {response.text}")
+            schedule_id: str = response.json()["id"]
+            return schedule_id
+
+        ids: list[str] = []
+        for first in range(0, config.schedules, 20):
+            batch = range(first, min(first + 20, config.schedules))
+            ids.extend(await asyncio.gather(*(create(index) for index in batch)))
+    return ids
+
+
+async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResult:
+    """Run one soak on a migrated, empty ``database_url``; ``workdir`` keeps logs and data."""
+    rng = random.Random(config.seed)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    fault_log = workdir / "agents.log"
+    fleet = Replicas(database_url, workdir, config, fault_log)
+    probe = RunProbe(database_url)
+    every = timedelta(seconds=config.every)
+    kills: list[dict[str, Any]] = []
+    try:
+        key = await asyncio.to_thread(make_key, fleet.env(0))
+        await fleet.start_all()
+        base = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+        began = time.monotonic()
+        ids = await create_schedules([s.url for s in fleet.live], key, config, base)
+        created = datetime.now(UTC)
+        create_seconds = time.monotonic() - began
+        window_start = created + MARGIN
+        window_end_goal = window_start + timedelta(seconds=config.seconds)
+
+        # -- kills: one replica every kill_every seconds, at a random moment -------------------
+        next_kill = window_start + timedelta(seconds=rng.uniform(0.2, 0.8) * config.kill_every)
+        while next_kill < window_end_goal - timedelta(seconds=1):
+            if config.burst:  # a random moment within the first half second of a burst
+                due = grid(base, every, next_kill, next_kill + every)[0]
+                next_kill = due + timedelta(seconds=rng.uniform(0.0, 0.5))
+                if next_kill >= window_end_goal:
+                    break
+            await asyncio.sleep(max(0.0, (next_kill - datetime.now(UTC)).total_seconds()))
+            slot = rng.randrange(config.replicas)
+            killed_at, up_at = await fleet.kill_and_restart(slot)
+            kills.append({"slot": slot, "killed_at": killed_at, "restarted_at": up_at})
+            next_kill = killed_at + timedelta(seconds=config.kill_every * rng.uniform(0.75, 1.25))
+        await asyncio.sleep(max(0.0, (window_end_goal - datetime.now(UTC)).total_seconds()))
+        window_end = datetime.now(UTC) - MARGIN
+
+        # -- let every run of the window finish (the fleet keeps running) ----------------------
+        def in_window(run: Run) -> bool:
+            return run.due_at is not None and window_start <= run.due_at <= window_end
+
+        expected = {sid: grid(base, every, window_start, window_end) for sid in ids}
+        if not config.burst:
+            expected = {
+                sid: grid(
+                    base + timedelta(seconds=round(config.every * i / config.schedules, 3)),
+                    every,
+                    window_start,
+                    window_end,
+                )
+                for i, sid in enumerate(ids)
+            }
+        want = sum(len(times) for times in expected.values())
+        deadline = time.monotonic() + 60 + config.lease_seconds * 4
+        while True:
+            runs = [r for r in await probe.runs() if in_window(r)]
+            unfinished = sum(1 for r in runs if r.status in ("pending", "running"))
+            if (len(runs) >= want and unfinished == 0) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        codes = await fleet.stop_all()
+        runs = await probe.runs()
+        logs = fleet.logs()
+    finally:
+        fleet.kill_all()
+        await probe.close()
+
+    # -- checks ----------------------------------------------------------------------------
+    violations: list[str] = []
+    if any(code not in (0, -signal.SIGTERM) for code in codes):
+        violations.append(f"a replica did not stop cleanly on SIGTERM: {codes}")
+    scheduled = [r for r in runs if r.trigger == "schedule"]
+    per_due = Counter((str(r.schedule_id), r.due_at) for r in scheduled)
+    duplicates = [key for key, count in per_due.items() if count > 1]
+    if duplicates:
+        violations.append(f"{len(duplicates)} due times with more than one run: {duplicates[:5]}")
+    window_runs = [r for r in scheduled if in_window(r)]
+    have = {(str(r.schedule_id), r.due_at) for r in window_runs}
+    missing = [
+        (sid, due) for sid, times in expected.items() for due in times if (sid, due) not in have
+    ]
+    if missing:
+        violations.append(f"{len(missing)} due times of the window have no run: {missing[:5]}")
+    statuses = Counter(r.status for r in window_runs)
+    if set(statuses) - {"succeeded"}:
+        violations.append(f"window runs not all succeeded: {dict(statuses)}")
+    lines = (
+        [line.split() for line in fault_log.read_text().splitlines()] if fault_log.exists() else []
+    )
+    attempts = Counter((run_id, attempt) for _instance, run_id, attempt in lines)
+    doubled = [key for key, count in attempts.items() if count > 1]
+    if doubled:
+        violations.append(f"{len(doubled)} attempts executed twice: {doubled[:5]}")
+    executions = Counter(run_id for _instance, run_id, _attempt in lines)
+    attempt_of = {str(r.id): r.attempt for r in scheduled}
+    over = [r for r, count in executions.items() if count > attempt_of.get(r, 0)]
+    if over:
+        violations.append(f"{len(over)} runs executed more often than their attempts: {over[:5]}")
+    never = [
+        str(r.id) for r in window_runs if r.status == "succeeded" and str(r.id) not in executions
+    ]
+    if never:
+        violations.append(f"{len(never)} succeeded runs never reached the agent: {never[:5]}")
+    grace = timedelta(seconds=config.grace)
+    early_or_late = [
+        str(r.id)
+        for r in window_runs
+        if r.started_at is None
+        or r.due_at is None
+        or r.started_at < r.due_at
+        or r.created_at - r.due_at > grace
+    ]
+    if early_or_late:
+        violations.append(f"{len(early_or_late)} runs started early or claimed late")
+
+    delays = [
+        (r.started_at - r.due_at).total_seconds()
+        for r in window_runs
+        if r.started_at is not None and r.due_at is not None
+    ]
+    after_kill = [
+        (r.started_at - r.due_at).total_seconds()
+        for r in window_runs
+        for kill in kills
+        if r.started_at is not None
+        and r.due_at is not None
+        and kill["killed_at"] - timedelta(seconds=1) <= r.due_at <= kill["killed_at"] + 2 * every
+    ]
+    taken_over = [r for r in window_runs if r.attempt > 1]
+    finish_after_takeover = [
+        (r.finished_at - r.due_at).total_seconds()
+        for r in taken_over
+        if r.finished_at is not None and r.due_at is not None
+    ]
+    recovered = sum(
+        int(e.get("runs", 0)) for log in logs for e in json_events(log, "leases_recovered")
+    )
+    summary = {
+        "replicas": config.replicas,
+        "schedules": config.schedules,
+        "every_seconds": config.every,
+        "burst": config.burst,
+        "seconds": config.seconds,
+        "window_seconds": round((window_end - window_start).total_seconds(), 1),
+        "lease_seconds": config.lease_seconds,
+        "create_seconds": round(create_seconds, 1),
+        "kills": len(kills),
+        "runs": len(scheduled),
+        "due_times_checked": want,
+        "window_runs": len(window_runs),
+        "duplicates": len(duplicates),
+        "missed": len(missing),
+        "attempts_executed_twice": len(doubled),
+        "runs_reexecuted_after_kill": sum(1 for count in executions.values() if count > 1),
+        "takeovers": len(taken_over),
+        "leases_recovered": recovered,
+        "start_delay_p50_s": round(percentile(delays, 0.5), 3),
+        "start_delay_p99_s": round(percentile(delays, 0.99), 3),
+        "start_delay_max_s": round(max(delays, default=0.0), 3),
+        "max_start_delay_after_kill_s": round(max(after_kill, default=0.0), 3),
+        "max_finish_delay_of_taken_over_run_s": round(max(finish_after_takeover, default=0.0), 3),
+        "restart_seconds_max": round(
+            max(((k["restarted_at"] - k["killed_at"]).total_seconds() for k in kills), default=0),
+            2,
+        ),
+        "statuses": dict(statuses),
+        "violations": len(violations),
+    }
+    return SoakResult(summary, violations)
+
+
+async def _admin(statement: str) -> None:
+    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://", 1)
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--schedules", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--kill-every", type=float, default=20.0)
+    parser.add_argument("--every", type=int, default=10, help="seconds between due times")
+    parser.add_argument("--burst", action="store_true", help="every schedule due at once")
+    parser.add_argument("--lease", type=float, default=3.0, help="AGENTCRON_LEASE_SECONDS")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the database and the logs")
+    args = parser.parse_args(argv)
+    config = SoakConfig(
+        replicas=args.replicas,
+        schedules=args.schedules,
+        seconds=args.seconds,
+        kill_every=args.kill_every,
+        every=args.every,
+        burst=args.burst,
+        lease_seconds=args.lease,
+        concurrency=args.concurrency,
+        seed=args.seed,
+    )
+    name = f"agentcron_soak_{uuid.uuid4().hex[:10]}"
+    await _admin(f'CREATE DATABASE "{name}"')
+    database_url = pg_url_for(name)
+    workdir = Path(tempfile.mkdtemp(prefix="agentcron-soak-"))
+    try:
+        env = engine_env(database_url, workdir / "data", "soak-migrate")
+        await asyncio.to_thread(
+            subprocess.run, [AGENTCRON, "migrate"], env=env, check=True, capture_output=True
+        )
+        result = await soak(config, database_url, workdir)
+    finally:
+        if not args.keep:
+            await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(json.dumps({"config": asdict(config), **result.summary}, indent=2, default=str))
+    for violation in result.violations:
+        print(f"VIOLATION: {violation}", file=sys.stderr)
+    print(f"logs: {workdir}" + ("" if args.keep else " (database dropped)"), file=sys.stderr)
+    return 1 if result.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

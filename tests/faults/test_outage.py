@@ -1,0 +1,378 @@
+"""A database outage under a real ``agentcron serve`` (contract points 3, 4, 7, 12).
+
+The service reaches PostgreSQL only through the fault proxy, which the test cuts for
+``OUTAGE_SECONDS`` (every connection reset, new ones reset on arrival) while a schedule fires
+every ``EVERY`` seconds and a 5-second agent is running. The test reads the outcome straight
+from the database (not through the proxy), from the agents' own append log and from the
+service's JSON log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.storage import Run
+from tests.conftest import bearer
+from tests.e2e.conftest import (
+    Fleet,
+    RunProbe,
+    Server,
+    command_runner,
+    engine_env,
+    iso,
+    json_events,
+    make_key,
+    stop_server,
+    wait_for,
+)
+from tests.faults.conftest import through
+from tests.faults.proxy import ThreadedProxy
+
+OUTAGE_SECONDS = 20.0  # issue 6: the database is gone for 20 s
+STALL_SECONDS = 10.0
+STALL_DB_TIMEOUT = 2  # AGENTCRON_DATABASE_TIMEOUT_SECONDS in the stall test
+EVERY = 2  # seconds between due times of the ticking schedule
+GRACE = 5  # its misfire_grace_seconds: far below the outage, above a loaded claim delay
+LEASE = "3"
+AFTER_SECONDS = 16.0  # observed after the outage
+RECOVERY_BOUND = 10.0  # due times this long after the restore must all have run (generous)
+# Driver and stack-trace text that must never reach an API response (contract point 12).
+LEAKS = (
+    "asyncpg",
+    "psycopg",
+    "traceback",
+    "sqlalchemy",
+    "connection refused",
+    "reset by peer",
+    "errno",
+    "oserror",
+    "connectionreseterror",
+    "5432",
+    "interfaceerror",
+    "operationalerror",
+)
+
+TICK_AGENT = 'echo "$AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT" >> "$1"'
+LONG_AGENT = """
+echo "$AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT start" >> "$1"
+sleep 5
+echo "$AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT end" >> "$1"
+"""
+
+
+def grid(start: datetime, low: datetime, high: datetime) -> list[datetime]:
+    """The due times ``start + k * EVERY`` with low <= t <= high."""
+    step = timedelta(seconds=EVERY)
+    due, times = start, []
+    while due <= high:
+        if due >= low:
+            times.append(due)
+        due += step
+    return times
+
+
+def log_lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def create(server: Server, key: str, body: dict[str, Any]) -> str:
+    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
+        response = await http.post(f"{server.url}/api/v1/schedules", json=body)
+    assert response.status_code == 201, response.text
+    schedule_id: str = response.json()["id"]
+    return schedule_id
+
+
+def assert_unavailable_body(response: httpx.Response) -> None:
+    """A 503 with the documented error body and nothing of the driver in it."""
+    assert response.status_code == 503, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert body["error"]["type"] == "SchedulerUnavailable", body
+    assert set(body["error"]) == {"type", "message", "field"}, body
+    lowered = response.text.lower()
+    assert not [leak for leak in LEAKS if leak in lowered], response.text
+    assert response.headers.get("retry-after"), dict(response.headers)
+
+
+async def outage_probes(
+    server: Server, key: str, until: float, sample: dict[str, Any]
+) -> dict[str, int]:
+    """While the database is out: the process lives, /healthz 200, /readyz 503 and API writes
+    503 with the documented body. Returns how many of each answer were seen."""
+    seen: Counter[str] = Counter()
+    body = {
+        "name": "during outage",
+        "prompt": "p",
+        "trigger": {"every_seconds": 3600},
+        "runner": {"type": "command", "argv": ["true"]},
+    }
+    async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer(key)) as http:
+        while time.monotonic() < until - 1:
+            assert server.process.poll() is None, server.log()[-4000:]
+            assert (await http.get("/healthz")).status_code == 200
+            ready = await http.get("/readyz")
+            seen[f"readyz {ready.status_code}"] += 1
+            if ready.status_code == 503:
+                assert ready.json()["checks"]["database"] == "unavailable", ready.text
+            write = await http.post("/api/v1/schedules", json=body)
+            seen[f"write {write.status_code}"] += 1
+            if write.status_code != 201:
+                assert_unavailable_body(write)
+                sample["write"] = write.json()
+            await asyncio.sleep(1)
+    return dict(seen)
+
+
+async def wait_ready(server: Server, within: float) -> float:
+    """Seconds until /readyz answers 200."""
+    began = time.monotonic()
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+
+        async def ready() -> bool:
+            return (await http.get("/readyz")).status_code == 200
+
+        await wait_for(ready, "/readyz 200 after the restore", within=within, interval=0.1)
+    return time.monotonic() - began
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
+    pg_url: str,
+    pg_proxy: ThreadedProxy,
+    fleet: Fleet,
+    tmp_path: Path,
+    probe_factory: Callable[[str], RunProbe],
+) -> None:
+    tick_log, long_log = tmp_path / "tick.log", tmp_path / "long.log"
+    probe = probe_factory(pg_url)  # straight to PostgreSQL, not through the proxy
+    key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
+    env = engine_env(through(pg_proxy, pg_url), tmp_path / "data", "outage-1", LEASE_SECONDS=LEASE)
+    server = await asyncio.to_thread(fleet.start, env, "server")
+
+    start_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    tick_id = await create(
+        server,
+        key,
+        {
+            "name": "tick",
+            "prompt": "tick",
+            "trigger": {"every_seconds": EVERY, "start_at": iso(start_at)},
+            "misfire_grace_seconds": GRACE,
+            "catchup": "skip",
+            "runner": command_runner(TICK_AGENT, "agent", str(tick_log)),
+        },
+    )
+    long_id = await create(
+        server,
+        key,
+        {
+            "name": "long",
+            "prompt": "long",
+            "trigger": {"at": iso(datetime.now(UTC) + timedelta(seconds=3))},
+            "runner": command_runner(LONG_AGENT, "agent", str(long_log)),
+        },
+    )
+
+    async def long_started() -> Run | None:
+        runs = await probe.runs(long_id)
+        if len(runs) == 1 and runs[0].status == "running" and log_lines(long_log):
+            return runs[0]
+        return None
+
+    long_run = await wait_for(long_started, "the 5-s agent to start", within=20, interval=0.05)
+    assert long_run.task_id is not None
+
+    # -- the outage ---------------------------------------------------------------------
+    cut_at = datetime.now(UTC)
+    await asyncio.to_thread(pg_proxy.cut)
+    until = time.monotonic() + OUTAGE_SECONDS
+    sample: dict[str, Any] = {}
+    seen = await outage_probes(server, key, until, sample)
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
+    restore_at = datetime.now(UTC)
+    await asyncio.to_thread(pg_proxy.restore)
+    recovery = await wait_ready(server, within=30)
+
+    # The agent of the long run ended during the outage; its outcome could not be written.
+    assert [line[2] for line in log_lines(long_log)[:2]] == ["start", "end"]
+
+    async def long_done() -> Run | None:
+        run = await probe.run(long_run.id)
+        return run if run.status not in ("pending", "running") else None
+
+    done = await wait_for(long_done, "the interrupted run to be recorded", within=40)
+    await asyncio.sleep(max(0.0, AFTER_SECONDS - (datetime.now(UTC) - restore_at).total_seconds()))
+    after = await create(
+        server,
+        key,
+        {
+            "name": "after the outage",
+            "prompt": "p",
+            "trigger": {"every_seconds": 3600},
+            "runner": {"type": "command", "argv": ["true"]},
+        },
+    )
+    assert after
+    end = datetime.now(UTC)
+    assert await asyncio.to_thread(stop_server, server) in (0, -15)
+    log = server.log()
+
+    # -- the process declared what it promises (contract point 14) ------------------------
+    started = json_events(log, "engine_started")
+    assert len(started) == 1 and started[0]["recovery_scope"] == "cluster", started
+    assert started[0]["lease_seconds"] == float(LEASE) and started[0]["dialect"] == "postgresql"
+    assert {"max_active_schedules", "pause_visibility", "tick_seconds"} <= set(started[0])
+
+    # -- the process stayed up and said so once per state change --------------------------
+    assert seen.get("readyz 503", 0) >= 1 and seen.get("readyz 200", 0) == 0, seen
+    assert seen.get("write 503", 0) >= 1 and seen.get("write 201", 0) == 0, seen
+    down = json_events(log, "SchedulerUnavailable")
+    assert len(down) == 1, [event.get("timestamp") for event in down]
+    assert cut_at.isoformat() <= down[0]["timestamp"] <= restore_at.isoformat(), down
+    assert json_events(log, "engine_error") == []
+    healthy = [e["timestamp"] for e in json_events(log, "engine_healthy")]
+    assert [t for t in healthy if t > restore_at.isoformat()], healthy
+    assert "Traceback" not in log, log[-4000:]
+
+    # -- the run that was executing: recorded once, same run and task -----------------------
+    assert done.status == "succeeded", (done.status, done.error)
+    assert done.task_id == long_run.task_id
+    assert [r.id for r in await probe.runs(long_id)] == [long_run.id]
+
+    # -- the ticking schedule --------------------------------------------------------------
+    runs = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
+    due = Counter(r.due_at for r in runs)
+    assert [d for d, count in due.items() if count > 1] == []
+    assert {r.status for r in runs} == {"succeeded"}, Counter(r.status for r in runs)
+    ran = {r.due_at for r in runs}
+    step = timedelta(seconds=EVERY)
+    before = grid(start_at, start_at, cut_at - step)
+    assert before and set(before) <= ran, sorted(set(before) - ran)
+    # Due times that came and went during the outage more than GRACE before the restore were
+    # missed: no process could claim them in time, so with catch-up skip they have no run.
+    missed = grid(start_at, cut_at + timedelta(seconds=0.5), restore_at - timedelta(seconds=GRACE))
+    assert len(missed) >= (OUTAGE_SECONDS - GRACE) // EVERY - 1, missed
+    assert not set(missed) & ran, sorted(set(missed) & ran)
+    skipped = [e for e in json_events(log, "due_times_missed") if e["schedule_id"] == tick_id]
+    assert skipped and skipped[0]["catchup"] == "skip", skipped
+    # After the outage the timetable resumes: every due time once recovery had time to happen.
+    resumed = grid(start_at, restore_at + timedelta(seconds=RECOVERY_BOUND), end - step)
+    assert resumed and set(resumed) <= ran, sorted(set(resumed) - ran)
+    # Nothing ran late: every run was claimed within its grace (contract point 4) and started
+    # right after (a generous second for a loaded machine; the agent takes milliseconds).
+    for run in runs:
+        assert run.due_at is not None and run.started_at is not None
+        assert run.created_at - run.due_at <= timedelta(seconds=GRACE), run
+        assert run.started_at - run.due_at <= timedelta(seconds=GRACE + 1), run
+        assert run.started_at >= run.due_at
+    # The agent's own log: no attempt of a run executed twice; a run id recurs only as a new
+    # attempt after an attempt whose outcome the outage swallowed (contract point 7).
+    lines = log_lines(tick_log)
+    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
+    assert [pair for pair, count in attempts.items() if count > 1] == []
+    by_run = Counter(run_id for run_id, _ in lines)
+    attempt_of = {str(r.id): r.attempt for r in runs}
+    assert set(by_run) == set(attempt_of)
+    assert [r for r, count in by_run.items() if count > attempt_of[r]] == []
+
+    first_after = min(r.created_at for r in runs if r.created_at > restore_at)
+    print(
+        f"\noutage: cut {OUTAGE_SECONDS:g} s; /readyz 200 again {recovery:.2f} s after the "
+        f"restore; first claim {(first_after - restore_at).total_seconds():.2f} s after it; "
+        f"{len(missed)} due times missed (skip), {len(runs)} runs, 0 doubled; interrupted run "
+        f"finished with attempt {done.attempt}; probes during the outage {seen}; "
+        f"503 body {sample.get('write')}"
+    )
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_database_stall_answers_503_in_bounded_time_and_resumes(
+    pg_url: str,
+    pg_proxy: ThreadedProxy,
+    fleet: Fleet,
+    tmp_path: Path,
+    probe_factory: Callable[[str], RunProbe],
+) -> None:
+    """The link hangs instead of failing (a partition, a frozen server): nothing resets, no
+    error arrives. /readyz and API calls must still answer 503 within the database timeout
+    (AGENTCRON_DATABASE_TIMEOUT_SECONDS, here 2 s), not hang, and the timetable resumes after
+    with no run doubled."""
+    tick_log = tmp_path / "tick.log"
+    probe = probe_factory(pg_url)
+    key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
+    env = engine_env(
+        through(pg_proxy, pg_url),
+        tmp_path / "data",
+        "stall-1",
+        LEASE_SECONDS=LEASE,
+        DATABASE_TIMEOUT_SECONDS=str(STALL_DB_TIMEOUT),
+    )
+    server = await asyncio.to_thread(fleet.start, env, "server")
+    start_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    tick_id = await create(
+        server,
+        key,
+        {
+            "name": "tick",
+            "prompt": "tick",
+            "trigger": {"every_seconds": EVERY, "start_at": iso(start_at)},
+            "misfire_grace_seconds": GRACE,
+            "runner": command_runner(TICK_AGENT, "agent", str(tick_log)),
+        },
+    )
+    await wait_for(lambda: probe.runs(tick_id), "a first run", within=10)
+    await asyncio.to_thread(pg_proxy.stall)
+    stall_at = time.monotonic()
+    # Each answer within two database timeouts (a statement, then a reconnect) plus a margin
+    # for a loaded machine; without a timeout they hang until the link comes back.
+    bound = 2 * STALL_DB_TIMEOUT + 4
+    answers: dict[str, tuple[int, float]] = {}
+    async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer(key)) as http:
+        for name, path in (("readyz", "/readyz"), ("read", f"/api/v1/schedules/{tick_id}")):
+            began = time.monotonic()
+            with contextlib.suppress(httpx.TimeoutException):
+                response = await http.get(path, timeout=bound)
+                answers[name] = (response.status_code, time.monotonic() - began)
+                if name == "read":
+                    assert_unavailable_body(response)
+        assert pg_proxy.state == "stalled"  # every answer came during the stall
+        assert answers.get("readyz", (0, 0.0))[0] == 503, answers
+        assert answers.get("read", (0, 0.0))[0] == 503, answers
+        assert server.process.poll() is None
+    await asyncio.sleep(max(0.0, STALL_SECONDS - (time.monotonic() - stall_at)))
+    restore_at = datetime.now(UTC)
+    await asyncio.to_thread(pg_proxy.restore)
+    recovery = await wait_ready(server, within=30)
+    resume_from = restore_at + timedelta(seconds=RECOVERY_BOUND / 2)
+    await asyncio.sleep((resume_from - datetime.now(UTC)).total_seconds() + 3 * EVERY)
+    end = datetime.now(UTC)
+    assert await asyncio.to_thread(stop_server, server) in (0, -15)
+
+    runs = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
+    due = Counter(r.due_at for r in runs)
+    assert [d for d, count in due.items() if count > 1] == []
+    resumed = grid(start_at, resume_from, end - timedelta(seconds=EVERY))
+    assert resumed and set(resumed) <= set(due), sorted(set(resumed) - set(due))
+    lines = log_lines(tick_log)
+    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
+    assert [pair for pair, count in attempts.items() if count > 1] == []
+    assert len(json_events(server.log(), "SchedulerUnavailable")) >= 1
+    print(
+        f"\nstall: {STALL_SECONDS:g} s, database timeout {STALL_DB_TIMEOUT} s; answers during "
+        f"the stall (status, seconds) {answers}; /readyz 200 {recovery:.2f} s after the restore"
+    )
