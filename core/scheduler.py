@@ -27,6 +27,7 @@ from core import triggers
 from core.clock import Clock, utcnow
 from core.errors import Conflict, NotFound
 from core.logging import get_logger
+from core.notify.delivery import applicable_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.schedules import announce_change, load_schedule, parse_id
 from core.storage import Database, Delivery, Run, Schedule, Task
@@ -144,6 +145,9 @@ class Outcome:
     status: str  # succeeded | failed | timed_out
     output: str | None = None
     error: str | None = None
+    # The run's notify channels (its payload's), so the record says whether it has deliveries
+    # to make; empty (the common case in a burst) costs nothing.
+    notify: Sequence[Mapping[str, Any]] = ()
 
 
 class TaskRef(Protocol):
@@ -175,6 +179,21 @@ class StartDecision:
     run: Run | None = None
     task: TaskRef | None = None
     schedule_enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """What ``Ledger.next_wakeup`` found: the earliest instant a claim could find work, and
+    the earliest delivery lease to run out (None: nothing of that kind)."""
+
+    work: datetime | None
+    deliveries: datetime | None
+
+    @property
+    def at(self) -> datetime | None:
+        """The earliest of the two: when the loop has something to look at."""
+        times = [value for value in (self.work, self.deliveries) if value is not None]
+        return min(times) if times else None
 
 
 @dataclass
@@ -309,12 +328,13 @@ class Ledger:
             "updated_at": now,
         }
 
-    async def next_wakeup(self) -> datetime | None:
-        """The earliest instant a claim could find new work (None: nothing scheduled)."""
+    async def next_wakeup(self) -> Wakeup:
+        """The earliest instant a claim could find new work, and the earliest delivery lease
+        to run out, in one statement (the idle loop's only one)."""
         async with self.db.session(write=False) as session:
-            row = (await session.execute(q.next_wakeup())).one()
-        candidates = [value for value in row if value is not None]
-        return min(candidates) if candidates else None
+            *work, deliveries = (await session.execute(q.next_wakeup())).one()
+        candidates = [value for value in work if value is not None]
+        return Wakeup(min(candidates) if candidates else None, deliveries)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -342,6 +362,43 @@ class Ledger:
             return
         async with self.db.session() as session:
             await session.execute(q.release_leases(self.owner, list(run_ids), self.clock()))
+
+    # -- delivery leases (``Run.deliver_until``) ------------------------------------------
+
+    def delivery_deadline(
+        self, notify: Sequence[Mapping[str, Any]], status: str, now: datetime
+    ) -> datetime | None:
+        """``deliver_until`` for a run finishing ``now`` with ``status``: a lease from now if a
+        channel applies (the recorder then delivers, renewing it), else None (nothing to do)."""
+        return self._lease_until(now) if applicable_channels(notify, status) else None
+
+    async def renew_deliveries(self, now: datetime, run_ids: Sequence[uuid.UUID]) -> None:
+        """Extend the delivery leases of runs this process is delivering now."""
+        until, ids = self._lease_until(now), list(run_ids)
+        async with self.db.connection() as connection:
+            for start in range(0, len(ids), 1000):
+                await connection.execute(q.renew_deliveries(ids[start : start + 1000], until))
+
+    async def end_deliveries(self, run_ids: Sequence[uuid.UUID]) -> None:
+        """Clear the delivery lease: every channel of these runs is delivered or failed."""
+        async with self.db.connection(single=True) as connection:
+            await connection.execute(q.end_deliveries(list(run_ids)))
+
+    async def take_over_deliveries(self, now: datetime, limit: int) -> list[tuple[Run, str]]:
+        """Lease to this instance up to ``limit`` finished runs whose delivery lease ran out,
+        each with the working directory of its task (file channels write there), or of its
+        schedule if the task is gone."""
+        async with self.db.session() as session:
+            statement = q.take_over_deliveries(now, self._lease_until(now), limit)
+            runs = list((await session.execute(statement)).scalars())
+            task_ids = {run.task_id for run in runs if run.task_id is not None}
+            workdirs: dict[uuid.UUID | None, str] = {}
+            if task_ids:
+                found = await session.execute(
+                    select(Task.id, Task.workdir).where(Task.id.in_(task_ids))
+                )
+                workdirs.update((row.id, row.workdir) for row in found)
+        return [(run, workdirs.get(run.task_id) or self._workdir(run.schedule_id)) for run in runs]
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -476,7 +533,8 @@ class Ledger:
         fields and ``consecutive_failures`` are updated. ``turns`` (a successful chat turn)
         are appended to the task's conversation in the same transaction, except those of a run
         id already there, so a resumed run never adds its turn twice. ``pause_schedule``
-        pauses the schedule with ``error`` as its note (its runner can no longer work).
+        pauses the schedule with ``error`` as its note (its runner can no longer work). A run
+        that ends gets its delivery lease (``deliver_until``) if a notify channel applies.
         Returns None if the lease was lost meanwhile (another replica owns the run now).
         """
         now = self.clock()
@@ -506,6 +564,9 @@ class Ledger:
                 run.lease_expires_at = None
                 return run
             self._finish(run, status, now)
+            # Recorded with the outcome, in its transaction: if this process dies before its
+            # deliveries are made, another takes them over once this lease runs out.
+            run.deliver_until = self.delivery_deadline(run.payload.get("notify") or (), status, now)
             if schedule is not None and pause_schedule and schedule.enabled:
                 schedule.enabled = False
                 schedule.next_run = None
@@ -524,10 +585,11 @@ class Ledger:
 
     async def record_batch(self, outcomes: Sequence[Outcome]) -> list[datetime | None]:
         """Record plain outcomes of attempts this instance ran, in one transaction: each run
-        ends with its status, and each schedule's ``last_*`` fields and failure streak follow
-        its runs in the order given. For outcomes that need more (a retry, chat turns, pausing
-        the schedule, a cancel) use ``finish_attempt``. Returns, per outcome, its finish time,
-        or None if the lease was lost meanwhile (another replica owns the run now).
+        ends with its status (and its delivery lease, if a channel applies), and each
+        schedule's ``last_*`` fields and failure streak follow its runs in the order given.
+        For outcomes that need more (a retry, chat turns, pausing the schedule, a cancel) use
+        ``finish_attempt``. Returns, per outcome, its finish time, or None if the lease was
+        lost meanwhile (another replica owns the run now).
         """
         now = self.clock()
         async with self.db.connection() as connection:
@@ -545,6 +607,7 @@ class Ledger:
                             "b_output": o.output[-OUTPUT_EXCERPT_CHARS:] if o.output else o.output,
                             "b_error": o.error[-ERROR_CHARS:] if o.error else o.error,
                             "b_now": now,
+                            "b_deliver_until": self.delivery_deadline(o.notify, o.status, now),
                         }
                         for o in mine
                     ],

@@ -6,7 +6,9 @@ due work (``Ledger.claim_due_jobs``) and starts one task per claimed run; a full
 again at once. Each run executes under the concurrency semaphore: admit the attempt
 (lease, overlap policy, task, run lock), run the agent under its timeout with a cooperative
 cancel token, record the outcome, then deliver it. A heartbeat renews the leases this process
-holds and relays cancel requests. The loop survives every exception and keeps ticking.
+holds (on runs, and on the deliveries it is making) and relays cancel requests. Deliveries
+whose lease ran out (their process died before it was done) are taken over when the loop
+wakes for them. The loop survives every exception and keeps ticking.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock look
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
 WRITE_TRIES = 3  # a batched write that fails (a deadlock, a blip) is tried this many times
+DELIVERY_BATCH = 100  # the most runs whose deliveries one look takes over
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class SchedulerLoop:
         self._stop = asyncio.Event()
         self._held: set[uuid.UUID] = set()  # runs leased by this process
         self._tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
+        self._delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
         self._runs: set[asyncio.Task[None]] = set()
         self._services: list[asyncio.Task[None]] = []
         self._healthy: bool | None = None
@@ -216,7 +220,12 @@ class SchedulerLoop:
             timeout = self.tick
             try:
                 now = self.clock()
-                wake_at = await self.ledger.next_wakeup()
+                wake = await self.ledger.next_wakeup()
+                deliveries_due = wake.deliveries is not None and wake.deliveries <= now
+                if deliveries_due and await self._recover_deliveries(now):
+                    self._set_health(True)
+                    continue  # look again: more may have run out, and the next instant moved
+                wake_at = wake.work
                 if wake_at is not None and wake_at <= now:
                     claim = await self.ledger.claim_due_jobs(now, batch)
                     for run in claim.runs:
@@ -230,10 +239,13 @@ class SchedulerLoop:
                     # Due, yet nothing claimable: another replica holds those rows this
                     # instant. Look again shortly rather than spin.
                     timeout = RECHECK_SECONDS
-                elif wake_at is not None:
+                elif deliveries_due:
+                    # Run out, yet none taken: another replica is taking them this instant.
+                    timeout = RECHECK_SECONDS
+                elif wake.at is not None:
                     # +1 ms: asyncio may fire a timer a hair early, and a claim an instant
                     # before the due time finds nothing.
-                    delay = (wake_at - self.clock()).total_seconds() + 0.001
+                    delay = (wake.at - self.clock()).total_seconds() + 0.001
                     timeout = max(0.0, min(self.tick, delay))
                 self._set_health(True)
             except Exception as exc:  # the loop survives everything and keeps ticking
@@ -253,6 +265,17 @@ class SchedulerLoop:
         finally:
             for waiter in waiters:
                 waiter.cancel()
+
+    async def _recover_deliveries(self, now: datetime) -> bool:
+        """Take over deliveries whose lease ran out and make them here; True if any."""
+        taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH)
+        for run, workdir in taken:
+            if run.id not in self._delivering:  # ours already: its renewal just lapsed
+                bound = log.bind(run_id=str(run.id), schedule_id=str(run.schedule_id))
+                self._start_delivery(run, workdir, bound)
+        if taken:
+            log.info("deliveries_recovered", runs=len(taken))
+        return bool(taken)
 
     def _dispatch(self, run: Run, workdir: str | None = None) -> None:
         if run.id in self._held:
@@ -382,8 +405,8 @@ class SchedulerLoop:
         payload = run.payload
         if verdict.outcome is not None and verdict.error is None:
             if verdict.batch and not verdict.outcome.turns:
-                outcome = Outcome(run.id, run.schedule_id, "succeeded", verdict.outcome.output)
-                await self._finished(await self._record_plain(run, outcome), verdict)
+                recorded = await self._record_plain(run, "succeeded", output=verdict.outcome.output)
+                await self._finished(recorded, verdict)
                 return
             finished = await self.ledger.finish_attempt(
                 run.id, "succeeded", output=verdict.outcome.output, turns=verdict.outcome.turns
@@ -398,8 +421,8 @@ class SchedulerLoop:
             self.wake()
             return
         elif verdict.batch and not verdict.unavailable:
-            outcome = Outcome(run.id, run.schedule_id, "failed", error=verdict.error)
-            await self._finished(await self._record_plain(run, outcome), verdict)
+            recorded = await self._record_plain(run, "failed", error=verdict.error)
+            await self._finished(recorded, verdict)
             return
         else:
             finished = await self.ledger.finish_attempt(
@@ -409,16 +432,21 @@ class SchedulerLoop:
                 bound.error("schedule_paused", reason=verdict.error)
         await self._finished(finished, verdict)
 
-    async def _record_plain(self, run: Run, outcome: Outcome) -> Run | None:
+    async def _record_plain(
+        self, run: Run, status: str, *, output: str | None = None, error: str | None = None
+    ) -> Run | None:
         """Record a plain outcome in a batch; returns the run as recorded (None: lease lost)."""
+        notify = run.payload.get("notify") or ()
+        outcome = Outcome(run.id, run.schedule_id, status, output, error, notify)
         finished_at = await self._results.submit(outcome)
         if finished_at is None:
             return None
         # The in-memory run becomes what the batch wrote, for the delivery's run view.
-        run.status, run.reason, run.finished_at = outcome.status, None, finished_at
-        run.output = outcome.output[-OUTPUT_EXCERPT_CHARS:] if outcome.output else outcome.output
-        run.error = outcome.error[-ERROR_CHARS:] if outcome.error else outcome.error
+        run.status, run.reason, run.finished_at = status, None, finished_at
+        run.output = output[-OUTPUT_EXCERPT_CHARS:] if output else output
+        run.error = error[-ERROR_CHARS:] if error else error
         run.lease_owner = run.lease_expires_at = None
+        run.deliver_until = self.ledger.delivery_deadline(notify, status, finished_at)
         return run
 
     async def _record_cancelled(self, verdict: Verdict) -> None:
@@ -435,8 +463,7 @@ class SchedulerLoop:
             # timed_out runs get the record without it (contract point 8).
             error = f"timed out after {verdict.timeout:g} s"
             if verdict.batch:
-                outcome = Outcome(run.id, run.schedule_id, "timed_out", error=error)
-                finished = await self._record_plain(run, outcome)
+                finished = await self._record_plain(run, "timed_out", error=error)
             else:
                 finished = await self.ledger.finish_attempt(run.id, "timed_out", error=error)
             await self._finished(finished, verdict)
@@ -453,27 +480,45 @@ class SchedulerLoop:
             bound.warning("run_lease_lost")
             return
         bound.info("run_finished", status=run.status, error=run.error)
+        # The outcome was recorded with a delivery lease only if a channel applies.
+        if run.deliver_until is not None:
+            self._start_delivery(run, verdict.workdir, bound)
+
+    def _start_delivery(self, run: Run, workdir: str, bound: Any) -> None:
         # Deliver outside the concurrency slot: a slow receiver must not hold up other runs.
-        # The task is tracked with the runs, so shutdown drains deliveries too.
-        if not run.payload.get("notify"):
-            return
-        delivery = asyncio.create_task(self._deliver(run, verdict.workdir, bound))
+        # The task is tracked with the runs, so shutdown drains deliveries too. Listed at once,
+        # so the heartbeat renews its lease from now on.
+        self._delivering.add(run.id)
+        delivery = asyncio.create_task(self._deliver(run, workdir, bound))
         self._runs.add(delivery)
         delivery.add_done_callback(self._runs.discard)
 
     async def _deliver(self, run: Run, workdir: str, bound: Any) -> None:
+        """Make a finished run's deliveries, then clear its delivery lease. Cancelled (the
+        drain timed out) or cut off from the database, the lease stays and runs out, and
+        another replica, or this one after a restart, makes what is left."""
         try:
-            await deliver_run(
-                self.ledger.db,
-                run,
-                run_view(run),
-                Path(workdir),
-                clock=self.clock,
-                allow_private=self.allow_private,
-                policy=self.delivery_policy,
-            )
-        except Exception as exc:  # a failed delivery never fails the run
-            bound.error("delivery_error", error=str(exc))
+            try:
+                await deliver_run(
+                    self.ledger.db,
+                    run,
+                    run_view(run),
+                    Path(workdir),
+                    clock=self.clock,
+                    allow_private=self.allow_private,
+                    policy=self.delivery_policy,
+                )
+            except SchedulerUnavailable as exc:
+                bound.error("delivery_interrupted", error=exc.message)
+                return
+            except Exception as exc:  # a failed delivery never fails the run
+                # Not worth retrying on every lease: a bug does not go away by itself.
+                bound.error("delivery_error", error=str(exc))
+            await self.ledger.end_deliveries([run.id])
+        except Exception as exc:  # the lease then runs out: the next look finds nothing left
+            bound.error("delivery_lease_not_cleared", error=str(exc))
+        finally:
+            self._delivering.discard(run.id)
 
     def cancel_local(self, run_id: uuid.UUID) -> None:
         """Stop an attempt running in this process at once (the API's cancel)."""
@@ -516,6 +561,11 @@ class SchedulerLoop:
         # until ``stop()`` cancels this task, or a replica would take them over mid-run.
         while True:
             await asyncio.sleep(interval)
+            if self._delivering:
+                try:
+                    await self.ledger.renew_deliveries(self.clock(), list(self._delivering))
+                except Exception as exc:
+                    self._set_health(False, exc)
             if clock() - backlog_renewed >= backlog_every - 0.05:
                 ids, backlog_renewed = list(self._held), clock()
             else:

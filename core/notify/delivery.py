@@ -2,14 +2,15 @@
 
 Each applicable channel (its ``notify_on`` lists the run's status) gets a ``deliveries`` row,
 attempted with the shared ``RetryPolicy``; every attempt is counted on the row. A failed
-delivery is recorded on the delivery and never changes the run's status.
+delivery is recorded on the delivery and never changes the run's status. Who delivers, and who
+takes over when that process dies, is the engine's business (``Run.deliver_until``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from core.storage import Database, Delivery, Run, Schedule
 log = get_logger(__name__)
 
 DEFAULT_POLICY = RetryPolicy(max_attempts=3, base=1.0, cap=30.0)
+DEFAULT_NOTIFY_ON = ("succeeded",)
 
 
 def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str) -> dict[str, Any]:
@@ -36,6 +38,19 @@ def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str
         "schedule": {"id": str(schedule_id), "name": name},
         "run": dict(run_view),
     }
+
+
+def applicable_channels(
+    notify: Sequence[Mapping[str, Any]], status: str
+) -> list[tuple[int, Mapping[str, Any]]]:
+    """The channels (index, channel) a run finished with ``status`` is delivered to: those whose
+    ``notify_on`` (default ``["succeeded"]``) lists it. The one rule, shared by delivery and by
+    the ledger, which records whether a finished run has deliveries to make."""
+    return [
+        (index, channel)
+        for index, channel in enumerate(notify)
+        if status in channel.get("notify_on", DEFAULT_NOTIFY_ON)
+    ]
 
 
 async def deliver_run(
@@ -48,12 +63,15 @@ async def deliver_run(
     clock: Clock = utcnow,
     allow_private: bool = False,
 ) -> None:
-    """Deliver a finished run to each of its channels; record every attempt."""
-    channels = [
-        (index, channel)
-        for index, channel in enumerate(run.payload.get("notify", []))
-        if run.status in channel.get("notify_on", ["succeeded"])
-    ]
+    """Deliver a finished run to each of its channels; record every attempt.
+
+    Idempotent per (run, channel index), so a delivery interrupted by a crash can be made
+    again by anyone (``Ledger.take_over_deliveries``): a channel whose row is ``delivered`` or
+    ``failed`` (its attempts exhausted, or a permanent error) is left alone; a ``pending`` row
+    is reused and its attempts keep counting; a missing one is created. The webhook-id is
+    ``<run id>.<index>`` every time, so a receiver can de-duplicate a repeat.
+    """
+    channels = applicable_channels(run.payload.get("notify") or (), run.status)
     if not channels:
         return
     missing = sorted(
@@ -96,8 +114,8 @@ async def _deliver_one(
                 select(Delivery).where(Delivery.run_id == run_id, Delivery.index == index)
             )
         ).scalar_one_or_none()
-        if existing is not None and existing.status == "delivered":
-            return
+        if existing is not None and existing.status in ("delivered", "failed"):
+            return  # done for good; only missing and pending deliveries are (re)made
         if existing is None:
             existing = Delivery(
                 id=uuid.uuid4(),
@@ -112,8 +130,10 @@ async def _deliver_one(
             )
             session.add(existing)
         delivery_id = existing.id
+        # A delivery taken over after a crash goes on counting, so its attempts stay bounded
+        # by the policy (the next one is always made: the interrupted one may not have).
+        attempt = existing.attempts
     request = DeliveryRequest(f"{run_id}.{index}", channel, body, workdir, allow_private)
-    attempt = 0
     while True:
         attempt += 1
         status, error = "delivered", None
@@ -171,4 +191,4 @@ async def _record(
             delivery.updated_at = clock()
 
 
-__all__ = ["deliver_run", "delivery_body"]
+__all__ = ["applicable_channels", "deliver_run", "delivery_body"]

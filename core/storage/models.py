@@ -91,6 +91,11 @@ class Run(Base):
     is the snapshot (prompt, runner, notify, limits) taken when the run was created, so a replay
     re-runs exactly what ran. A claimed or running run holds a lease (``lease_owner``,
     ``lease_expires_at``) that its holder renews; anyone may take over an expired one.
+
+    ``deliver_until`` is the lease on a finished run's deliveries (its outbox): set, with the
+    outcome, only when a notify channel applies to the status; renewed by the process
+    delivering; cleared when every channel is delivered or failed for good. Once it has passed,
+    any replica may take the deliveries over (the holder died or was stopped).
     """
 
     __tablename__ = "runs"
@@ -116,6 +121,7 @@ class Run(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    deliver_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
 
     __table_args__ = (
         UniqueConstraint("schedule_id", "due_at"),

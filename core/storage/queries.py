@@ -183,6 +183,8 @@ FINISH_RUN = (
         finished_at=bindparam("b_now", type_=UTCDateTime()),
         lease_owner=None,
         lease_expires_at=None,
+        # NULL unless a notify channel applies to the status (``Ledger.delivery_deadline``).
+        deliver_until=bindparam("b_deliver_until", type_=UTCDateTime()),
     )
 )
 SCHEDULE_RESULT = (
@@ -220,11 +222,12 @@ def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
     )
 
 
-def next_wakeup() -> Select[Any, Any, Any]:
+def next_wakeup() -> Select[Any, Any, Any, Any]:
     """The earliest instant at which the claim could find work: a schedule's ``next_run``, a
-    queued run becoming available, or a lease running out. Leases of ``owner`` count too: one
-    that lapses here (its attempt died with the database out of reach) is taken back by this
-    very instance, even with no other replica and nothing else due. Leases of runs in hand are
+    queued run becoming available, or a lease running out; and, apart, the earliest delivery
+    lease (``deliver_until``) to run out. Leases of ``owner`` count too: one that lapses here
+    (its attempt died with the database out of reach) is taken back by this very instance,
+    even with no other replica and nothing else due. Leases of runs and deliveries in hand are
     renewed long before they run out, so they never wake the loop."""
     first_due = (
         select(func.min(Schedule.next_run))
@@ -241,4 +244,42 @@ def next_wakeup() -> Select[Any, Any, Any]:
         .where(Run.status.in_(ACTIVE), Run.lease_owner.is_not(None))
         .scalar_subquery()
     )
-    return select(first_due, first_queued, first_expiry)
+    # An index on deliver_until makes this a look at the first index entry (NULLs excluded).
+    first_delivery = select(func.min(Run.deliver_until)).scalar_subquery()
+    return select(first_due, first_queued, first_expiry, first_delivery)
+
+
+def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
+    """Extend the delivery leases of runs this process is delivering. One already cleared
+    (its deliveries are done) stays cleared."""
+    return (
+        update(Run)
+        .where(Run.id.in_(ids), Run.deliver_until.is_not(None))
+        .values(deliver_until=until)
+    )
+
+
+def end_deliveries(ids: Sequence[uuid.UUID]) -> Update:
+    """Nothing left to deliver for these runs: every channel is delivered or failed for good."""
+    return update(Run).where(Run.id.in_(ids)).values(deliver_until=None)
+
+
+def take_over_deliveries(now: datetime, until: datetime, limit: int) -> Update:
+    """Lease to the caller up to ``limit`` finished runs whose delivery lease ran out (their
+    deliverer died, or was stopped), oldest first; returns the runs. The rows are locked with
+    ``SKIP LOCKED``, so two replicas recovering at once take different runs (on SQLite the
+    write transaction serialises them)."""
+    expired = (
+        select(Run.id)
+        .where(Run.deliver_until < now)
+        .order_by(Run.deliver_until)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return (
+        update(Run)
+        .where(Run.id.in_(expired.scalar_subquery()))
+        .values(deliver_until=until)
+        .returning(Run)
+        .execution_options(synchronize_session=False)
+    )
