@@ -219,11 +219,6 @@ def hook() -> Iterator[Hook]:
 @pytest.mark.pg
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="delivery is not recovered after a crash: a delivery in flight when its replica dies "
-    "stays 'pending' and no other replica delivers it (docs/reliability.md, known gaps)",
-)
 async def test_sigkill_during_delivery_is_delivered_by_the_survivor(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe], hook: Hook
 ) -> None:

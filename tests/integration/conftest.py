@@ -36,6 +36,7 @@ async def make_engine(
         drain_timeout: float = 0.5,
         tick: float = TICK,
         start: bool = True,
+        allow_private: bool = False,
     ) -> Engine:
         ledger = Ledger(db, owner=owner, lease_seconds=LEASE, data_dir=tmp_path / "data")
         loop = SchedulerLoop(
@@ -44,12 +45,13 @@ async def make_engine(
             tick_seconds=tick,
             drain_timeout=drain_timeout,
             retry_base=0.05,
+            allow_private=allow_private,
         )
         ledger.on_change = loop.wake
         loops.append(loop)
         if start:
             loop.start()
-        schedules = ScheduleService(db, on_change=loop.wake)
+        schedules = ScheduleService(db, on_change=loop.wake, allow_private=allow_private)
         return Engine(db, ledger, loop, schedules, tmp_path / "data")
 
     try:

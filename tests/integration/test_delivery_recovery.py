@@ -1,0 +1,309 @@
+"""Deliveries survive the death of the process making them (both databases).
+
+A finished run with a channel that applies to its status carries a delivery lease,
+``runs.deliver_until``, written in the transaction that records the outcome; the process
+delivering renews it and clears it when done. A lease that runs out is taken over by any loop,
+which makes the missing and pending deliveries with the same webhook-id (``<run id>.<index>``).
+The SIGKILL version, with real processes, is
+``tests/faults/test_crash_points.py::test_sigkill_during_delivery_is_delivered_by_the_survivor``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from sqlalchemy import insert, update
+
+from core import triggers
+from core.notify import register_notifier
+from core.notify.base import DeliveryRequest
+from core.runners.fake import FakeRunnerType, permanent, succeed
+from core.scheduler import Ledger, Outcome
+from core.storage import Database, Delivery, Run, Schedule
+from tests.factories import schedule_values
+from tests.integration.engine_kit import (
+    HOURLY,
+    LEASE,
+    MakeEngine,
+    deliveries_of,
+    every_second,
+    fetch_run,
+    runs_where,
+    spec,
+    wait_for,
+    wait_status,
+)
+from tests.integration.test_webhook import Receiver, new_secret
+
+T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
+DUE = T0 + timedelta(seconds=60)
+NOW = DUE + timedelta(seconds=1)
+UNTIL = NOW + timedelta(seconds=30)  # the ledger's lease below
+
+ON_SUCCESS = [{"type": "file", "path": "ok.jsonl"}]  # notify_on defaults to ["succeeded"]
+ON_FAILURE = [{"type": "file", "path": "bad.jsonl", "notify_on": ["failed", "timed_out"]}]
+
+
+async def add(db: Database, notify: list[dict[str, Any]]) -> uuid.UUID:
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    row = schedule_values(T0, trigger=trigger, next_run=DUE, notify=notify)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [row])
+    return uuid.UUID(str(row["id"]))
+
+
+def ledger(db: Database, tmp_path: Path) -> Ledger:
+    return Ledger(db, owner="replica-a", lease_seconds=30, data_dir=tmp_path, clock=lambda: NOW)
+
+
+async def deliver_until(db: Database, run_id: uuid.UUID) -> datetime | None:
+    return (await fetch_run(db, run_id)).deliver_until
+
+
+# -- the lease is written with the outcome, only when a channel applies ---------------------
+
+
+async def test_record_batch_sets_deliver_until_only_when_a_channel_applies(
+    db: Database, tmp_path: Path
+) -> None:
+    cases = {  # schedule's channels, the run's status -> deliver_until
+        "success, default notify_on": (ON_SUCCESS, "succeeded", UNTIL),
+        "failure, default notify_on": (ON_SUCCESS, "failed", None),
+        "failure, notify_on failed": (ON_FAILURE, "failed", UNTIL),
+        "timed out, notify_on timed_out": (ON_FAILURE, "timed_out", UNTIL),
+        "success, notify_on failed": (ON_FAILURE, "succeeded", None),
+        "no channel": ([], "succeeded", None),
+    }
+    ids = {name: await add(db, notify) for name, (notify, _, _) in cases.items()}
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    await me.admit_batch([(run.id, run.schedule_id) for run in claim.runs])
+    run_of = {run.schedule_id: run for run in claim.runs}
+    outcomes = []
+    for name, (_, status, _) in cases.items():
+        run = run_of[ids[name]]
+        outcomes.append(Outcome(run.id, run.schedule_id, status, notify=run.payload["notify"]))
+    assert await me.record_batch(outcomes) == [NOW] * len(cases)
+
+    found = {name: await deliver_until(db, run_of[ids[name]].id) for name in cases}
+    assert found == {name: expected for name, (_, _, expected) in cases.items()}
+
+
+async def test_finish_attempt_sets_deliver_until_on_terminal_outcomes_only(
+    db: Database, tmp_path: Path
+) -> None:
+    ok, bad, retried = [await add(db, ON_SUCCESS) for _ in range(3)]
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    run_of = {run.schedule_id: run.id for run in claim.runs}
+    for run_id in run_of.values():
+        assert (await me.start_attempt(run_id)).action == "run"
+
+    done = await me.finish_attempt(run_of[ok], "succeeded", output="fine")
+    assert done is not None and done.deliver_until == UNTIL
+    failed = await me.finish_attempt(run_of[bad], "failed", error="no")
+    assert failed is not None and failed.deliver_until is None  # default notify_on
+    # A transient failure going back to pending is no outcome: nothing to deliver yet.
+    await me.finish_attempt(run_of[retried], "pending", error="blip", retry_at=NOW)
+    assert await deliver_until(db, run_of[retried]) is None
+    assert await deliver_until(db, run_of[ok]) == UNTIL
+
+
+async def test_the_loop_clears_deliver_until_once_delivered(
+    make_engine: MakeEngine, fake: FakeRunnerType
+) -> None:
+    engine = make_engine()
+    fake.script("mixed", [succeed("first"), permanent("nope")])
+    # Scheduled runs of an isolated ``allow`` schedule are recorded in batches; manual ones
+    # one at a time. Both must hand the lease back once delivered.
+    schedule = await engine.create(spec(fake.config(), every_second(), notify=ON_SUCCESS))
+    batched = (await wait_for(runs_where(engine.db, schedule.id, bool), what="a run"))[0]
+    manual = await engine.create(spec(fake.config("mixed"), HOURLY, notify=ON_SUCCESS))
+    one_by_one = await engine.run_now(manual.id)
+    await wait_status(engine.db, one_by_one.id, "succeeded")
+    failed_run = await engine.run_now(manual.id)
+    await wait_status(engine.db, failed_run.id, "failed")
+
+    for run_id in (batched.id, one_by_one.id):
+        await wait_status(engine.db, run_id, "succeeded")
+
+        async def done(run_id: uuid.UUID = run_id) -> bool:
+            rows = await deliveries_of(engine.db, run_id)
+            delivered = [row.status for row in rows] == ["delivered"]
+            return delivered and await deliver_until(engine.db, run_id) is None
+
+        await wait_for(done, 5, "delivered and the lease cleared")
+    assert await deliver_until(engine.db, failed_run.id) is None
+    assert await deliveries_of(engine.db, failed_run.id) == []
+
+
+# -- a dead deliverer's deliveries are made by a loop, once -------------------------------
+
+
+async def as_if_the_deliverer_died(
+    db: Database, run_id: uuid.UUID, row: str | None, channels: int = 1
+) -> None:
+    """The run as a process leaves it when killed after recording the outcome: succeeded,
+    its delivery lease run out, and (``row``) no delivery row yet, or one per channel
+    ``pending`` after one transient failure, or ``failed`` for good."""
+    now = datetime.now(UTC)
+    async with db.session() as session:
+        await session.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(
+                status="succeeded",
+                output="five bullets",
+                attempt=1,
+                started_at=now,
+                finished_at=now,
+                lease_owner=None,
+                lease_expires_at=None,
+                deliver_until=now - timedelta(seconds=1),
+            )
+        )
+        if row is not None:
+            for index in range(channels):
+                session.add(
+                    Delivery(
+                        id=uuid.uuid4(),
+                        run_id=run_id,
+                        index=index,
+                        channel="webhook",
+                        target="(as recorded)",
+                        status=row,
+                        attempts=1,
+                        error="ConnectError: refused",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+
+
+@pytest.mark.parametrize(
+    ("row", "sent", "final", "attempts"),
+    [(None, 1, "delivered", 1), ("pending", 1, "delivered", 2), ("failed", 0, "failed", 1)],
+    ids=["no-row", "pending-row", "failed-row"],
+)
+async def test_a_dead_deliverers_delivery_is_made_once_by_another_loop(
+    make_engine: MakeEngine,
+    fake: FakeRunnerType,
+    receiver: Receiver,
+    secret: str,
+    row: str | None,
+    sent: int,
+    final: str,
+    attempts: int,
+) -> None:
+    notify = [{"type": "webhook", "url": receiver.url(), "secret": secret}]
+    # The schedule and run are made without a loop; then the deliverer "dies" (never runs).
+    first = make_engine("engine-dead", start=False, allow_private=True)
+    schedule = await first.create(spec(fake.config(), HOURLY, notify=notify))
+    queued = await first.run_now(schedule.id)
+    await as_if_the_deliverer_died(first.db, queued.id, row)
+
+    # Two survivors look at once: the lease lets only one of them take the deliveries.
+    with structlog.testing.capture_logs() as logs:
+        survivors = [make_engine(name, allow_private=True) for name in ("engine-b", "engine-c")]
+
+        async def settled() -> bool:
+            return await deliver_until(first.db, queued.id) is None
+
+        await wait_for(settled, 10, "the deliveries taken over and done")
+        # Give a second delivery every chance to happen: several lease lengths.
+        await asyncio.sleep(LEASE * 1.5)
+        for survivor in survivors:
+            await survivor.loop.stop()
+
+    webhook_ids = [request.headers["webhook-id"] for request in receiver.requests]
+    assert webhook_ids == [f"{queued.id}.0"] * sent
+    assert all(request.verify_error is None for request in receiver.requests)
+    if sent:
+        body = receiver.requests[0].payload
+        assert body["run"]["id"] == str(queued.id) and body["run"]["status"] == "succeeded"
+        assert body["run"]["output"] == "five bullets"
+    (delivery,) = await deliveries_of(first.db, queued.id)
+    assert (delivery.status, delivery.attempts) == (final, attempts)
+    recovered = [entry for entry in logs if entry["event"] == "deliveries_recovered"]
+    assert sum(entry["runs"] for entry in recovered) == 1
+    assert (await fetch_run(first.db, queued.id)).status == "succeeded"  # untouched
+
+
+# -- a delivery cut short by shutdown ------------------------------------------------------
+
+
+@dataclass
+class Gate:
+    """A channel type whose first delivery never ends (the process is stopped meanwhile);
+    later ones succeed. Records the webhook-id style id of each delivery."""
+
+    name: str = "gate"
+    ids: list[str] = field(default_factory=list)
+
+    def validate(
+        self, channel: Mapping[str, Any], field: str, *, allow_private: bool
+    ) -> dict[str, Any]:
+        return dict(channel)
+
+    def target(self, channel: Mapping[str, Any]) -> str:
+        return "gate"
+
+    async def deliver(self, request: DeliveryRequest) -> None:
+        self.ids.append(request.delivery_id)
+        if len(self.ids) == 1:
+            await asyncio.Event().wait()  # until cancelled
+
+
+async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
+    make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("web.scheduler.HARD_STOP_GRACE", 0.2)
+    gate = Gate()
+    register_notifier(gate)
+    first = make_engine("engine-a", drain_timeout=0.2)
+    schedule = await first.create(spec(fake.config(), HOURLY, notify=[{"type": "gate"}]))
+    queued = await first.run_now(schedule.id)
+
+    async def delivering() -> bool:
+        return bool(gate.ids)
+
+    await wait_for(delivering, 5, "the first delivery to start")
+    # Held past a lease length by the heartbeat, not taken over while the delivery goes on.
+    await asyncio.sleep(LEASE * 1.5)
+    assert (await fetch_run(first.db, queued.id)).deliver_until is not None
+    assert len(gate.ids) == 1
+    await first.loop.stop()  # the drain times out: the delivery is abandoned, its lease kept
+    assert (await fetch_run(first.db, queued.id)).deliver_until is not None
+    assert [row.status for row in await deliveries_of(first.db, queued.id)] == ["pending"]
+
+    make_engine("engine-b")
+
+    async def delivered() -> bool:
+        rows = await deliveries_of(first.db, queued.id)
+        return [row.status for row in rows] == ["delivered"]
+
+    await wait_for(delivered, LEASE * 5, "the other engine to deliver")
+    assert gate.ids == [f"{queued.id}.0"] * 2
+    assert (await fetch_run(first.db, queued.id)).deliver_until is None
+
+
+@pytest.fixture
+def secret() -> str:
+    return new_secret()
+
+
+@pytest.fixture
+def receiver(secret: str) -> Iterator[Receiver]:
+    server = Receiver(secret).start()
+    try:
+        yield server
+    finally:
+        server.stop()
