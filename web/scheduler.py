@@ -561,13 +561,15 @@ class SchedulerLoop:
         # until ``stop()`` cancels this task, or a replica would take them over mid-run.
         while True:
             await asyncio.sleep(interval)
-            if self._delivering:
-                try:
-                    await self.ledger.renew_deliveries(self.clock(), list(self._delivering))
-                except Exception as exc:
-                    self._set_health(False, exc)
             if clock() - backlog_renewed >= backlog_every - 0.05:
                 ids, backlog_renewed = list(self._held), clock()
+                # Delivery leases go with the backlog: a third of a lease is plenty of margin,
+                # and a slow receiver after a burst can hold thousands of deliveries open.
+                if self._delivering:
+                    try:
+                        await self.ledger.renew_deliveries(self.clock(), list(self._delivering))
+                    except Exception as exc:
+                        self._set_health(False, exc)
             else:
                 ids = list(self._tokens)
             if not ids:
