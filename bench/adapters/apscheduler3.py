@@ -1,4 +1,5 @@
-"""APScheduler 3.11: ``SQLAlchemyJobStore`` on PostgreSQL (psycopg2), ``AsyncIOScheduler``.
+"""APScheduler 3.11: ``AsyncIOScheduler``, ``SQLAlchemyJobStore`` on PostgreSQL (psycopg2) or
+SQLite.
 
 Runs only in its own virtualenv (``bench/.venvs/apscheduler3``, made by the harness), from the
 repository root so ``bench.noop`` imports. ``populate`` writes N ``DateTrigger`` jobs due at
@@ -38,7 +39,15 @@ from apscheduler.util import datetime_to_utc_timestamp  # type: ignore[import-no
 from sqlalchemy import func, select
 
 from bench import noop
-from bench.adapters.common import LagMonitor, emit, mark_ready, parse_args, result, with_driver
+from bench.adapters.common import (
+    LagMonitor,
+    backend,
+    emit,
+    mark_ready,
+    parse_args,
+    result,
+    with_driver,
+)
 
 DEFAULTS = os.environ.get("BENCH_APS_DEFAULTS", "") == "1"
 NAME = "apscheduler3-defaults" if DEFAULTS else "apscheduler3"
@@ -135,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     # One "was missed" warning per dropped job would flood the harness; the count is reported.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    url = with_driver(args.dsn, "psycopg2")
+    url = with_driver(args.dsn, "psycopg2" if backend(args.dsn) == "postgresql" else None)
     if args.command == "populate":
         populate(url, args.count, args.at)
     else:
