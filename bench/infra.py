@@ -29,7 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / "bench" / ".venvs"
 PEER_PACKAGES = {
     "apscheduler3": ["apscheduler>=3.11,<4", "sqlalchemy>=2", "psycopg2-binary"],
-    "apscheduler4": ["apscheduler==4.0.0a6", "sniffio", "sqlalchemy", "asyncpg", "aiosqlite"],
+    # sqlalchemy[asyncio]: SQLAlchemy 2.1 no longer pulls in greenlet by itself.
+    "apscheduler4": [
+        "apscheduler==4.0.0a6",
+        "sniffio",
+        "sqlalchemy[asyncio]",
+        "asyncpg",
+        "aiosqlite",
+    ],
     "plot": ["matplotlib"],
 }
 
