@@ -12,10 +12,11 @@ Commands (each prints one JSON line at the end; ``idle`` prints two progress lin
 - ``fire``: the burst. The engine starts before T0 and runs until the ledger records N
   ``succeeded`` runs. With ``--replicas`` > 1 other engine processes share the burst, so the
   end is read from the database rather than from this process's no-op calls.
-- ``idle``: the engine runs a short warm-up, then a window of ``--seconds`` with nothing due
-  (``{"event": "window_start"}`` and ``{"event": "window_end", ...}`` bracket it, so the
-  harness can read the database's commit counter), then waits for one schedule another
-  process creates (``create``) and reports how late after its due time its run started.
+- ``idle``: the engine runs a short warm-up (3 s at most), then a window of ``--seconds``
+  with nothing due (``{"event": "window_start"}`` and ``{"event": "window_end", ...}``
+  bracket it, so the harness can read the database's commit counter), then waits for one
+  schedule another process creates (``create``) and reports how late after its due time its
+  run started.
 - ``steady``: the engine runs from before T0 until T0 + ``--seconds``: start delays
   (``started_at - due_at``) of the runs due in the window but its last 5 s, how many of
   those never started, CPU time and statements per run started in the window.
@@ -128,8 +129,9 @@ def _scheduled(name: str, spec: dict[str, Any], now: datetime) -> dict[str, Any]
 
 
 def shaped_rows(shape: str, count: int, t0: datetime, every: int) -> list[dict[str, Any]]:
-    """The ``count`` schedules of a workload shape (see the module docstring)."""
-    now = datetime.now(UTC)
+    """The ``count`` schedules of a workload shape (see the module docstring), as if created
+    now, or a second before T0 when populating started late (a loaded machine)."""
+    now = min(datetime.now(UTC), t0 - timedelta(seconds=1))
     if shape == "burst":
         return [_scheduled(f"burst-{i}", {"at": t0.isoformat()}, now) for i in range(count)]
     if shape == "steady":
@@ -328,7 +330,7 @@ async def idle(url: str, window: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(url, Path(tmp), lag_probe=False)
         engine.start()
-        await asyncio.sleep(IDLE_WARMUP_SECONDS)
+        await asyncio.sleep(min(IDLE_WARMUP_SECONDS, window))
         before, cpu = engine.statements, cpu_seconds()
         emit({"event": "window_start"})
         await asyncio.sleep(window)
