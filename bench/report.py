@@ -85,6 +85,7 @@ BURST_RATIOS: Ratios = {
     "apscheduler4 / agentcron (all started)": ("apscheduler4", "agentcron", "all_started_s"),
     "agentcron / ceiling (all started)": ("agentcron", "ceiling", "all_started_s"),
     "apscheduler3 / ceiling (all started)": ("apscheduler3", "ceiling", "all_started_s"),
+    "apscheduler4 / ceiling (all started)": ("apscheduler4", "ceiling", "all_started_s"),
 }
 REPLICAS_RATIOS: Ratios = {
     "2 processes / 1 process (fires/s)": ("2 processes", "1 process", "fires_per_s"),

@@ -30,6 +30,7 @@ from bench.infra import (
     Contender,
     admin_dsn,
     commits,
+    log,
     read_json,
     run,
     scratch,
@@ -37,7 +38,7 @@ from bench.infra import (
     sql,
 )
 
-LEAD_SECONDS = 6.0  # from populating to T0: room for populate and the contender's start-up
+LEAD_SECONDS = 5.0  # from populating to T0: room for populate and the contender's start-up
 GIVE_UP_AFTER = 600.0
 DEAD_TUPLE_EVERY = 10.0
 engine = CONTENDERS[AGENTCRON]
@@ -62,6 +63,9 @@ async def fire(
         *(run(contender, "fire", dsn, **options) for _ in range(processes))
     )
     figures = results[0] if processes == 1 else combine(results, count)
+    margin = min(result["ready_margin_s"] or 0.0 for result in results)
+    if margin < 0.5:
+        log(f"  warning: {contender.name} was ready only {margin:.1f} s before T0 (busy machine?)")
     figures["contender"] = contender.name
     figures["database"] = backend(dsn)
     figures["commits_per_fire"] = None
