@@ -14,7 +14,8 @@ Workloads (``--workloads``, default all of them):
   alone: time spent in the claim transactions, fires/s, RSS;
 - idle: agentcron with 10,000 schedules none due for 15 minutes: SQL statements and commits
   per minute over a 60 s window (``--idle-seconds``), then how long after its due time the
-  engine starts a schedule that another process creates (PostgreSQL: via its NOTIFY);
+  engine starts a schedule that another process creates (PostgreSQL: via its NOTIFY); the
+  same statements and commits for APScheduler 3.11 when it is a contender;
 - steady: agentcron with 6,000 schedules every 60 s, phases spread evenly (100 fires/s), for
   180 s (``--steady-seconds``): start delay p50/p99/max, CPU s per 1,000 fires, dead tuples
   of ``runs`` and ``schedules`` every 10 s.
@@ -89,6 +90,10 @@ class Bench:
                     continue
             self.contenders.append(contender)
 
+    def peers(self, *names: str) -> list[Contender]:
+        """The peers among ``names`` that are still in the race."""
+        return [contender for contender in self.contenders if contender.name in names]
+
     def skip(self, name: str, reason: str) -> None:
         log(f"skipping {name}: {reason}")
         self.skipped[name] = reason
@@ -157,10 +162,14 @@ class Bench:
 
     async def idle(self, database: str) -> dict[str, Any]:
         window = self.args.idle_seconds or (15.0 if self.args.quick else 60.0)
-        log(f"idle on {database}: 10,000 schedules, {window:g} s window")
-        figures = await workloads.idle(self.admin, database, 10000, window)
-        log(f"  {json.dumps(figures)}")
-        return single(figures)
+        figures: dict[str, dict[str, Any]] = {}
+        for contender in [CONTENDERS[AGENTCRON], *self.peers("apscheduler3")]:
+            log(f"idle on {database}: {contender.name}, 10,000 schedules, {window:g} s window")
+            figures[contender.name] = await workloads.idle(
+                self.admin, database, 10000, window, contender
+            )
+            log(f"  {json.dumps(figures[contender.name])}")
+        return {"rounds": 1, "per_round": [figures], **report.summarize([figures], {})}
 
     async def steady(self, database: str) -> dict[str, Any]:
         seconds = self.args.steady_seconds

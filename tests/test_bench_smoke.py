@@ -2,8 +2,10 @@
 
 Every adapter fires a tiny burst on each database it supports (APScheduler ones only if
 ``make bench`` already made their virtualenvs; the tests never create them), and every
-workload runs once at toy size, all at the same time through the harness's own workload
-functions, on scratch databases of the PostgreSQL server under test and SQLite temp files.
+workload runs once at toy size (idle on both databases, the others on PostgreSQL), all at
+the same time through the harness's own workload functions, on scratch databases of the
+PostgreSQL server under test and SQLite temp files. T0 is so close that populating may end
+after it: the runs then start late, which the checks do not mind.
 The checks are about correctness and shape: every run succeeded once, none lost or doubled,
 the figures each table needs are there; then the summaries and tables are built from them.
 """
@@ -22,7 +24,7 @@ from bench.infra import CONTENDERS, admin_dsn, sql, venv_ready
 from tests.conftest import PG_URL, PgServer, clone_pg
 
 COUNT = 20
-LEAD = 2.0
+LEAD = 1.5
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -67,6 +69,11 @@ async def test_every_adapter_and_workload(
     monkeypatch.setenv("AGENTCRON_SCHEDULER_TICK_SECONDS", "1")
     admin = admin_dsn(make_url(PG_URL).render_as_string(hide_password=False))
     pairs = _bursts()
+    aps3_idle = (
+        [workloads.idle(admin, "postgresql", COUNT, 1.0, CONTENDERS["apscheduler3"])]
+        if venv_ready("apscheduler3")
+        else []
+    )
     results = await asyncio.gather(
         *(
             workloads.burst(CONTENDERS[name], admin, database, COUNT, lead=LEAD)
@@ -75,15 +82,13 @@ async def test_every_adapter_and_workload(
         workloads.replicas(admin, COUNT, lead=LEAD),
         _bigidle(admin),
         *(workloads.idle(admin, database, COUNT, 1.0) for database in ("postgresql", "sqlite")),
-        *(
-            workloads.steady(admin, database, 10, 4.0, every=2, lead=LEAD)
-            for database in ("postgresql", "sqlite")
-        ),
+        workloads.steady(admin, "postgresql", 10, 4.0, every=2, lead=LEAD),
+        *aps3_idle,
     )
-    bursts, (replicas, bigidle, idle_pg, idle_sqlite, steady_pg, steady_sqlite) = (
-        results[: len(pairs)],
-        results[len(pairs) :],
-    )
+    bursts = results[: len(pairs)]
+    replicas, bigidle, idle_pg, idle_sqlite, steady_pg = results[len(pairs) :][:5]
+    for figures in results[len(pairs) + 5 :]:  # APScheduler 3 idle: statements, commits
+        assert figures["statements"] >= 0 and figures["commits_per_min"] is not None, figures
 
     for figures in bursts:
         _check_burst(figures)
@@ -95,9 +100,8 @@ async def test_every_adapter_and_workload(
         assert figures["noticed_ms"] is not None, figures  # the outside schedule ran
         assert figures["statements"] >= 0, figures
     assert idle_pg["commits_per_min"] is not None and idle_sqlite["commits_per_min"] is None
-    for figures in (steady_pg, steady_sqlite):
-        assert figures["measured"] > 0, figures
-        assert figures["delay_p50_ms"] is not None, figures
+    assert steady_pg["measured"] > 0, steady_pg
+    assert steady_pg["delay_p50_ms"] is not None, steady_pg
     assert steady_pg["dead_tuples"], steady_pg
 
     # The summaries and tables of every workload build from these figures.

@@ -12,7 +12,7 @@ Commands (each prints one JSON line at the end; ``idle`` prints two progress lin
 - ``fire``: the burst. The engine starts before T0 and runs until the ledger records N
   ``succeeded`` runs. With ``--replicas`` > 1 other engine processes share the burst, so the
   end is read from the database rather than from this process's no-op calls.
-- ``idle``: the engine runs a short warm-up (3 s at most), then a window of ``--seconds``
+- ``idle``: the engine runs a warm-up (11 s at most), then a window of ``--seconds``
   with nothing due (``{"event": "window_start"}`` and ``{"event": "window_end", ...}``
   bracket it, so the harness can read the database's commit counter), then waits for one
   schedule another process creates (``create``) and reports how late after its due time its
@@ -49,6 +49,7 @@ from sqlalchemy import event, insert, text
 
 from bench import noop
 from bench.adapters.common import (
+    IDLE_WARMUP_SECONDS,
     LagMonitor,
     backend,
     cpu_seconds,
@@ -74,7 +75,6 @@ from web.scheduler import SchedulerLoop
 TARGET = "bench.noop:run"
 RUNNER = {"type": "python", "target": TARGET}
 POLL_SECONDS = 0.05
-IDLE_WARMUP_SECONDS = 3.0
 IDLE_AHEAD = timedelta(minutes=15)
 NOTICE_DELAY = timedelta(seconds=0.5)
 NOTICE_TIMEOUT_SECONDS = 30.0

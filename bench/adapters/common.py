@@ -26,6 +26,9 @@ from datetime import datetime
 from typing import Any
 
 HEARTBEAT_SECONDS = 0.010
+# Before an idle window: longer than PostgreSQL's 10 s idle stats flush (PGSTAT_IDLE_INTERVAL),
+# so the start-up transactions are counted before the window opens, not inside it.
+IDLE_WARMUP_SECONDS = 11.0
 _READY: list[float] = []
 
 
