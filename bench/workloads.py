@@ -83,12 +83,13 @@ def combine(results: list[dict[str, Any]], count: int) -> dict[str, Any]:
     ``executed`` sums the no-op calls of every process: more than N means a run executed
     twice even if the ledger shows it once."""
     worst = max(results, key=lambda result: result["all_finished_s"] or float("inf"))
-    started = worst["all_started_s"]
+    times = [result["all_started_s"] for result in results]
+    started = None if None in times else max(times)
     statements = sum(result.get("statements", 0) for result in results)
     return {
         **worst,
         "processes": len(results),
-        "all_started_s": max(result["all_started_s"] or float("inf") for result in results),
+        "all_started_s": started,
         "fires_per_s": round(worst["started"] / started, 1) if started else None,
         "first_lateness_ms": min(
             (result["first_lateness_ms"] for result in results if result["first_lateness_ms"]),
