@@ -186,7 +186,8 @@ class Engine:
         self.probe = Database(url, pool_size=1)  # the adapter's own queries, never counted
         self.statements = 0
         self.claims: list[tuple[float, int]] = []
-        event.listen(self.db.engine.sync_engine, "before_cursor_execute", self._count)
+        for pool in self.db.engines:  # the ORM sessions' engine and the batched statements' one
+            event.listen(pool.sync_engine, "before_cursor_execute", self._count)
         self.ledger = Ledger(self.db, owner=f"bench-{os.getpid()}", data_dir=data_dir)
         self.ledger.claim_due_jobs = self._timed(self.ledger.claim_due_jobs)  # type: ignore[method-assign]
         self.loop = SchedulerLoop(
