@@ -84,7 +84,11 @@ async def test_every_adapter_and_workload(
         *(workloads.idle(admin, database, COUNT, 1.0) for database in ("postgresql", "sqlite")),
         workloads.steady(admin, "postgresql", 10, 4.0, every=2, lead=LEAD),
         *aps3_idle,
+        return_exceptions=True,  # let every workload end (and drop its databases) first
     )
+    failures = [result for result in results if isinstance(result, BaseException)]
+    if failures:
+        raise failures[0]
     bursts = results[: len(pairs)]
     replicas, bigidle, idle_pg, idle_sqlite, steady_pg = results[len(pairs) :][:5]
     for figures in results[len(pairs) + 5 :]:  # APScheduler 3 idle: statements, commits
