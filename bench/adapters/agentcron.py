@@ -74,6 +74,8 @@ from web.scheduler import SchedulerLoop
 
 TARGET = "bench.noop:run"
 RUNNER = {"type": "python", "target": TARGET}
+# The python runner admits only modules the host lists: the benchmark's no-op is ours.
+os.environ["AGENTCRON_PYTHON_MODULES"] = "bench"
 POLL_SECONDS = 0.05
 IDLE_AHEAD = timedelta(minutes=15)
 NOTICE_DELAY = timedelta(seconds=0.5)
