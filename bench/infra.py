@@ -83,6 +83,14 @@ class Contender:
 AGENTCRON = "agentcron"
 CONTENDERS = {
     AGENTCRON: Contender(AGENTCRON, "bench.adapters.agentcron"),
+    # Not a default: how far the engine goes when more runs may execute at once. With the
+    # default concurrency 4, every start waits for one admission statement shared by at most
+    # four runs, which bounds a no-op burst far below what the claim path could feed.
+    "agentcron-c64": Contender(
+        "agentcron-c64",
+        "bench.adapters.agentcron",
+        env=(("AGENTCRON_SCHEDULER_CONCURRENCY", "64"),),
+    ),
     "ceiling": Contender("ceiling", "bench.ceiling", databases=("postgresql",)),
     "apscheduler3": Contender("apscheduler3", "bench.adapters.apscheduler3", "apscheduler3"),
     "apscheduler3-defaults": Contender(

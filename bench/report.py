@@ -84,6 +84,12 @@ BURST_RATIOS: Ratios = {
     "apscheduler3 / agentcron (all started)": ("apscheduler3", "agentcron", "all_started_s"),
     "apscheduler4 / agentcron (all started)": ("apscheduler4", "agentcron", "all_started_s"),
     "agentcron / ceiling (all started)": ("agentcron", "ceiling", "all_started_s"),
+    "apscheduler3 / agentcron-c64 (all started)": (
+        "apscheduler3",
+        "agentcron-c64",
+        "all_started_s",
+    ),
+    "agentcron-c64 / ceiling (all started)": ("agentcron-c64", "ceiling", "all_started_s"),
     "apscheduler3 / ceiling (all started)": ("apscheduler3", "ceiling", "all_started_s"),
     "apscheduler4 / ceiling (all started)": ("apscheduler4", "ceiling", "all_started_s"),
 }
