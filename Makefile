@@ -43,10 +43,10 @@ format: install ## apply ruff's formatting and safe fixes
 migrate: install ## apply database migrations to AGENTCRON_DATABASE_URL
 	$(BIN)/agentcron migrate
 
-bench: install ## burst benchmark on PostgreSQL: agentcron vs asyncpg ceiling vs APScheduler 3.11
+bench: install ## every workload (burst, idle, steady, bigidle, replicas) on PostgreSQL and SQLite; long
 	$(BIN)/python -m bench
 
-bench-quick: install ## the same with 2,000 schedules (a few minutes)
+bench-quick: install ## burst and replicas of 2,000 and a 15 s idle window, PostgreSQL only (a few minutes)
 	$(BIN)/python -m bench --quick
 
 soak: install ## 4 replicas, 1,000 schedules, 2 minutes, one SIGKILLed and restarted every 20 s; JSON figures (PostgreSQL)

@@ -1,4 +1,4 @@
-"""``python -m bench``: the burst benchmark (see ``bench.harness``)."""
+"""``python -m bench``: the benchmark workloads (see ``bench.harness``)."""
 
 from bench.harness import main
 

@@ -1,239 +1,200 @@
-"""The burst benchmark: agentcron, the asyncpg ceiling and APScheduler 3.11, side by side.
+"""The benchmark harness of agentcron (issue 5): ``python -m bench``.
 
-Workload (issue 5, burst only): N one-shot schedules all due at one instant T0, on PostgreSQL,
-scheduler process started before T0. Per round, each contender in a random order gets a fresh
-scratch database, ``populate`` (not timed), ``CHECKPOINT``, then ``fire`` in its own process.
-From the adapter's JSON line: time from T0 until every run started and until every run
-finished, fires/s, first-run lateness, runs lost or duplicated, peak RSS of the contender
-process, maximum event-loop lag. From the database: commits per fire, the delta of
-``pg_stat_database.xact_commit`` of the scratch database over ``fire`` (all the contender's
-transactions, read-only ones too) minus the adapter's own bookkeeping transactions.
+Workloads (``--workloads``, default all of them):
 
-The summary gives per-contender medians over rounds, and the medians (min-max) of per-round
-ratios of the all-started time: APScheduler / agentcron (how many times faster agentcron is)
-and agentcron / ceiling (how far from the minimal loop). Peers run in virtualenvs the harness
-creates under ``bench/.venvs`` (never project dependencies); the chart is drawn in one too.
+- burst: N one-shot schedules due at one instant T0 (10,000; ``--count``), every contender
+  (agentcron, the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6), each in its own
+  process started before T0 on a fresh scratch database: time until every run started and
+  finished, fires/s, lost and doubled runs, commits per fire (``pg_stat_database``),
+  statements per fire (agentcron: SQLAlchemy engine events), peak RSS, event-loop lag;
+- replicas: the agentcron burst with two engine processes on one PostgreSQL database against
+  one process, same round: duplicates, no-op executions, throughput;
+- bigidle: the agentcron burst of 1,000 next to 1,000,000 schedules due in 30 days
+  (``--bigidle-rows``; loaded once into a template database, not timed) against the 1,000
+  alone: time spent in the claim transactions, fires/s, RSS;
+- idle: agentcron with 10,000 schedules none due for 15 minutes: SQL statements and commits
+  per minute over a 60 s window (``--idle-seconds``), then how long after its due time the
+  engine starts a schedule that another process creates (PostgreSQL: via its NOTIFY); the
+  same statements and commits for APScheduler 3.11 when it is a contender (not in quick);
+- steady: agentcron with 6,000 schedules every 60 s, phases spread evenly (100 fires/s), for
+  180 s (``--steady-seconds``): start delay p50/p99/max, CPU s per 1,000 fires, dead tuples
+  of ``runs`` and ``schedules`` every 10 s.
+
+Databases (``--db``, default ``postgresql,sqlite``): burst, idle and steady run on each (the
+ceiling on PostgreSQL only; commits per fire only on PostgreSQL); replicas and bigidle are
+PostgreSQL only. burst, replicas and bigidle repeat over ``--rounds`` (contenders or
+variants in a random order per round); idle and steady are one long window each.
+``--quick``: burst of 2,000, idle with a 15 s window, replicas of 2,000, PostgreSQL only.
+
+Peers run in virtualenvs the harness creates under ``bench/.venvs`` (never project
+dependencies); a peer that does not install or fails is skipped, with the reason printed and
+kept in the results. Results: ``bench/results/latest.json`` (every round of every workload),
+a table per workload on stdout, a chart with a panel per workload (``bench/results/bench.png``,
+drawn in the plot virtualenv).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import random
-import statistics
 import subprocess
 import sys
 import time
-import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-from sqlalchemy.engine import make_url
+from bench import report, workloads
+from bench.infra import (
+    AGENTCRON,
+    CONTENDERS,
+    ROOT,
+    AdapterFailed,
+    Contender,
+    admin_dsn,
+    ensure_venv,
+    log,
+    sql,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-VENVS = ROOT / "bench" / ".venvs"
 RESULTS = ROOT / "bench" / "results"
 DEFAULT_PG = os.environ.get("AGENTCRON_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-PEER_PACKAGES = {
-    "apscheduler3": ["apscheduler>=3.11,<4", "sqlalchemy>=2", "psycopg2-binary"],
-    "plot": ["matplotlib"],
-}
+WORKLOADS = ("burst", "idle", "steady", "bigidle", "replicas")
+QUICK_WORKLOADS = ("burst", "idle", "replicas")
+DATABASES = ("postgresql", "sqlite")
+PG_ONLY = ("bigidle", "replicas")
+SINGLE_WINDOW = ("idle", "steady")
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One adapter: which interpreter runs which module, with which extra environment."""
+class Bench:
+    """One ``python -m bench`` invocation: options, the peers still in the race, results."""
 
-    name: str
-    module: str
-    venv: str | None = None  # None: the project's interpreter
-    env: tuple[tuple[str, str], ...] = ()
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.admin = admin_dsn(args.pg)
+        self.count = args.count or (2000 if args.quick else 10000)
+        self.skipped: dict[str, str] = {}
+        self.contenders: list[Contender] = []
+        for name in args.contenders.split(","):
+            contender = CONTENDERS[name]
+            if contender.venv is not None:
+                try:
+                    ensure_venv(contender.venv)
+                except (OSError, subprocess.CalledProcessError) as exc:
+                    self.skip(name, f"its virtualenv could not be made: {exc}")
+                    continue
+            self.contenders.append(contender)
 
-    def python(self) -> str:
-        return sys.executable if self.venv is None else str(ensure_venv(self.venv))
+    def peers(self, *names: str) -> list[Contender]:
+        """The peers among ``names`` that are still in the race."""
+        return [contender for contender in self.contenders if contender.name in names]
 
+    def skip(self, name: str, reason: str) -> None:
+        log(f"skipping {name}: {reason}")
+        self.skipped[name] = reason
+        self.contenders = [c for c in self.contenders if c.name != name]
 
-CONTENDERS = {
-    "agentcron": Contender("agentcron", "bench.adapters.agentcron"),
-    "ceiling": Contender("ceiling", "bench.ceiling"),
-    "apscheduler3": Contender("apscheduler3", "bench.adapters.apscheduler3", "apscheduler3"),
-    "apscheduler3-defaults": Contender(
-        "apscheduler3-defaults",
-        "bench.adapters.apscheduler3",
-        "apscheduler3",
-        (("BENCH_APS_DEFAULTS", "1"),),
-    ),
-}
+    async def burst(self, database: str) -> dict[str, Any]:
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for number in range(1, self.args.rounds + 1):
+            chosen = [c for c in self.contenders if database in c.databases]
+            this_round: dict[str, dict[str, Any]] = {}
+            for contender in random.sample(chosen, len(chosen)):
+                log(f"burst on {database}, round {number}/{self.args.rounds}: {contender.name}")
+                try:
+                    figures = await workloads.burst(contender, self.admin, database, self.count)
+                except AdapterFailed as exc:
+                    if contender.venv is None:
+                        raise
+                    self.skip(contender.name, f"burst on {database}: {exc}")
+                    continue
+                log(f"  {json.dumps(figures)}")
+                this_round[contender.name] = figures
+            rounds.append(this_round)
+        return {
+            "count": self.count,
+            "rounds": self.args.rounds,
+            "per_round": rounds,
+            **report.summarize(rounds, report.BURST_RATIOS),
+        }
 
+    async def replicas(self, database: str) -> dict[str, Any]:
+        rounds = []
+        for number in range(1, self.args.rounds + 1):
+            log(f"replicas, round {number}/{self.args.rounds}: burst of {self.count}")
+            figures = await workloads.replicas(self.admin, self.count)
+            log(f"  {json.dumps(figures)}")
+            rounds.append(figures)
+        return {
+            "count": self.count,
+            "rounds": self.args.rounds,
+            "per_round": rounds,
+            **report.summarize(rounds, report.REPLICAS_RATIOS),
+        }
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    async def bigidle(self, database: str) -> dict[str, Any]:
+        rows, count = self.args.bigidle_rows, 1000
+        log(f"bigidle: loading {rows:,} idle schedules into a template database")
+        template, load_s = await workloads.bigidle_template(self.admin, rows)
+        log(f"  loaded in {load_s} s")
+        rounds = []
+        try:
+            for number in range(1, self.args.rounds + 1):
+                log(f"bigidle, round {number}/{self.args.rounds}")
+                figures = await workloads.bigidle(self.admin, template, rows, count)
+                log(f"  {json.dumps(figures)}")
+                rounds.append(figures)
+        finally:
+            await sql(self.admin, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+        return {
+            "rows": rows,
+            "count": count,
+            "load_s": load_s,
+            "rounds": self.args.rounds,
+            "per_round": rounds,
+            **report.summarize(rounds, report.bigidle_ratios(rows, count)),
+        }
 
+    async def idle(self, database: str) -> dict[str, Any]:
+        window = self.args.idle_seconds or (15.0 if self.args.quick else 60.0)
+        figures: dict[str, dict[str, Any]] = {}
+        peers = [] if self.args.quick else self.peers("apscheduler3")  # optional: not in quick
+        for contender in [CONTENDERS[AGENTCRON], *peers]:
+            log(f"idle on {database}: {contender.name}, 10,000 schedules, {window:g} s window")
+            figures[contender.name] = await workloads.idle(
+                self.admin, database, 10000, window, contender
+            )
+            log(f"  {json.dumps(figures[contender.name])}")
+        return {"rounds": 1, "per_round": [figures], **report.summarize([figures], {})}
 
-def ensure_venv(name: str) -> Path:
-    """The interpreter of ``bench/.venvs/<name>``, created with its packages on first use."""
-    venv = VENVS / name
-    python = venv / "bin" / "python"
-    marker = venv / ".installed"
-    if not marker.exists():
-        log(f"creating {venv} with {' '.join(PEER_PACKAGES[name])}")
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES[name]], check=True
-        )
-        marker.write_text(" ".join(PEER_PACKAGES[name]) + "\n")
-    return python
-
-
-def _dsn(url: str, database: str | None = None) -> str:
-    parsed = make_url(url).set(drivername="postgresql")
-    if database is not None:
-        parsed = parsed.set(database=database)
-    return parsed.render_as_string(hide_password=False)
-
-
-async def _admin(admin: str, statement: str, *args: Any) -> Any:
-    conn = await asyncpg.connect(admin)
-    try:
-        return await conn.fetchval(statement, *args)
-    finally:
-        await conn.close()
-
-
-def _adapter(
-    contender: Contender, command: str, dsn: str, count: int, t0: datetime, give_up_after: float
-) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **dict(contender.env))
-    argv = [contender.python(), "-m", contender.module, command, "--dsn", dsn]
-    argv += ["--count", str(count), "--at", t0.isoformat(), "--give-up-after", str(give_up_after)]
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-
-
-async def run_one(
-    contender: Contender, admin: str, count: int, give_up_after: float = 600.0
-) -> dict[str, Any]:
-    """One burst of ``count`` runs for one contender on a fresh scratch database."""
-    database = f"agentcron_bench_{uuid.uuid4().hex[:10]}"
-    await _admin(admin, f'CREATE DATABASE "{database}"')
-    dsn = _dsn(admin, database)
-    try:
-        # Populating is not timed; T0 leaves it room, plus the contender's start-up.
-        t0 = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5 + count / 1500)
-        populate = _adapter(contender, "populate", dsn, count, t0, give_up_after)
-        if await asyncio.to_thread(populate.wait) != 0:
-            raise RuntimeError(f"{contender.name} populate failed")
-        await _admin(admin, "CHECKPOINT")
-        commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = $1"
-        before = await _admin(admin, commits, database)
-        fire = _adapter(contender, "fire", dsn, count, t0, give_up_after)
-        out, _ = await asyncio.to_thread(fire.communicate)
-        if fire.returncode != 0:
-            raise RuntimeError(f"{contender.name} fire failed ({fire.returncode})")
-        await asyncio.sleep(1.0)  # backends report their counters as they exit
-        after = await _admin(admin, commits, database)
-        figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-        figures["contender"] = contender.name
-        transactions = after - before - figures["own_transactions"]
-        figures["commits_per_fire"] = round(transactions / count, 3)
-        return figures
-    finally:
-        await _admin(admin, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-
-
-def _median_range(values: list[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
-
-
-def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Per-contender medians over rounds, and the medians (min-max) of per-round ratios."""
-    names = sorted({name for round_ in rounds for name in round_})
-    medians: dict[str, dict[str, Any]] = {}
-    for name in names:
-        runs = [round_[name] for round_ in rounds if name in round_]
-        row: dict[str, Any] = {}
-        for key in (
-            "all_started_s",
-            "all_finished_s",
-            "fires_per_s",
-            "first_lateness_ms",
-            "commits_per_fire",
-            "peak_rss_mb",
-            "max_loop_lag_ms",
-        ):
-            values = [run[key] for run in runs if run.get(key) is not None]
-            row[key] = round(statistics.median(values), 3) if values else None
-        row["lost_max"] = max(run["lost"] for run in runs)
-        row["duplicated_max"] = max(run["duplicated"] for run in runs)
-        row["rounds"] = len(runs)
-        medians[name] = row
-    ratios: dict[str, dict[str, float]] = {}
-    for label, (num, den) in {
-        "apscheduler3 / agentcron (all started)": ("apscheduler3", "agentcron"),
-        "agentcron / ceiling (all started)": ("agentcron", "ceiling"),
-        "apscheduler3 / ceiling (all started)": ("apscheduler3", "ceiling"),
-    }.items():
-        values = [
-            r[num]["all_started_s"] / r[den]["all_started_s"]
-            for r in rounds
-            if num in r and den in r and r[num]["all_started_s"] and r[den]["all_started_s"]
-        ]
-        if values:
-            ratios[label] = _median_range(values)
-    return {"medians": medians, "ratios": ratios}
+    async def steady(self, database: str) -> dict[str, Any]:
+        seconds = self.args.steady_seconds
+        log(f"steady on {database}: 6,000 schedules every 60 s, {seconds:g} s")
+        figures = await workloads.steady(self.admin, database, 6000, seconds)
+        log(f"  {json.dumps({k: v for k, v in figures.items() if k != 'dead_tuples'})}")
+        return single(figures)
 
 
-def table(summary: dict[str, Any]) -> str:
-    """The summary as a Markdown table (medians over rounds) plus the ratios."""
-    columns = [
-        ("all started s", "all_started_s"),
-        ("all finished s", "all_finished_s"),
-        ("fires/s", "fires_per_s"),
-        ("first lateness ms", "first_lateness_ms"),
-        ("lost", "lost_max"),
-        ("doubled", "duplicated_max"),
-        ("commits/fire", "commits_per_fire"),
-        ("peak RSS MB", "peak_rss_mb"),
-        ("max loop lag ms", "max_loop_lag_ms"),
-    ]
-    lines = [
-        "| contender | " + " | ".join(title for title, _ in columns) + " |",
-        "| --- |" + " ---: |" * len(columns),
-    ]
-    for name, row in summary["medians"].items():
-        cells = ["-" if row[key] is None else f"{row[key]:g}" for _, key in columns]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for label, value in summary["ratios"].items():
-        lines.append(
-            f"- {label}: median {value['median']:.2f}x (min {value['min']:.2f}, "
-            f"max {value['max']:.2f})"
-        )
-    return "\n".join(lines)
+def single(figures: dict[str, Any]) -> dict[str, Any]:
+    """The section of a one-window workload (idle, steady): one round, one variant."""
+    rounds = [{AGENTCRON: figures}]
+    return {"rounds": 1, "per_round": rounds, **report.summarize(rounds, {})}
 
 
-def machine(admin: str) -> dict[str, Any]:
-    """What the figures were measured on."""
+def machine(postgresql: str) -> dict[str, Any]:
+    """What the figures were measured on (``postgresql``: the server's version)."""
     memory_kb = 0
-    try:
-        with open("/proc/meminfo") as meminfo:
-            memory_kb = int(meminfo.readline().split()[1])
-    except OSError:
-        pass
-    version = asyncio.run(_admin(admin, "SHOW server_version"))
+    with contextlib.suppress(OSError):
+        memory_kb = int(Path("/proc/meminfo").read_text().split()[1])
     return {
         "cpus": os.cpu_count(),
         "memory_gb": round(memory_kb / 1024 / 1024, 1),
-        "postgresql": version,
+        "postgresql": postgresql,
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
@@ -255,58 +216,90 @@ def chart(results_path: Path, png: Path) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="2,000 schedules (default 10,000)")
+    parser.add_argument("--quick", action="store_true", help="a few minutes (see above)")
+    parser.add_argument("--workloads", help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    parser.add_argument("--db", help="comma-separated, of postgresql, sqlite")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--count", type=int, help="schedules per burst (overrides --quick)")
+    parser.add_argument("--count", type=int, help="burst and replicas size (10,000; quick 2,000)")
     parser.add_argument("--pg", default=DEFAULT_PG, help="admin URL of the PostgreSQL server")
     parser.add_argument(
         "--contenders",
-        default="agentcron,ceiling,apscheduler3",
-        help=f"comma-separated, of {', '.join(CONTENDERS)}",
+        default="agentcron,ceiling,apscheduler3,apscheduler4",
+        help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}",
     )
+    parser.add_argument("--bigidle-rows", type=int, default=1_000_000)
+    parser.add_argument("--idle-seconds", type=float, help="idle window (60; quick 15)")
+    parser.add_argument("--steady-seconds", type=float, default=180.0)
     parser.add_argument("--no-chart", action="store_true")
-    parser.add_argument("--seed", type=int, help="seed of the per-round contender order")
+    parser.add_argument("--seed", type=int, help="seed of the per-round order")
     args = parser.parse_args(argv)
-    count = args.count or (2000 if args.quick else 10000)
-    contenders = [CONTENDERS[name] for name in args.contenders.split(",")]
-    admin = _dsn(args.pg)
-    rng = random.Random(args.seed)
-    command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    args.workloads = args.workloads or ",".join(QUICK_WORKLOADS if args.quick else WORKLOADS)
+    args.db = args.db or ("postgresql" if args.quick else ",".join(DATABASES))
+    for value, known in ((args.workloads, WORKLOADS), (args.db, DATABASES)):
+        unknown = set(value.split(",")) - set(known)
+        if unknown:
+            parser.error(f"unknown: {', '.join(sorted(unknown))} (known: {', '.join(known)})")
+    return args
+
+
+async def run_all(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    bench = Bench(args)
     started = time.monotonic()
-    rounds: list[dict[str, dict[str, Any]]] = []
-    for number in range(1, args.rounds + 1):
-        order = rng.sample(contenders, len(contenders))
-        this_round: dict[str, dict[str, Any]] = {}
-        for contender in order:
-            log(f"round {number}/{args.rounds}: {contender.name}, burst of {count}")
-            figures = asyncio.run(run_one(contender, admin, count))
-            log(f"  {json.dumps(figures)}")
-            this_round[contender.name] = figures
-        rounds.append(this_round)
-    summary = summarize(rounds)
-    report = {
-        "workload": "burst",
-        "database": "postgresql",
-        "count": count,
-        "rounds": args.rounds,
-        "command": command.strip(),
-        "machine": machine(admin),
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "duration_s": round(time.monotonic() - started, 1),
-        "per_round": rounds,
-        **summary,
+    results: dict[str, Any] = {
+        "command": command,
+        "quick": args.quick,
+        "machine": machine(await sql(bench.admin, "SHOW server_version")),
+        "skipped": bench.skipped,
+        "workloads": {},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
     latest = RESULTS / "latest.json"
-    latest.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"burst of {count} on PostgreSQL, {args.rounds} round(s); medians over rounds\n")
-    print(table(summary))
-    print(f"\nwritten: {latest.relative_to(ROOT)}")
-    if not args.no_chart and chart(latest, RESULTS / "burst.png"):
-        print(f"chart: {(RESULTS / 'burst.png').relative_to(ROOT)}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for workload in args.workloads.split(","):
+        databases = [
+            db for db in args.db.split(",") if db == "postgresql" or workload not in PG_ONLY
+        ]
+        for database in databases:
+            section = await getattr(bench, workload)(database)
+            results["workloads"].setdefault(workload, {})[database] = section
+            results["duration_s"] = round(time.monotonic() - started, 1)
+            results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+            latest.write_text(json.dumps(results, indent=2) + "\n")  # kept if a later one fails
+    return results
+
+
+def headline(workload: str, database: str, section: dict[str, Any]) -> str:
+    what = {
+        "burst": f"burst of {section.get('count', 0):,}",
+        "replicas": f"replicas: burst of {section.get('count', 0):,}, 1 vs 2 engine processes",
+        "bigidle": f"bigidle: {section.get('count', 0):,} due next to "
+        f"{section.get('rows', 0):,} idle (loaded in {section.get('load_s')} s) vs alone",
+        "idle": "idle: 10,000 schedules, none due; per replica",
+        "steady": "steady: 6,000 schedules every 60 s (100 fires/s)",
+    }[workload]
+    rounds = section["rounds"]
+    return f"## {what}, on {database}; " + (
+        f"medians of {rounds} round(s)" if workload not in SINGLE_WINDOW else "one window"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    random.seed(args.seed)
+    command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = asyncio.run(run_all(args, command.strip()))
+    for workload, sections in results["workloads"].items():
+        for database, section in sections.items():
+            print(headline(workload, database, section) + "\n")
+            print(report.table(section, report.COLUMNS[workload]) + "\n")
+    for name, reason in results["skipped"].items():
+        print(f"skipped {name}: {reason}")
+    latest = RESULTS / "latest.json"
+    print(f"written: {latest.relative_to(ROOT)} ({results.get('duration_s')} s)")
+    if not args.no_chart and chart(latest, RESULTS / "bench.png"):
+        print(f"chart: {(RESULTS / 'bench.png').relative_to(ROOT)}")

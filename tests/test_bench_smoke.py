@@ -1,79 +1,135 @@
-"""Smoke test of the benchmark adapters, so the harness cannot rot (no wall-clock assertions).
+"""Smoke test of the benchmark harness, so it cannot rot (no wall-clock assertions).
 
-Each adapter populates a tiny burst (20 one-shot schedules due a few seconds ahead) in a
-cloned, migrated PostgreSQL database and fires it in its own process, like ``make bench``
-does; the test checks the JSON line says every run succeeded, none lost, none doubled. The
-APScheduler adapter runs only if its virtualenv already exists (``make bench`` creates it;
-the test suite never does).
+Every adapter fires a tiny burst on each database it supports (APScheduler ones only if
+``make bench`` already made their virtualenvs; the tests never create them), and every
+workload runs once at toy size (idle on both databases, the others on PostgreSQL), all at
+the same time through the harness's own workload functions, on scratch databases of the
+PostgreSQL server under test and SQLite temp files. T0 is so close that populating may end
+after it: the runs then start late, which the checks do not mind.
+The checks are about correctness and shape: every run succeeded once, none lost or doubled,
+the figures each table needs are there; then the summaries and tables are built from them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import sys
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
-from tests.conftest import PgServer, clone_pg
+from bench import report, workloads
+from bench.harness import parse, single
+from bench.infra import CONTENDERS, admin_dsn, sql, venv_ready
+from tests.conftest import PG_URL, PgServer, clone_pg
 
-ROOT = Path(__file__).resolve().parent.parent
-APS_PYTHON = ROOT / "bench" / ".venvs" / "apscheduler3" / "bin" / "python"
 COUNT = 20
+LEAD = 1.5
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 
-async def _adapter(python: str, module: str, command: str, dsn: str, t0: datetime) -> str:
-    process = await asyncio.create_subprocess_exec(
-        python,
-        "-m",
-        module,
-        command,
-        "--dsn",
-        dsn,
-        "--count",
-        str(COUNT),
-        "--at",
-        t0.isoformat(),
-        "--give-up-after",
-        "20",
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+def _bursts() -> list[tuple[str, str]]:
+    """(contender, database) pairs whose adapter can run here."""
+    return [
+        (name, database)
+        for name, contender in CONTENDERS.items()
+        if name != "apscheduler3-defaults"
+        and (contender.venv is None or venv_ready(contender.venv))
+        for database in contender.databases
+    ]
+
+
+async def _bigidle(admin: str) -> dict[str, dict[str, Any]]:
+    template, _ = await workloads.bigidle_template(admin, 200)
+    try:
+        return await workloads.bigidle(admin, template, 200, COUNT, lead=LEAD)
+    finally:
+        await sql(admin, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+
+
+def _check_burst(figures: dict[str, Any]) -> None:
+    assert figures["count"] == COUNT, figures
+    assert figures["started"] == COUNT, figures
+    assert figures["succeeded"] == COUNT, figures
+    assert figures["lost"] == 0, figures
+    assert figures["duplicated"] == 0, figures
+    postgresql = figures["database"] == "postgresql"
+    assert (figures["commits_per_fire"] is not None) == postgresql, figures
+    if figures["contender"] == "agentcron":
+        assert figures["statements_per_fire"] > 0, figures
+        assert figures["executed"] == COUNT, figures
+
+
+async def test_every_adapter_and_workload(
+    pg_server: PgServer | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await clone_pg(pg_server)  # skips (or fails under AGENTCRON_REQUIRE_PG) without PostgreSQL
+    # A short tick, so the SQLite engine notices the outside change soon (no NOTIFY there).
+    monkeypatch.setenv("AGENTCRON_SCHEDULER_TICK_SECONDS", "1")
+    admin = admin_dsn(make_url(PG_URL).render_as_string(hide_password=False))
+    pairs = _bursts()
+    aps3_idle = (
+        [workloads.idle(admin, "postgresql", COUNT, 1.0, CONTENDERS["apscheduler3"])]
+        if venv_ready("apscheduler3")
+        else []
     )
-    out, err = await process.communicate()
-    assert process.returncode == 0, err.decode()[-2000:]
-    return out.decode()
-
-
-async def _burst(python: str, module: str, dsn: str, t0: datetime) -> dict[str, Any]:
-    await _adapter(python, module, "populate", dsn, t0)
-    out = await _adapter(python, module, "fire", dsn, t0)
-    figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return figures
-
-
-async def test_adapters_fire_every_run_once(pg_server: PgServer | None) -> None:
-    adapters = [(sys.executable, "bench.adapters.agentcron"), (sys.executable, "bench.ceiling")]
-    if APS_PYTHON.exists():
-        adapters.append((str(APS_PYTHON), "bench.adapters.apscheduler3"))
-    urls = [await clone_pg(pg_server) for _ in adapters]
-    t0 = datetime.now(UTC) + timedelta(seconds=4)
     results = await asyncio.gather(
         *(
-            _burst(python, module, url, t0)
-            for (python, module), url in zip(adapters, urls, strict=True)
-        )
+            workloads.burst(CONTENDERS[name], admin, database, COUNT, lead=LEAD)
+            for name, database in pairs
+        ),
+        workloads.replicas(admin, COUNT, lead=LEAD),
+        _bigidle(admin),
+        *(workloads.idle(admin, database, COUNT, 1.0) for database in ("postgresql", "sqlite")),
+        workloads.steady(admin, "postgresql", 10, 4.0, every=2, lead=LEAD),
+        *aps3_idle,
+        return_exceptions=True,  # let every workload end (and drop its databases) first
     )
-    for figures in results:
-        assert figures["count"] == COUNT, figures
-        assert figures["started"] == COUNT, figures
-        assert figures["succeeded"] == COUNT, figures
-        assert figures["lost"] == 0, figures
-        assert figures["duplicated"] == 0, figures
+    failures = [result for result in results if isinstance(result, BaseException)]
+    if failures:
+        raise failures[0]
+    bursts = results[: len(pairs)]
+    replicas, bigidle, idle_pg, idle_sqlite, steady_pg = results[len(pairs) :][:5]
+    for figures in results[len(pairs) + 5 :]:  # APScheduler 3 idle: statements, commits
+        assert figures["statements"] >= 0 and figures["commits_per_min"] is not None, figures
+
+    for figures in bursts:
+        _check_burst(figures)
+    for figures in [*replicas.values(), *bigidle.values()]:
+        _check_burst(figures)
+    assert sorted(row["processes"] for row in replicas.values()) == [1, 2]
+    assert all(row["claims"] >= 1 for row in bigidle.values()), bigidle
+    for figures in (idle_pg, idle_sqlite):
+        assert figures["noticed_ms"] is not None, figures  # the outside schedule ran
+        assert figures["statements"] >= 0, figures
+    assert idle_pg["commits_per_min"] is not None and idle_sqlite["commits_per_min"] is None
+    assert steady_pg["measured"] > 0, steady_pg
+    assert steady_pg["delay_p50_ms"] is not None, steady_pg
+    assert steady_pg["dead_tuples"], steady_pg
+
+    # The summaries and tables of every workload build from these figures.
+    by_database: dict[str, dict[str, dict[str, Any]]] = {}
+    for (name, database), figures in zip(pairs, bursts, strict=True):
+        by_database.setdefault(database, {})[name] = figures
+    sections = {
+        "burst": report.summarize([by_database["postgresql"]], report.BURST_RATIOS),
+        "replicas": report.summarize([replicas], report.REPLICAS_RATIOS),
+        "bigidle": report.summarize([bigidle], report.bigidle_ratios(200, COUNT)),
+        "idle": single(idle_pg),
+        "steady": single(steady_pg),
+    }
+    for workload, section in sections.items():
+        text = report.table(section, report.COLUMNS[workload])
+        assert text.count("\n") >= 2, text
+    assert "agentcron / ceiling (all started)" in sections["burst"]["ratios"]
+    assert sections["replicas"]["medians"]["2 processes"]["executed_max"] == COUNT
+
+
+def test_quick_is_postgresql_only_and_short() -> None:
+    args = parse(["--quick"])
+    assert args.workloads == "burst,idle,replicas"
+    assert args.db == "postgresql"
+    full = parse([])
+    assert full.workloads == "burst,idle,steady,bigidle,replicas"
+    assert full.db == "postgresql,sqlite"

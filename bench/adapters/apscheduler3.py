@@ -1,4 +1,5 @@
-"""APScheduler 3.11: ``SQLAlchemyJobStore`` on PostgreSQL (psycopg2), ``AsyncIOScheduler``.
+"""APScheduler 3.11: ``AsyncIOScheduler``, ``SQLAlchemyJobStore`` on PostgreSQL (psycopg2) or
+SQLite.
 
 Runs only in its own virtualenv (``bench/.venvs/apscheduler3``, made by the harness), from the
 repository root so ``bench.noop`` imports. ``populate`` writes N ``DateTrigger`` jobs due at
@@ -9,7 +10,10 @@ runs it drops). ``fire`` starts the scheduler before T0 and waits until every jo
 been reported missed. The no-op is an ``async def`` job, so it runs on the event loop that
 also runs the scheduler (and its blocking job store calls, which the loop-lag probe sees).
 A run counts as started when the job is called and finished at the ``EVENT_JOB_EXECUTED``
-event; jobs left in the store afterwards were never fired.
+event; jobs left in the store afterwards were never fired. For the idle workload,
+``populate --shape idle`` writes jobs none of which is due for 15 minutes and ``idle`` counts
+the job store's statements over a window (SQLAlchemy engine events), as the agentcron
+adapter does.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 import pickle
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.events import (  # type: ignore[import-not-found]
@@ -33,19 +37,42 @@ from apscheduler.events import (  # type: ignore[import-not-found]
 from apscheduler.job import Job  # type: ignore[import-not-found]
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # type: ignore[import-not-found]
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-not-found]
+from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-not-found]
 from apscheduler.triggers.date import DateTrigger  # type: ignore[import-not-found]
+from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-not-found]
 from apscheduler.util import datetime_to_utc_timestamp  # type: ignore[import-not-found]
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from bench import noop
-from bench.adapters.common import LagMonitor, emit, mark_ready, parse_args, result, with_driver
+from bench.adapters.common import (
+    IDLE_WARMUP_SECONDS,
+    LagMonitor,
+    backend,
+    emit,
+    mark_ready,
+    parse_args,
+    peak_rss_mb,
+    result,
+    with_driver,
+)
 
 DEFAULTS = os.environ.get("BENCH_APS_DEFAULTS", "") == "1"
 NAME = "apscheduler3-defaults" if DEFAULTS else "apscheduler3"
 
 
-def populate(url: str, count: int, t0: datetime) -> None:
-    """Create the job store's table and write ``count`` one-shot jobs due at ``t0``."""
+def _trigger(shape: str, i: int, t0: datetime, now: datetime) -> Any:
+    """``burst``: due at ``t0``; ``idle``: none due for 15 minutes, like the agentcron rows
+    (half hourly intervals, half a yearly cron)."""
+    if shape == "burst":
+        return DateTrigger(run_date=t0, timezone=UTC)
+    if i % 2:
+        start = now + timedelta(minutes=15, seconds=i)
+        return IntervalTrigger(hours=1, start_date=start, timezone=UTC)
+    return CronTrigger(month=1, day=1, hour=3, timezone=UTC)
+
+
+def populate(url: str, count: int, t0: datetime, shape: str) -> None:
+    """Create the job store's table and write ``count`` jobs of ``shape``."""
     store = SQLAlchemyJobStore(url=url)
     scheduler = AsyncIOScheduler(jobstores={"default": store}, timezone=UTC)
     store.start(scheduler, "default")
@@ -55,7 +82,10 @@ def populate(url: str, count: int, t0: datetime) -> None:
         else {"misfire_grace_time": None, "coalesce": True}
     )
     rows = []
+    now = datetime.now(UTC)
     for i in range(count):
+        trigger = _trigger(shape, i, t0, now)
+        due = trigger.get_next_fire_time(None, now) if shape != "burst" else t0
         job = Job(
             scheduler,
             id=f"burst-{i}",
@@ -63,16 +93,16 @@ def populate(url: str, count: int, t0: datetime) -> None:
             args=(f"burst-{i}",),
             kwargs={},
             name="noop",
-            trigger=DateTrigger(run_date=t0, timezone=UTC),
+            trigger=trigger,
             executor="default",
             max_instances=1,
-            next_run_time=t0,
+            next_run_time=due,
             **options,
         )
         rows.append(
             {
                 "id": job.id,
-                "next_run_time": datetime_to_utc_timestamp(t0),
+                "next_run_time": datetime_to_utc_timestamp(due),
                 "job_state": pickle.dumps(job.__getstate__(), store.pickle_protocol),
             }
         )
@@ -131,13 +161,46 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
     )
 
 
+async def idle(url: str, window: float) -> dict[str, Any]:
+    """Statements the job store executes over an idle window (the harness reads commits).
+    APScheduler 3 has no cross-process wake-up: a job another process adds runs only once the
+    scheduler wakes for a job of its own (here in 15 minutes), so nothing else is measured."""
+    store = SQLAlchemyJobStore(url=url)
+    statements = [0]
+
+    def count(*_args: Any) -> None:
+        statements[0] += 1
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    scheduler = AsyncIOScheduler(jobstores={"default": store}, timezone=UTC)
+    scheduler.start()
+    mark_ready()
+    await asyncio.sleep(min(IDLE_WARMUP_SECONDS, window))
+    before = statements[0]
+    emit({"event": "window_start"})
+    await asyncio.sleep(window)
+    during = statements[0] - before
+    emit({"event": "window_end", "statements": during})
+    scheduler.shutdown(wait=False)
+    return {
+        "contender": NAME,
+        "window_s": window,
+        "statements": during,
+        "statements_per_min": round(during * 60 / window, 2),
+        "noticed_ms": None,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = parse_args(argv, ("populate", "fire", "idle"))
     # One "was missed" warning per dropped job would flood the harness; the count is reported.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    url = with_driver(args.dsn, "psycopg2")
+    url = with_driver(args.dsn, "psycopg2" if backend(args.dsn) == "postgresql" else None)
     if args.command == "populate":
-        populate(url, args.count, args.at)
+        populate(url, args.count, args.at, args.shape)
+    elif args.command == "idle":
+        emit(asyncio.run(idle(url, args.seconds)))
     else:
         emit(asyncio.run(fire(url, args.count, args.at, args.give_up_after)))
 

@@ -7,7 +7,10 @@ The CLI is the same for every contender, so the harness treats them alike::
 
 ``populate`` stores N one-shot schedules due at ``--at`` (not timed). ``fire`` starts the
 scheduler (before ``--at``), runs until all N runs are done or the timeout passes, and prints
-one JSON line (``result``). Standard library only: the peers' virtualenvs import this module.
+one JSON line (``result``). ``--dsn`` is a ``postgresql://`` or ``sqlite:///<file>`` URL; each
+adapter picks its own driver (``with_driver``). The agentcron adapter alone also knows the
+other workloads' commands and options (``idle``, ``steady``, ``create``, ``--shape`` ...).
+Standard library only: the peers' virtualenvs import this module.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 HEARTBEAT_SECONDS = 0.010
+# Before an idle window: longer than PostgreSQL's 10 s idle stats flush (PGSTAT_IDLE_INTERVAL),
+# so the start-up transactions are counted before the window opens, not inside it.
+IDLE_WARMUP_SECONDS = 11.0
 _READY: list[float] = []
 
 
@@ -32,28 +37,56 @@ def mark_ready() -> None:
     _READY.append(time.time())
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """``populate``/``fire`` with ``--dsn`` (any ``postgresql[+driver]://`` URL), ``--count``,
-    ``--at`` (ISO time with offset: T0, the instant every schedule is due)."""
+def parse_args(
+    argv: Sequence[str] | None = None, commands: Sequence[str] = ("populate", "fire")
+) -> argparse.Namespace:
+    """``populate``/``fire`` with ``--dsn`` (a ``postgresql[+driver]://`` or
+    ``sqlite[+driver]:///`` URL), ``--count``, ``--at`` (ISO time with offset: T0, the instant
+    every schedule is due). The options after ``--give-up-after`` serve the agentcron-only
+    workloads; other adapters ignore them."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["populate", "fire"])
+    parser.add_argument("command", choices=list(commands))
     parser.add_argument("--dsn", required=True)
-    parser.add_argument("--count", type=int, required=True)
-    parser.add_argument("--at", required=True, type=datetime.fromisoformat)
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--at", type=datetime.fromisoformat)
     parser.add_argument(
         "--give-up-after", type=float, default=600.0, help="fire: stop at T0 + this (s)"
     )
+    parser.add_argument("--shape", choices=["burst", "idle", "steady"], default="burst")
+    parser.add_argument("--every", type=int, default=60, help="steady: interval of each (s)")
+    parser.add_argument("--idle-rows", type=int, default=0, help="populate: + rows due in 30 d")
+    parser.add_argument("--seconds", type=float, default=60.0, help="idle/steady: window (s)")
+    parser.add_argument("--replicas", type=int, default=1, help="fire: engine processes")
     args = parser.parse_args(argv)
-    if args.at.tzinfo is None:
-        parser.error("--at needs a UTC offset")
+    needs_t0 = args.command in ("populate", "fire", "steady")
+    if needs_t0 and (args.at is None or args.at.tzinfo is None):
+        parser.error("--at (with a UTC offset) is required")
     return args
 
 
+def backend(dsn: str) -> str:
+    """``postgresql`` or ``sqlite``: the database behind a URL, whatever its driver."""
+    return dsn.partition(":")[0].split("+")[0]
+
+
 def with_driver(dsn: str, driver: str | None) -> str:
-    """The same database URL with scheme ``postgresql`` or ``postgresql+<driver>``."""
-    parts = urlsplit(dsn)
-    scheme = "postgresql" if driver is None else f"postgresql+{driver}"
-    return urlunsplit((scheme, *parts[1:]))
+    """The same database URL with scheme ``<backend>`` or ``<backend>+<driver>``."""
+    name, rest = backend(dsn), dsn.partition(":")[2]
+    return f"{name if driver is None else f'{name}+{driver}'}:{rest}"
+
+
+def cpu_seconds() -> float:
+    """User plus system CPU time of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile (0..1) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 class LagMonitor:
