@@ -540,7 +540,12 @@ class SchedulerLoop:
                 except Exception as exc:
                     if attempt == WRITE_TRIES:
                         raise
-                    log.warning("batch_write_retry", error=type(exc).__name__, items=len(items))
+                    log.warning(
+                        "batch_write_retry",
+                        error=type(exc).__name__,
+                        detail=str(exc.__cause__ or exc)[:200],
+                        items=len(items),
+                    )
                     await asyncio.sleep(0.05 * 2**attempt)
             raise AssertionError("unreachable")
 

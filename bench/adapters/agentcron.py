@@ -77,6 +77,7 @@ RUNNER = {"type": "python", "target": TARGET}
 # The python runner admits only modules the host lists: the benchmark's no-op is ours.
 os.environ["AGENTCRON_PYTHON_MODULES"] = "bench"
 POLL_SECONDS = 0.05
+POPULATE_TIMEOUT_SECONDS = 600.0
 IDLE_AHEAD = timedelta(minutes=15)
 NOTICE_DELAY = timedelta(seconds=0.5)
 NOTICE_TIMEOUT_SECONDS = 30.0
@@ -164,7 +165,8 @@ def shaped_rows(shape: str, count: int, t0: datetime, every: int) -> list[dict[s
 async def populate(url: str, rows: list[dict[str, Any]], idle_rows: int) -> None:
     """Migrate, then insert ``rows`` (1,000 per INSERT) and ``idle_rows`` far-future ones."""
     await asyncio.to_thread(upgrade, url)
-    db = Database(url)
+    # Loading a million rows is one statement far longer than the service's 10 s bound.
+    db = Database(url, timeout=POPULATE_TIMEOUT_SECONDS)
     try:
         async with db.session() as session:
             for start in range(0, len(rows), 1000):

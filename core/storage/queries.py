@@ -99,10 +99,19 @@ def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
 def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = None) -> Update:
     """Extend the leases ``owner`` holds (only on ``ids`` when given); returns
     (id, cancel_requested) of each."""
-    query = update(Run).where(Run.lease_owner == owner, Run.status.in_(ACTIVE))
+    # Rows are locked in id order, as the batched admission and result writes lock theirs: a
+    # renewal touches thousands of held runs, and two transactions taking overlapping rows in
+    # different orders deadlock (PostgreSQL then aborts one of them after a second).
+    mine = select(Run.id).where(Run.lease_owner == owner, Run.status.in_(ACTIVE))
     if ids is not None:
-        query = query.where(Run.id.in_(ids))
-    return query.values(lease_expires_at=until).returning(Run.id, Run.cancel_requested)
+        mine = mine.where(Run.id.in_(ids))
+    locked = mine.order_by(Run.id).with_for_update()
+    return (
+        update(Run)
+        .where(Run.id.in_(locked.scalar_subquery()))
+        .values(lease_expires_at=until)
+        .returning(Run.id, Run.cancel_requested)
+    )
 
 
 def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Update:
@@ -139,8 +148,8 @@ _OPEN_SCHEDULES = (
     )
     .with_for_update(read=True)
 )
-ADMIT_RUNS = (
-    update(RUNS)
+_ADMITTABLE_RUNS = (
+    select(RUNS.c.id)
     .where(
         RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
         RUNS.c.lease_owner == bindparam("b_owner"),
@@ -148,6 +157,12 @@ ADMIT_RUNS = (
         RUNS.c.cancel_requested.is_(False),
         RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery()),
     )
+    .order_by(RUNS.c.id)  # the lock order of every batched write (see renew_leases)
+    .with_for_update()
+)
+ADMIT_RUNS = (
+    update(RUNS)
+    .where(RUNS.c.id.in_(_ADMITTABLE_RUNS.scalar_subquery()))
     .values(
         status="running",
         reason=None,
