@@ -150,8 +150,12 @@ async def bigidle_template(admin: str, rows: int) -> tuple[str, float]:
     await sql(admin, f'CREATE DATABASE "{name}"')
     started = time.monotonic()
     dsn = admin_dsn(admin, name)
-    await run(engine, "populate", dsn, count=0, at=datetime.now(UTC), idle_rows=rows)
-    await sql(dsn, "VACUUM ANALYZE")
+    try:
+        await run(engine, "populate", dsn, count=0, at=datetime.now(UTC), idle_rows=rows)
+        await sql(dsn, "VACUUM ANALYZE")
+    except BaseException:
+        await sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # leave no scratch
+        raise
     return name, round(time.monotonic() - started, 1)
 
 
