@@ -17,6 +17,7 @@ from core.storage.lock import EngineLock
 from core.storage.migrate import check_schema
 from web.api import health, runs, schedules, tasks
 from web.api.errors import install_error_handlers
+from web.metrics import EngineMetrics
 from web.scheduler import EngineProperties, SchedulerLoop
 
 log = get_logger(__name__)
@@ -48,6 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         db = Database(settings.database_url, timeout=settings.database_timeout_seconds)
         lock = EngineLock(settings.database_url)
         loop: SchedulerLoop | None = None
+        metrics = EngineMetrics()
+        app.state.metrics = metrics
         try:
             try:
                 await check_schema(db)
@@ -74,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     tick_seconds=settings.scheduler_tick_seconds,
                     drain_timeout=settings.drain_timeout_seconds,
                     allow_private=settings.allow_private_webhooks,
+                    metrics=metrics,
                 )
                 service.on_change = ledger.on_change = loop.wake
             app.state.settings = settings

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from core.scheduler import (
 )
 from core.schedules import WAKE_CHANNEL
 from core.storage import Run
+from web.metrics import EngineMetrics
 
 log = get_logger("agentcron.engine")
 Item = TypeVar("Item")
@@ -117,6 +119,7 @@ class SchedulerLoop:
         retry_base: float = 1.0,
         allow_private: bool = False,
         delivery_policy: RetryPolicy = DEFAULT_POLICY,
+        metrics: EngineMetrics | None = None,
     ) -> None:
         self.ledger = ledger
         self.allow_private = allow_private
@@ -136,6 +139,8 @@ class SchedulerLoop:
         self._healthy: bool | None = None
         self.iterations = 0
         self.running = False
+        self.metrics = metrics or EngineMetrics()
+        self.metrics.in_flight.set_function(lambda: len(self._tokens))
         self._admissions = GroupCommit(
             self._retrying(ledger.admit_batch), name="agentcron-admissions"
         )
@@ -217,6 +222,7 @@ class SchedulerLoop:
         while not self._stop.is_set():
             self._wake.clear()
             self.iterations += 1
+            self.metrics.iterations.inc()
             timeout = self.tick
             try:
                 now = self.clock()
@@ -227,10 +233,15 @@ class SchedulerLoop:
                     continue  # look again: more may have run out, and the next instant moved
                 wake_at = wake.work
                 if wake_at is not None and wake_at <= now:
+                    began = time.perf_counter()
                     claim = await self.ledger.claim_due_jobs(now, batch)
+                    self.metrics.claim_duration.observe(time.perf_counter() - began)
+                    if claim.runs:
+                        self.metrics.claim_size.observe(len(claim.runs))
                     for run in claim.runs:
                         self._dispatch(run, claim.prepared.get(run.id))
                     if claim.recovered:
+                        self.metrics.lease_recoveries.inc(claim.recovered)
                         log.info("leases_recovered", runs=claim.recovered)
                     batch = min(batch * 4, CLAIM_BATCH) if claim.full else FIRST_CLAIM
                     self._set_health(True)
@@ -249,6 +260,7 @@ class SchedulerLoop:
                     timeout = max(0.0, min(self.tick, delay))
                 self._set_health(True)
             except Exception as exc:  # the loop survives everything and keeps ticking
+                self.metrics.errors.inc()
                 self._set_health(False, exc)
                 timeout = min(self.tick, 1.0)
             await self._sleep(timeout)
@@ -274,6 +286,7 @@ class SchedulerLoop:
                 bound = log.bind(run_id=str(run.id), schedule_id=str(run.schedule_id))
                 self._start_delivery(run, workdir, bound)
         if taken:
+            self.metrics.delivery_recoveries.inc(len(taken))
             log.info("deliveries_recovered", runs=len(taken))
         return bool(taken)
 
@@ -314,6 +327,7 @@ class SchedulerLoop:
                         break
                 if decision.action in ("done", "lost"):
                     if decision.action == "done" and decision.run is not None:
+                        self.metrics.runs.labels(decision.run.status, decision.run.trigger).inc()
                         bound.info(
                             "run_not_started",
                             status=decision.run.status,
@@ -350,6 +364,9 @@ class SchedulerLoop:
         timeout = float(payload["timeout_seconds"])
         timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
         verdict = Verdict(run, task.workdir, timeout, bound, batch)
+        if run.due_at is not None and run.attempt == 1:
+            delay = (self.clock() - run.due_at).total_seconds()
+            self.metrics.start_delay.observe(max(0.0, delay))
         bound.info(
             "run_started",
             trigger=run.trigger,
@@ -472,6 +489,7 @@ class SchedulerLoop:
             run.id, "cancelled", error="cancelled on request"
         )
         if finished is not None:
+            self.metrics.runs.labels(finished.status, finished.trigger).inc()
             bound.info("run_finished", status=finished.status)
 
     async def _finished(self, run: Run | None, verdict: Verdict) -> None:
@@ -480,6 +498,9 @@ class SchedulerLoop:
             bound.warning("run_lease_lost")
             return
         bound.info("run_finished", status=run.status, error=run.error)
+        self.metrics.runs.labels(run.status, run.trigger).inc()
+        if run.started_at is not None and run.finished_at is not None:
+            self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())
         # The outcome was recorded with a delivery lease only if a channel applies.
         if run.deliver_until is not None:
             self._start_delivery(run, verdict.workdir, bound)
@@ -499,7 +520,7 @@ class SchedulerLoop:
         another replica, or this one after a restart, makes what is left."""
         try:
             try:
-                await deliver_run(
+                made = await deliver_run(
                     self.ledger.db,
                     run,
                     run_view(run),
@@ -508,6 +529,8 @@ class SchedulerLoop:
                     allow_private=self.allow_private,
                     policy=self.delivery_policy,
                 )
+                for channel, status in made:
+                    self.metrics.deliveries.labels(channel, status).inc()
             except SchedulerUnavailable as exc:
                 bound.error("delivery_interrupted", error=exc.message)
                 return

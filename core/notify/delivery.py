@@ -62,8 +62,9 @@ async def deliver_run(
     policy: RetryPolicy = DEFAULT_POLICY,
     clock: Clock = utcnow,
     allow_private: bool = False,
-) -> None:
-    """Deliver a finished run to each of its channels; record every attempt.
+) -> list[tuple[str, str]]:
+    """Deliver a finished run to each of its channels; record every attempt. Returns
+    (channel type, final status) of each delivery made now (for the engine's metrics).
 
     Idempotent per (run, channel index), so a delivery interrupted by a crash can be made
     again by anyone (``Ledger.take_over_deliveries``): a channel whose row is ``delivered`` or
@@ -73,7 +74,7 @@ async def deliver_run(
     """
     channels = applicable_channels(run.payload.get("notify") or (), run.status)
     if not channels:
-        return
+        return []
     missing = sorted(
         {str(c.get("type")) for _, c in channels if find_notifier(str(c.get("type"))) is None}
     )
@@ -85,12 +86,13 @@ async def deliver_run(
         schedule = await session.get(Schedule, run.schedule_id)
     name = schedule.name if schedule is not None else str(run.payload.get("name", ""))
     body = delivery_body(run_view, run.schedule_id, name)
-    await asyncio.gather(
+    made = await asyncio.gather(
         *(
             _deliver_one(db, run.id, index, channel, body, workdir, policy, clock, allow_private)
             for index, channel in channels
         )
     )
+    return [outcome for outcome in made if outcome is not None]
 
 
 async def _deliver_one(
@@ -103,7 +105,7 @@ async def _deliver_one(
     policy: RetryPolicy,
     clock: Clock,
     allow_private: bool,
-) -> None:
+) -> tuple[str, str] | None:
     kind = str(channel.get("type"))
     notifier = find_notifier(kind)
     target = notifier.target(channel) if notifier is not None else kind
@@ -115,7 +117,7 @@ async def _deliver_one(
             )
         ).scalar_one_or_none()
         if existing is not None and existing.status in ("delivered", "failed"):
-            return  # done for good; only missing and pending deliveries are (re)made
+            return None  # done for good; only missing and pending deliveries are (re)made
         if existing is None:
             existing = Delivery(
                 id=uuid.uuid4(),
@@ -154,7 +156,7 @@ async def _deliver_one(
             log.warning(
                 "delivery_failed", run_id=str(run_id), channel=kind, index=index, error=error
             )
-        return
+        return kind, status
 
 
 async def _pause_orphan(db: Database, schedule_id: uuid.UUID, reason: str, clock: Clock) -> None:

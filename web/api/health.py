@@ -1,9 +1,10 @@
-"""Liveness and readiness probes (no key needed)."""
+"""Liveness and readiness probes, and the Prometheus metrics (no key needed)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.errors import SchedulerUnavailable
 from core.storage import Database
@@ -33,4 +34,13 @@ async def readyz(request: Request) -> JSONResponse:
     ready = all(value == "ok" for value in checks.values())
     return JSONResponse(
         {"status": "ok" if ready else "unavailable", "checks": checks}, 200 if ready else 503
+    )
+
+
+# Not in the OpenAPI document: it is for scrapers, in Prometheus' text format, not JSON.
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    """The engine's counters and histograms (web/metrics.py) in Prometheus text format."""
+    return Response(
+        generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST
     )
