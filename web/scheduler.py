@@ -283,12 +283,19 @@ class SchedulerLoop:
         taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH)
         for run, workdir in taken:
             if run.id not in self._delivering:  # ours already: its renewal just lapsed
-                bound = log.bind(run_id=str(run.id), schedule_id=str(run.schedule_id))
+                bound = self._run_log(run)
                 self._start_delivery(run, workdir, bound)
         if taken:
             self.metrics.delivery_recoveries.inc(len(taken))
             log.info("deliveries_recovered", runs=len(taken))
         return bool(taken)
+
+    def _run_log(self, run: Run) -> Any:
+        # Every line about a run names it, its schedule and this process, so one grep over
+        # the logs of all replicas follows a run through claims, attempts and takeovers.
+        return log.bind(
+            run_id=str(run.id), schedule_id=str(run.schedule_id), instance_id=self.ledger.owner
+        )
 
     def _dispatch(self, run: Run, workdir: str | None = None) -> None:
         if run.id in self._held:
@@ -305,7 +312,7 @@ class SchedulerLoop:
         task came with the claim (``Claim.prepared``): it is admitted in a batch with the runs
         starting at the same moment; if that fails, or for any other run, ``start_attempt``
         admits it alone or says why it does not run."""
-        bound = log.bind(run_id=str(run.id), schedule_id=str(run.schedule_id))
+        bound = self._run_log(run)
         verdict: Verdict | None = None
         try:
             while not self._stop.is_set():

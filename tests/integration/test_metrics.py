@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import structlog.testing
 from prometheus_client import generate_latest
 
 from core.runners.fake import FakeRunnerType, permanent, succeed
@@ -69,3 +70,19 @@ async def test_metrics_need_no_key(client: httpx.AsyncClient) -> None:
     assert response.headers["content-type"].startswith("text/plain")
     assert "# TYPE agentcron_loop_iterations_total counter" in response.text
     assert "agentcron_runs_in_flight" in response.text
+
+
+async def test_every_log_line_of_a_run_names_run_schedule_attempt_and_instance(
+    engine: Engine, fake: FakeRunnerType
+) -> None:
+    fake.script("once", [succeed("done")])
+    schedule = await engine.create(spec(fake.config("once"), HOURLY))
+    with structlog.testing.capture_logs() as lines:
+        queued = await engine.run_now(schedule.id)
+        await wait_status(engine.db, queued.id, "succeeded")
+    mine = [line for line in lines if line.get("run_id") == str(queued.id)]
+    assert {"run_started", "run_finished"} <= {line["event"] for line in mine}
+    for line in mine:
+        assert line["schedule_id"] == str(schedule.id)
+        assert line["instance_id"] == engine.ledger.owner
+        assert line["attempt"] == 1
