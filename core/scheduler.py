@@ -42,6 +42,16 @@ ERROR_CHARS = 8 * 1024
 TERMINAL = ("succeeded", "failed", "skipped", "timed_out", "cancelled")
 
 
+def output_excerpt(text: str | None) -> str | None:
+    """What a run keeps of an agent's output: its tail, where the outcome usually is."""
+    return text[-OUTPUT_EXCERPT_CHARS:] if text else text
+
+
+def error_excerpt(text: str | None) -> str | None:
+    """What a run (and its schedule's ``last_error``) keeps of an error: its tail."""
+    return text[-ERROR_CHARS:] if text else text
+
+
 @dataclass(frozen=True)
 class DuePlan:
     """What a claim does with one due schedule: the due times that get a run, how many were
@@ -546,8 +556,8 @@ class Ledger:
             # transaction fires its foreign-key check (FOR KEY SHARE on the schedule row), and
             # two runs of one schedule finishing at once then deadlock upgrading that lock.
             schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
-            run.output = output[-OUTPUT_EXCERPT_CHARS:] if output is not None else run.output
-            run.error = error[-ERROR_CHARS:] if error is not None else None
+            run.output = output_excerpt(output) if output is not None else run.output
+            run.error = error_excerpt(error)
             if run.task_id is not None:
                 await session.execute(
                     update(Task)
@@ -604,8 +614,8 @@ class Ledger:
                         {
                             "b_id": o.run_id,
                             "b_status": o.status,
-                            "b_output": o.output[-OUTPUT_EXCERPT_CHARS:] if o.output else o.output,
-                            "b_error": o.error[-ERROR_CHARS:] if o.error else o.error,
+                            "b_output": output_excerpt(o.output),
+                            "b_error": error_excerpt(o.error),
                             "b_now": now,
                             "b_deliver_until": self.delivery_deadline(o.notify, o.status, now),
                         }
@@ -759,7 +769,7 @@ def _schedule_results(outcomes: Sequence[Outcome], now: datetime) -> list[dict[s
                 "b_id": schedule_id,
                 "b_now": now,
                 "b_status": last.status,
-                "b_error": last.error[-ERROR_CHARS:] if last.error else last.error,
+                "b_error": error_excerpt(last.error),
                 "b_run_id": last.run_id,
                 "b_reset": reset,
                 "b_failures": failures,

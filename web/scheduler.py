@@ -40,12 +40,12 @@ from core.notify.delivery import DEFAULT_POLICY, deliver_run
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
 from core.scheduler import (
-    ERROR_CHARS,
-    OUTPUT_EXCERPT_CHARS,
     Ledger,
     Outcome,
     PreparedTask,
     StartDecision,
+    error_excerpt,
+    output_excerpt,
     run_view,
 )
 from core.schedules import WAKE_CHANNEL
@@ -467,8 +467,7 @@ class SchedulerLoop:
             return None
         # The in-memory run becomes what the batch wrote, for the delivery's run view.
         run.status, run.reason, run.finished_at = status, None, finished_at
-        run.output = output[-OUTPUT_EXCERPT_CHARS:] if output else output
-        run.error = error[-ERROR_CHARS:] if error else error
+        run.output, run.error = output_excerpt(output), error_excerpt(error)
         run.lease_owner = run.lease_expires_at = None
         run.deliver_until = self.ledger.delivery_deadline(notify, status, finished_at)
         return run

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database
 from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine
+from tests.integration.test_webhook import Receiver, new_secret
 from web.scheduler import SchedulerLoop
 
 
@@ -65,3 +66,18 @@ async def make_engine(
 @pytest.fixture
 async def engine(make_engine: MakeEngine) -> Engine:
     return make_engine()
+
+
+# A webhook receiver on loopback, shared by the webhook and delivery-recovery tests.
+@pytest.fixture
+def secret() -> str:
+    return new_secret()
+
+
+@pytest.fixture
+def receiver(secret: str) -> Iterator[Receiver]:
+    server = Receiver(secret).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +41,7 @@ from tests.integration.engine_kit import (
     wait_for,
     wait_status,
 )
-from tests.integration.test_webhook import Receiver, new_secret
+from tests.integration.test_webhook import Receiver
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 DUE = T0 + timedelta(seconds=60)
@@ -293,17 +293,3 @@ async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
     await wait_for(delivered, LEASE * 5, "the other engine to deliver")
     assert gate.ids == [f"{queued.id}.0"] * 2
     assert (await fetch_run(first.db, queued.id)).deliver_until is None
-
-
-@pytest.fixture
-def secret() -> str:
-    return new_secret()
-
-
-@pytest.fixture
-def receiver(secret: str) -> Iterator[Receiver]:
-    server = Receiver(secret).start()
-    try:
-        yield server
-    finally:
-        server.stop()

@@ -160,20 +160,6 @@ class Receiver:
             self._thread.join(5)
 
 
-@pytest.fixture
-def secret() -> str:
-    return new_secret()
-
-
-@pytest.fixture
-def receiver(secret: str) -> Iterator[Receiver]:
-    server = Receiver(secret).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def request_for(
     url: str, secret: str, body: dict[str, Any] | None = None, *, allow_private: bool = True
 ) -> DeliveryRequest:
