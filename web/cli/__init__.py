@@ -1,5 +1,10 @@
-"""The ``agentcron`` command line: ``serve``, ``migrate``, ``example`` and ``keys``, which act
-on the server's own database (``local``)."""
+"""The ``agentcron`` command line.
+
+On the server's machine: ``serve``, ``migrate``, ``example`` and ``keys`` (``local``). From
+anywhere, as a client of a running service over HTTP: ``schedules``, ``runs`` and ``preview``
+(``schedules``, ``runs``, ``client``). Exit codes: 0 done, 1 the service refused or could not be
+reached (the message says which), 2 a usage error or a service that cannot start.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,8 @@ import sys
 
 import typer
 
-from web.cli import local
+from web.cli import local, runs, schedules
+from web.cli.client import CliError
 
 app = typer.Typer(
     name="agentcron",
@@ -22,6 +28,9 @@ app.command("serve")(local.serve)
 app.command("migrate")(local.migrate)
 app.command("example")(local.example)
 app.add_typer(local.keys, name="keys")
+app.add_typer(schedules.app, name="schedules")
+app.add_typer(runs.app, name="runs")
+app.command("preview")(schedules.preview)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="agentcron")
     except SystemExit as exc:
         return _exit_code(exc.code)
+    except CliError as exc:
+        sys.stderr.write(f"agentcron: {exc.message}\n")
+        sys.stderr.flush()
+        return exc.code
     return 0
 
 
