@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from core.config import get_settings
-from core.logging import configure_logging, get_logger
-
+# ``core`` is imported inside each command: the HTTP commands registered beside these never
+# need it, and should start without loading settings, logging or SQLAlchemy.
 if TYPE_CHECKING:
     from datetime import datetime
 
+    import structlog
+
+    from core.config import Settings
     from core.storage import ApiKey
 
 keys = typer.Typer(
@@ -22,8 +24,22 @@ keys = typer.Typer(
 )
 
 
+def _settings() -> Settings:
+    from core import config
+
+    return config.get_settings()
+
+
+def _log() -> structlog.stdlib.BoundLogger:
+    from core.logging import get_logger
+
+    return get_logger("agentcron.cli")
+
+
 def _configure_logging() -> None:
-    settings = get_settings()
+    from core.logging import configure_logging
+
+    settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
 
 
@@ -32,9 +48,9 @@ def migrate() -> None:
     from core.storage.migrate import upgrade
 
     _configure_logging()
-    settings = get_settings()
+    settings = _settings()
     upgrade(settings.database_url)
-    get_logger("agentcron.cli").info("migrated", database_url=_safe_url(settings.database_url))
+    _log().info("migrated", database_url=_safe_url(settings.database_url))
 
 
 EXAMPLE_NAME = "example: hello agent"
@@ -55,7 +71,7 @@ def example() -> None:
     from core.storage import Database
 
     async def create() -> tuple[str, str | None, str | None]:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
             service = ScheduleService(db)
             page = await service.list(LOCAL_OWNER, limit=500)
@@ -82,7 +98,7 @@ def example() -> None:
 
     _configure_logging()
     outcome, token, existing = asyncio.run(create())
-    get_logger("agentcron.cli").info("example_schedule", result=outcome, name=EXAMPLE_NAME)
+    _log().info("example_schedule", result=outcome, name=EXAMPLE_NAME)
     if token is not None:
         _print(
             f'# An API key for owner "{LOCAL_OWNER}", shown only this once (only its hash is'
@@ -125,7 +141,7 @@ def keys_create(
         raise typer.Exit(2) from None
 
     async def create() -> tuple[str, str]:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
             token, record = await create_key(db, owner, admin=admin)
             return token, str(record.id)
@@ -155,7 +171,7 @@ def keys_list(
     _configure_logging()
 
     async def fetch() -> list[ApiKey]:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
             return await list_keys(db, owner, include_revoked=include_revoked)
         finally:
@@ -195,7 +211,7 @@ def keys_revoke(
     _configure_logging()
 
     async def revoke() -> str:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
             record = await revoke_key(db, key)
             return f"revoked {record.id} ({display_prefix(record)}, owner {record.owner})"
@@ -220,7 +236,7 @@ def _preflight() -> str | None:
     from core.storage.lock import EngineLock
     from core.storage.migrate import check_schema
 
-    settings = get_settings()
+    settings = _settings()
 
     async def schema() -> None:
         db = Database(settings.database_url)
@@ -252,7 +268,7 @@ def serve(
     _configure_logging()
     problem = _preflight()
     if problem is not None:
-        get_logger("agentcron.cli").error("startup_refused", reason=problem)
+        _log().error("startup_refused", reason=problem)
         sys.stderr.write(f"agentcron: cannot start: {problem}\n")
         raise typer.Exit(2)
 
