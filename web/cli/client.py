@@ -101,7 +101,8 @@ class Api:
         body: Any = None,
         params: dict[str, str | int] | None = None,
     ) -> httpx.Response:
-        """``method`` on ``path`` (from ``/api/v1``), with a JSON ``body`` when not None."""
+        """``method`` on ``path`` (``/api/v1/...``), with a JSON ``body`` when not None; the
+        answer is a 2xx whose body, if any, is JSON."""
         target = f"{self.url}{path}"
         try:
             # One short-lived client per request: a command makes a handful at most.
@@ -126,6 +127,15 @@ class Api:
             raise CliError(f"request to {self.url} failed: {_reason(exc)}") from None
         if not response.is_success:
             raise CliError(describe_error(response))
+        if response.content:
+            try:
+                response.json()
+            except ValueError:
+                # A 2xx that is not JSON: the URL reaches some other web server.
+                raise CliError(
+                    f"HTTP {response.status_code} from {target} is not JSON:"
+                    " is --url an agentcron service?"
+                ) from None
         return response
 
     def get(self, path: str, params: dict[str, str | int] | None = None) -> httpx.Response:
