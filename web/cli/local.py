@@ -1,37 +1,68 @@
-"""The ``agentcron`` command: ``serve``, ``migrate``, ``example`` and ``keys``."""
+"""The commands that act on the server's own database and process: ``serve``, ``migrate``,
+``example`` and ``keys``. They read ``AGENTCRON_DATABASE_URL`` like the service does."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from core.config import get_settings
-from core.logging import configure_logging, get_logger
+import typer
 
+# ``core`` is imported inside each command: the HTTP commands registered beside these never
+# need it, and should start without loading settings, logging or SQLAlchemy.
 if TYPE_CHECKING:
     from datetime import datetime
 
+    import structlog
+
+    from core.config import Settings
     from core.storage import ApiKey
 
+keys = typer.Typer(
+    help="API keys on the server's database: create, list, revoke.", no_args_is_help=True
+)
 
-def _migrate(_args: argparse.Namespace) -> int:
+
+def _settings() -> Settings:
+    from core import config
+
+    return config.get_settings()
+
+
+def _log() -> structlog.stdlib.BoundLogger:
+    from core.logging import get_logger
+
+    return get_logger("agentcron.cli")
+
+
+def _configure_logging() -> None:
+    from core.logging import configure_logging
+
+    settings = _settings()
+    configure_logging(settings.log_format, settings.log_level)
+
+
+def migrate() -> None:
+    """Apply the database migrations to AGENTCRON_DATABASE_URL."""
     from core.storage.migrate import upgrade
 
-    settings = get_settings()
+    _configure_logging()
+    settings = _settings()
     upgrade(settings.database_url)
-    get_logger("agentcron.cli").info("migrated", database_url=_safe_url(settings.database_url))
-    return 0
+    _log().info("migrated", database_url=_safe_url(settings.database_url))
 
 
 EXAMPLE_NAME = "example: hello agent"
-EXAMPLE_AGENT = Path(__file__).resolve().parents[1] / "examples" / "hello_agent.py"
+EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "hello_agent.py"
 
 
-def _example(_args: argparse.Namespace) -> int:
-    """Create the example schedule unless it exists (the stand-in agent every 30 seconds), and
-    the first API key of owner "local" unless that owner has one (printed once, never stored)."""
+def example() -> None:
+    """Create the example schedule and a first API key for owner "local" (each once).
+
+    The schedule runs the stand-in agent every 30 seconds; the key is printed once, never
+    stored (only its hash is).
+    """
     import asyncio
 
     from core.keys import LOCAL_OWNER, create_key, display_prefix, list_keys
@@ -40,7 +71,7 @@ def _example(_args: argparse.Namespace) -> int:
     from core.storage import Database
 
     async def create() -> tuple[str, str | None, str | None]:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
             service = ScheduleService(db)
             page = await service.list(LOCAL_OWNER, limit=500)
@@ -65,8 +96,9 @@ def _example(_args: argparse.Namespace) -> int:
         finally:
             await db.dispose()
 
+    _configure_logging()
     outcome, token, existing = asyncio.run(create())
-    get_logger("agentcron.cli").info("example_schedule", result=outcome, name=EXAMPLE_NAME)
+    _log().info("example_schedule", result=outcome, name=EXAMPLE_NAME)
     if token is not None:
         _print(
             f'# An API key for owner "{LOCAL_OWNER}", shown only this once (only its hash is'
@@ -80,7 +112,6 @@ def _example(_args: argparse.Namespace) -> int:
             " when made.",
             f"# Another one: agentcron keys create --owner {LOCAL_OWNER}",
         )
-    return 0
 
 
 def _print(*lines: str) -> None:
@@ -89,52 +120,65 @@ def _print(*lines: str) -> None:
     sys.stdout.flush()
 
 
-def _keys_create(args: argparse.Namespace) -> int:
+@keys.command("create")
+def keys_create(
+    owner: Annotated[str, typer.Option("--owner", help="the owner the key acts as")],
+    admin: Annotated[
+        bool, typer.Option("--admin", help="the key sees every owner's objects")
+    ] = False,
+) -> None:
+    """Make a key; prints it once, alone on the last line."""
     import asyncio
 
     from core.keys import check_owner, create_key
     from core.storage import Database
 
+    _configure_logging()
     try:
-        check_owner(args.owner)
+        check_owner(owner)
     except ValueError as exc:
         sys.stderr.write(f"agentcron: --owner: {exc}\n")
-        return 2
+        raise typer.Exit(2) from None
 
     async def create() -> tuple[str, str]:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
-            token, record = await create_key(db, args.owner, admin=args.admin)
+            token, record = await create_key(db, owner, admin=admin)
             return token, str(record.id)
         finally:
             await db.dispose()
 
     token, key_id = asyncio.run(create())
-    role = "admin: sees every owner" if args.admin else "sees its own owner only"
+    role = "admin: sees every owner" if admin else "sees its own owner only"
     _print(
-        f'# API key {key_id} for owner "{args.owner}" ({role}). Shown only now: only its hash'
+        f'# API key {key_id} for owner "{owner}" ({role}). Shown only now: only its hash'
         " is stored.",
         token,
     )
-    return 0
 
 
-def _keys_list(args: argparse.Namespace) -> int:
+@keys.command("list")
+def keys_list(
+    owner: Annotated[str | None, typer.Option("--owner", help="only this owner's keys")] = None,
+    include_revoked: Annotated[bool, typer.Option("--all", help="include revoked keys")] = False,
+) -> None:
+    """Keys without their secrets: id, prefix, owner, role, creation and last use."""
     import asyncio
 
     from core.keys import list_keys
     from core.storage import Database
 
+    _configure_logging()
+
     async def fetch() -> list[ApiKey]:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
-            return await list_keys(db, args.owner, include_revoked=args.all)
+            return await list_keys(db, owner, include_revoked=include_revoked)
         finally:
             await db.dispose()
 
-    keys = asyncio.run(fetch())
-    _print(*([_key_line(key) for key in keys] or ["# no API keys (agentcron keys create)"]))
-    return 0
+    found = asyncio.run(fetch())
+    _print(*([_key_line(key) for key in found] or ["# no API keys (agentcron keys create)"]))
 
 
 def _key_line(key: ApiKey) -> str:
@@ -151,17 +195,25 @@ def _key_line(key: ApiKey) -> str:
     return line if key.revoked_at is None else f"{line}  revoked={when(key.revoked_at)}"
 
 
-def _keys_revoke(args: argparse.Namespace) -> int:
+@keys.command("revoke")
+def keys_revoke(
+    key: Annotated[
+        str, typer.Argument(metavar="ID", help="the key's id or prefix, as `keys list` shows")
+    ],
+) -> None:
+    """Revoke a key at once (by id or prefix); the next request with it answers 401."""
     import asyncio
 
     from core.errors import NotFound
     from core.keys import display_prefix, revoke_key
     from core.storage import Database
 
+    _configure_logging()
+
     async def revoke() -> str:
-        db = Database(get_settings().database_url)
+        db = Database(_settings().database_url)
         try:
-            record = await revoke_key(db, args.key)
+            record = await revoke_key(db, key)
             return f"revoked {record.id} ({display_prefix(record)}, owner {record.owner})"
         finally:
             await db.dispose()
@@ -169,9 +221,8 @@ def _keys_revoke(args: argparse.Namespace) -> int:
     try:
         _print(asyncio.run(revoke()))
     except NotFound:
-        sys.stderr.write(f"agentcron: no API key {args.key!r} (see `agentcron keys list --all`)\n")
-        return 1
-    return 0
+        sys.stderr.write(f"agentcron: no API key {key!r} (see `agentcron keys list --all`)\n")
+        raise typer.Exit(1) from None
 
 
 def _preflight() -> str | None:
@@ -185,7 +236,7 @@ def _preflight() -> str | None:
     from core.storage.lock import EngineLock
     from core.storage.migrate import check_schema
 
-    settings = get_settings()
+    settings = _settings()
 
     async def schema() -> None:
         db = Database(settings.database_url)
@@ -207,67 +258,30 @@ def _preflight() -> str | None:
     return None
 
 
-def _serve(args: argparse.Namespace) -> int:
+def serve(
+    host: Annotated[str, typer.Option("--host", help="the address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="the TCP port to listen on")] = 8000,
+) -> None:
+    """Serve the HTTP API (and the scheduler loop, unless AGENTCRON_DISABLE_SCHEDULER=1)."""
     import uvicorn
 
+    _configure_logging()
     problem = _preflight()
     if problem is not None:
-        get_logger("agentcron.cli").error("startup_refused", reason=problem)
+        _log().error("startup_refused", reason=problem)
         sys.stderr.write(f"agentcron: cannot start: {problem}\n")
-        return 2
+        raise typer.Exit(2)
 
     uvicorn.run(
         "web.app:app_from_env",
         factory=True,
-        host=args.host,
-        port=args.port,
+        host=host,
+        port=port,
         log_config=None,
     )
-    return 0
 
 
 def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen command; returns the process exit code."""
-    parser = argparse.ArgumentParser(
-        prog="agentcron", description="Run AI-agent work on a timetable."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the HTTP API (and the scheduler loop)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.set_defaults(func=_serve)
-    migrate = commands.add_parser("migrate", help="apply database migrations")
-    migrate.set_defaults(func=_migrate)
-    example = commands.add_parser(
-        "example", help='create the example schedule and a first key for owner "local" (once)'
-    )
-    example.set_defaults(func=_example)
-    keys = commands.add_parser("keys", help="API keys: create, list, revoke")
-    key_commands = keys.add_subparsers(dest="keys_command", required=True)
-    create = key_commands.add_parser("create", help="make a key; prints it once, last line alone")
-    create.add_argument("--owner", required=True, help="the owner the key acts as")
-    create.add_argument("--admin", action="store_true", help="the key sees every owner's objects")
-    create.set_defaults(func=_keys_create)
-    listing = key_commands.add_parser("list", help="keys without their secrets")
-    listing.add_argument("--owner", help="only this owner's keys")
-    listing.add_argument("--all", action="store_true", help="include revoked keys")
-    listing.set_defaults(func=_keys_list)
-    revoke = key_commands.add_parser("revoke", help="revoke a key at once (by id or prefix)")
-    revoke.add_argument("key", metavar="ID", help="the key's id or prefix, as `keys list` shows")
-    revoke.set_defaults(func=_keys_revoke)
-
-    args = parser.parse_args(argv)
-    settings = get_settings()
-    configure_logging(settings.log_format, settings.log_level)
-    result: int = args.func(args)
-    return result
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The ``agentcron`` command line.
+
+On the server's machine: ``serve``, ``migrate``, ``example`` and ``keys`` (``local``). From
+anywhere, as a client of a running service over HTTP: ``schedules``, ``runs`` and ``preview``
+(``schedules``, ``runs``, ``client``). Exit codes: 0 done, 1 the service refused or could not be
+reached (the message says which), 2 a usage error or a service that cannot start.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from web.cli import local, runs, schedules
+from web.cli.client import CliError
+
+app = typer.Typer(
+    name="agentcron",
+    help="Run AI-agent work on a timetable.",
+    no_args_is_help=True,
+    add_completion=False,
+    # A plain traceback: typer's pretty one shows local variables, which include API keys.
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("serve")(local.serve)
+app.command("migrate")(local.migrate)
+app.command("example")(local.example)
+app.add_typer(local.keys, name="keys")
+app.add_typer(schedules.app, name="schedules")
+app.add_typer(runs.app, name="runs")
+app.command("preview")(schedules.preview)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default ``sys.argv[1:]``); returns the process exit code."""
+    try:
+        app(args=argv, prog_name="agentcron")
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    except CliError as exc:
+        sys.stderr.write(f"agentcron: {exc.message}\n")
+        sys.stderr.flush()
+        return exc.code
+    return 0
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
