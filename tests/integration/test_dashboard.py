@@ -130,6 +130,14 @@ async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) 
         response = await http.post("/logout")
         assert response.status_code == 303
         assert (await http.get("/")).status_code == 303
+        # The line `make run` prints, pasted whole, signs in too.
+        response = await http.post("/login", data={"key": f"export AGENTCRON_KEY={key}\n"})
+        assert response.status_code == 303
+        assert (await http.get("/")).status_code == 200
+
+        response = await http.post("/logout")
+        assert response.status_code == 303
+        assert (await http.get("/")).status_code == 303
 
 
 @pytest.mark.parametrize("key", ["", "nonsense", "ac_0123456789ab_" + "A" * 43])

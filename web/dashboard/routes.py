@@ -144,7 +144,9 @@ async def login_page(
 async def login(request: Request) -> Response:
     posted = await read_form(request)
     target = local_path(posted.get("next"))
-    key = posted.get("key", "").strip()
+    # Pasting the whole line `make run` printed (export AGENTCRON_KEY=ac_...) works too: a key
+    # never contains "=" or quotes.
+    key = posted.get("key", "").rsplit("=", 1)[-1].strip().strip("'\"")
     db: Database = request.app.state.db
     if not key or await authenticate(db, key) is None:
         # One message for unknown, malformed and revoked keys, as the API gives.

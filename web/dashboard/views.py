@@ -35,16 +35,20 @@ def zone_of(trigger: dict[str, Any]) -> str:
     return zone if isinstance(zone, str) and zone else "UTC"
 
 
-def when(moment: datetime | None, zone: str = "UTC") -> Markup:
-    """``<time>`` for ``moment``: UTC in the attribute, the text in ``zone``; a dash for None."""
+def when(moment: datetime | None, zone: str = "UTC", viewer_time: bool = True) -> Markup:
+    """``<time>`` for ``moment``: UTC in the attribute, the text in ``zone``; a dash for None.
+
+    ``viewer_time=False`` asks the page script not to add the viewer's time (where space is short
+    and the time is history, not a plan)."""
     if moment is None:
         return Markup('<span class="muted">—</span>')
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    local = moment.astimezone(ZoneInfo(zone))
-    text = local.strftime("%Y-%m-%d %H:%M:%S ") + (local.tzname() or zone)
+    there = moment.astimezone(ZoneInfo(zone))
+    text = there.strftime("%Y-%m-%d %H:%M:%S ") + (there.tzname() or zone)
     iso = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return Markup('<time datetime="{}" data-zone="{}">{}</time>').format(iso, zone, text)
+    extra = Markup("") if viewer_time else Markup(' data-local="no"')
+    return Markup('<time datetime="{}" data-zone="{}"{}>{}</time>').format(iso, zone, extra, text)
 
 
 def duration(started: datetime | None, finished: datetime | None) -> str:
@@ -68,6 +72,15 @@ def excerpt(text: str | None, limit: int = OUTPUT_PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
+def last_line(text: str | None, limit: int = 90) -> str:
+    """The last non-blank line of an output, shortened: the one-line summary of a run."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def badge(status: str | None) -> Markup:
     """A status badge; its class colours it (see dashboard.css)."""
     if not status:
@@ -89,7 +102,7 @@ def attrs(**pairs: Any) -> Markup:
     return Markup("").join(parts)
 
 
-env.filters.update(when=when, excerpt=excerpt, badge=badge)
+env.filters.update(when=when, excerpt=excerpt, badge=badge, last_line=last_line)
 env.globals.update(
     duration=duration, attrs=attrs, zone_of=zone_of, FINISHED=FINISHED, escape=escape
 )

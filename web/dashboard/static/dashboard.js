@@ -5,19 +5,26 @@
 // Every <time datetime="...Z" data-zone="..."> gets the viewer's local time beside the
 // schedule's zone, unless the two zones are the same.
 const viewerZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-const localFormat = new Intl.DateTimeFormat(undefined, {
-  year: "numeric", month: "2-digit", day: "2-digit",
-  hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
+const localFormat = new Intl.DateTimeFormat("en-US", {
+  year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+  second: "2-digit", hourCycle: "h23", timeZoneName: "short",
 });
+
+// "2026-11-29 23:02:42 GMT+1": the layout of the server's own times, so the two compare.
+function formatLocal(moment) {
+  const part = {};
+  for (const { type, value } of localFormat.formatToParts(moment)) part[type] = value;
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+}
 
 function localizeTimes(root) {
   for (const el of root.querySelectorAll("time[datetime]")) {
-    if (el.dataset.localized || el.dataset.zone === viewerZone) continue;
+    if (el.dataset.localized || el.dataset.zone === viewerZone || el.dataset.local === "no") continue;
     const moment = new Date(el.getAttribute("datetime"));
     if (Number.isNaN(moment.getTime())) continue;
     const local = document.createElement("span");
     local.className = "viewer-time";
-    local.textContent = localFormat.format(moment) + " your time";
+    local.textContent = formatLocal(moment) + " your time";
     local.title = viewerZone;
     el.after(local);
     el.dataset.localized = "1";
@@ -64,8 +71,11 @@ function bindPreview(form) {
       if (sequence !== latest) return;
       box.innerHTML = html;  // server-rendered, escaped by the template
       box.classList.toggle("invalid", !response.ok);
-      // Mark the input the error names, as the server does for a rejected form.
+      // Mark the input the error names, as the server does for a rejected form; when the
+      // server already says the same thing at that input, say it once.
       const failed = box.querySelector("[data-field]");
+      const shown = failed && document.getElementById("error-" + failed.dataset.field);
+      if (shown && shown.textContent === failed.textContent) failed.remove();
       for (const name of fields.slice(1)) {
         const input = form.querySelector(`[name=${name}]`);
         if (!input) continue;
@@ -79,6 +89,11 @@ function bindPreview(form) {
   };
   const schedule = (event) => {
     if (event && event.target && !fields.includes(event.target.name)) return;
+    // A rejected form's message at this input is stale once it changes: the preview speaks.
+    if (event && event.type === "input") {
+      const stale = document.getElementById("error-" + event.target.name);
+      if (stale) stale.remove();
+    }
     clearTimeout(timer);
     timer = setTimeout(refresh, 250);
   };
