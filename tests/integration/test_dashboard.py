@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from core.keys import Principal, create_key, revoke_key
+from core.keys import create_key, revoke_key
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
@@ -412,9 +412,3 @@ async def test_the_openapi_document_has_no_dashboard_paths(live_app: FastAPI) ->
         assert (await http.get("/static/dashboard.js")).status_code == 200
     assert all(path.startswith("/api/v1/") for path in paths - {"/healthz", "/readyz"}), paths
     assert not any(path.startswith(("/login", "/ui", "/static", "/runs")) for path in paths)
-
-
-def test_principal_scope_is_the_owner_filter() -> None:
-    # The dashboard filters by Principal.scope exactly as the API does: None for an admin.
-    assert Principal("alice", admin=False).scope == "alice"
-    assert Principal("root", admin=True).scope is None

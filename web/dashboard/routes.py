@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from core import triggers
 from core.clock import utcnow
 from core.errors import AgentcronError, InvalidSchedule, NotFound, ScheduleCapacityExceeded
-from core.keys import authenticate
+from core.keys import Principal, authenticate
 from core.scheduler import Ledger, run_view
 from core.schedules import ScheduleService, preview, schedule_view
 from core.specs import ScheduleCreate, ScheduleUpdate
@@ -186,7 +186,7 @@ async def schedules_page(
 
 
 def _form_page(
-    request: Request, viewer: Any, form: ScheduleForm, schedule: dict[str, Any] | None
+    viewer: Principal, form: ScheduleForm, schedule: dict[str, Any] | None
 ) -> dict[str, Any]:
     return {
         "viewer": viewer,
@@ -202,7 +202,7 @@ def _form_page(
 @router.get("/schedules/new")
 async def new_schedule_page(request: Request, viewer: ViewerDep) -> Response:
     form = ScheduleForm(dict(NEW_DEFAULTS))
-    return render(request, "form.html", **_form_page(request, viewer, form, None))
+    return render(request, "form.html", **_form_page(viewer, form, None))
 
 
 @router.post("/schedules/new")
@@ -214,7 +214,7 @@ async def create_schedule(request: Request, viewer: ViewerDep) -> Response:
         schedule = await _schedules(request).create(spec, viewer.owner)
     except (FormInvalid, ValidationError, InvalidSchedule, ScheduleCapacityExceeded) as exc:
         form.errors = _form_errors(exc)
-        return render(request, "form.html", 422, **_form_page(request, viewer, form, None))
+        return render(request, "form.html", 422, **_form_page(viewer, form, None))
     return RedirectResponse(f"/schedules/{schedule.id}?done=created", 303)
 
 
@@ -260,7 +260,7 @@ async def schedule_page(
 async def edit_schedule_page(request: Request, schedule_id: str, viewer: ViewerDep) -> Response:
     view = schedule_view(await _schedules(request).get(schedule_id, viewer.scope))
     form = ScheduleForm.from_view(view)
-    return render(request, "form.html", **_form_page(request, viewer, form, view))
+    return render(request, "form.html", **_form_page(viewer, form, view))
 
 
 @router.post("/schedules/{schedule_id}/edit")
@@ -275,7 +275,7 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
         await service.update(view["id"], ScheduleUpdate.model_validate(patch), viewer.scope)
     except (FormInvalid, ValidationError, InvalidSchedule, ScheduleCapacityExceeded) as exc:
         form.errors = _form_errors(exc)
-        return render(request, "form.html", 422, **_form_page(request, viewer, form, view))
+        return render(request, "form.html", 422, **_form_page(viewer, form, view))
     return RedirectResponse(f"/schedules/{view['id']}?done=updated", 303)
 
 

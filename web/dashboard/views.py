@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, available_timezones
 import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 TEMPLATES = Path(__file__).with_name("templates")
 OUTPUT_PREVIEW_CHARS = 2000
@@ -103,9 +103,7 @@ def attrs(**pairs: Any) -> Markup:
 
 
 env.filters.update(when=when, excerpt=excerpt, badge=badge, last_line=last_line)
-env.globals.update(
-    duration=duration, attrs=attrs, zone_of=zone_of, FINISHED=FINISHED, escape=escape
-)
+env.globals.update(duration=duration, attrs=attrs, zone_of=zone_of, FINISHED=FINISHED)
 ZONES = sorted(available_timezones())
 
 
