@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format migrate bench bench-quick soak clean
+.PHONY: help install run test lint format migrate bench bench-quick soak screenshots clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -28,7 +28,8 @@ run: install ## migrate the SQLite database, add the example schedule, serve on 
 	$(BIN)/agentcron example
 	$(BIN)/agentcron serve --host $(HOST) --port $(PORT)
 
-test: install ## run the whole test suite (PostgreSQL tests too when it is reachable)
+test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium as root)
+	sh scripts/install-chromium
 	$(BIN)/pytest
 
 lint: install ## ruff and mypy (strict)
@@ -51,6 +52,10 @@ bench-quick: install ## burst and replicas of 2,000 and a 15 s idle window, Post
 
 soak: install ## 4 replicas, 1,000 schedules, 2 minutes, one SIGKILLed and restarted every 20 s; JSON figures (PostgreSQL)
 	$(BIN)/python -m tests.faults.soak --replicas 4 --schedules 1000 --seconds 120 --kill-every 20
+
+screenshots: install ## the dashboard's screenshots in docs/ (a real server, headless Chromium)
+	sh scripts/install-chromium
+	$(BIN)/python -m tests.e2e.screenshots docs
 
 clean: ## remove the virtualenv and local state
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -17,6 +17,7 @@ from core.storage.lock import EngineLock
 from core.storage.migrate import check_schema
 from web.api import health, runs, schedules, tasks
 from web.api.errors import install_error_handlers
+from web.dashboard import install as install_dashboard
 from web.metrics import EngineMetrics
 from web.scheduler import EngineProperties, SchedulerLoop
 
@@ -110,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(runs.schedule_runs)
     app.include_router(tasks.router)
+    install_dashboard(app)
     return app
 
 

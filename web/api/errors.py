@@ -58,14 +58,19 @@ def error_body(type_: str, message: str, field: str | None = None) -> dict[str, 
     return {"error": {"type": type_, "message": message, "field": field}}
 
 
-def _status_for(exc: AgentcronError) -> int:
+def status_for(exc: AgentcronError) -> int:
+    """The HTTP status of ``exc`` from the table above (500 for a class it does not name)."""
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]
     return 500
 
 
-def _field(loc: Sequence[int | str]) -> str | None:
+def field_path(loc: Sequence[int | str]) -> str | None:
+    """The dotted field path (``trigger.cron``) of a pydantic error location, or None.
+
+    Shared with the dashboard, which shows the same field paths beside its form inputs.
+    """
     # FastAPI prefixes the location with where the value came from; clients name fields only.
     parts = (
         [str(part) for part in loc[1:]]
@@ -77,7 +82,7 @@ def _field(loc: Sequence[int | str]) -> str | None:
 
 async def _agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AgentcronError)
-    status = _status_for(exc)
+    status = status_for(exc)
     if isinstance(exc, SchedulerUnavailable):
         log.warning("scheduler_unavailable", error=exc.message)
     field = getattr(exc, "field", None)
@@ -98,7 +103,7 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
             else ("request body must be a JSON object")
         )
         return JSONResponse(error_body("ValidationError", message), 400)
-    field = _field(first.get("loc", ()))
+    field = field_path(first.get("loc", ()))
     message = str(first.get("msg", "invalid value"))
     if field:
         message = f"{field}: {message}"

@@ -1,0 +1,129 @@
+"""The dashboard in a real browser (headless Chromium) on a real ``agentcron serve``.
+
+A new user's first minutes: sign in with the key, create a schedule through the form (the live
+preview follows the typing; a bad cron is refused at its field), watch its runs appear and
+succeed without reloading, pause it, replay a run.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.browser import LAUNCH_ARGS, require_browser
+from tests.e2e.conftest import Server
+
+if TYPE_CHECKING:  # imported lazily below: without playwright the test skips, not errors
+    from playwright.async_api import Page
+
+pytestmark = pytest.mark.slow
+
+AGENT = "import sys; print('agent says: ' + sys.stdin.read().strip())"
+# Not the runner's zone (UTC for an interval): the pages then show the viewer's time too.
+VIEWER_ZONE = "Europe/Paris"
+
+
+@pytest.fixture
+def chromium() -> str:
+    """The browser, checked before any server starts (skip or fail: see require_browser)."""
+    return require_browser()
+
+
+@pytest.fixture
+async def page(chromium: str, server: Server) -> AsyncIterator[Page]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=LAUNCH_ARGS
+        )
+        try:
+            context = await browser.new_context(
+                viewport={"width": 1280, "height": 800}, timezone_id=VIEWER_ZONE
+            )
+            context.set_default_timeout(15_000)
+            yield await context.new_page()
+        finally:
+            await browser.close()
+
+
+async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page: Page) -> None:
+    from playwright.async_api import expect
+
+    assert server.key is not None
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    # Signing in: any page sends a stranger to the sign-in form.
+    await page.goto(f"{server.url}/")
+    await expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
+    await page.fill("#key", "ac_not_a_key")
+    await page.click("button[type=submit]")
+    await expect(page.locator(".field-error")).to_contain_text("not valid")
+    await page.fill("#key", server.key)
+    await page.click("button[type=submit]")
+    await expect(page).to_have_url(f"{server.url}/")
+    await expect(page.locator("header .who")).to_contain_text("Signed in as local")
+
+    # The form: the preview follows the typing, in the viewer's zone by default.
+    await page.click("text=New schedule >> nth=0")
+    await expect(page.locator("#timezone")).to_have_value(VIEWER_ZONE)
+    await page.fill("#name", "browser agent")
+    await page.fill("#prompt", "hello from the browser")
+    await page.fill("#cron", "")
+    await page.locator("#cron").press_sequentially("0 8 * *", delay=30)
+    await expect(page.locator("#preview .field-error")).to_contain_text("cron has 5 fields")
+    await expect(page.locator("#cron")).to_have_attribute("aria-invalid", "true")
+    await page.locator("#cron").press_sequentially(" 1-5", delay=30)
+    await expect(page.locator("#preview .description")).to_have_text(
+        f"At 08:00, Monday through Friday, {VIEWER_ZONE}"
+    )
+    await expect(page.locator("#preview time")).to_have_count(5)
+    await expect(page.locator("#cron")).not_to_have_attribute("aria-invalid", "true")
+
+    # A bad cron sent anyway comes back at its field, with everything typed kept.
+    await page.fill("#cron", "0 8 * *")
+    await page.fill("#argv", "\n".join([sys.executable, "-c", AGENT]))
+    await page.click("button:has-text('Create schedule')")
+    await expect(page.locator("#error-cron")).to_contain_text("cron has 5 fields")
+    await expect(page.locator("#name")).to_have_value("browser agent")
+    await expect(page.locator("#argv")).to_have_value(f"{sys.executable}\n-c\n{AGENT}")
+
+    # Every 3 seconds instead.
+    await page.check("input[name=trigger_kind][value=every]")
+    await expect(page.locator("#cron")).to_be_hidden()
+    await page.fill("#every_seconds", "3")
+    await expect(page.locator("#preview .description")).to_have_text("Every 3 seconds")
+    await page.click("button:has-text('Create schedule')")
+    await expect(page).to_have_url(re.compile(r"/schedules/[0-9a-f-]{36}\?done=created$"))
+    await expect(page.locator("h1")).to_have_text("browser agent")
+    await expect(page.locator(".viewer-time").first).to_contain_text("your time")
+
+    # Runs appear and succeed while the page stays as it is (polling, not reloading).
+    await page.evaluate("window.__samePage = true")
+    succeeded = page.locator("tr.run[data-status=succeeded]")
+    await expect(succeeded.first).to_be_visible(timeout=30_000)
+    await expect(succeeded.first.locator("td.out summary")).to_contain_text(
+        "agent says: hello from the browser"
+    )
+    assert await page.evaluate("window.__samePage === true"), "the page was reloaded"
+
+    # Pause: the schedule says so and its next run is gone.
+    await page.locator(".heading-actions button:has-text('Pause')").click()
+    await expect(page.locator(".notice")).to_contain_text("Schedule paused")
+    await expect(page.locator(".lead .pill")).to_have_text("paused")
+    await expect(page.locator(".heading-actions button:has-text('Resume')")).to_be_visible()
+
+    # Replay a succeeded run: a replay appears and succeeds, although the schedule is paused.
+    await page.locator("tr.run[data-status=succeeded] button:has-text('Replay')").first.click()
+    await expect(page.locator(".notice")).to_contain_text("Replay queued")
+    replay = page.locator("tr.run[data-trigger=replay]")
+    await expect(replay.first).to_have_attribute("data-status", "succeeded", timeout=30_000)
+    await expect(replay.first.locator("td.out summary")).to_contain_text("agent says:")
+
+    assert errors == [], errors
+    assert "unhandled_error" not in server.log(), server.log()[-2000:]

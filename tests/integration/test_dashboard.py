@@ -1,0 +1,414 @@
+"""The dashboard (issue 7) through its routes, in-process, on SQLite and PostgreSQL.
+
+Sign-in with an API key kept in a cookie; owners see only their own schedules, as through the
+API; every action of the pages goes through the same ``core`` calls; bad form input comes back
+with the message at its field and nothing written; posts from another site are refused.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from core.keys import create_key, revoke_key
+from core.scheduler import Ledger
+from core.schedules import ScheduleService
+from core.specs import ScheduleCreate
+from core.storage import Schedule
+from web.dashboard.session import COOKIE, MAX_FORM_BYTES
+
+ORIGIN = "http://agentcron"
+FORM: dict[str, str] = {
+    "name": "digest",
+    "prompt": "Summarise the news.",
+    "trigger_kind": "cron",
+    "cron": "0 8 * * 1-5",
+    "timezone": "Asia/Shanghai",
+    "every_seconds": "",
+    "at": "",
+    "runner_kind": "command",
+    "argv": "sh\n-c\necho hello\n",
+    "runner_json": "",
+    "notify": "",
+    "enabled": "on",
+    "mode": "isolated",
+    "overlap": "",
+    "timeout_seconds": "600",
+    "max_attempts": "2",
+}
+
+
+@asynccontextmanager
+async def browser(app: FastAPI, key: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that behaves like a browser on a dashboard page: it keeps cookies and sends
+    this site's Origin on posts; signed in with ``key`` when one is given."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url=ORIGIN, headers={"Origin": ORIGIN}
+    ) as http:
+        if key is not None:
+            response = await http.post("/login", data={"key": key, "next": "/"})
+            assert response.status_code == 303, response.text
+        yield http
+
+
+async def new_key(app: FastAPI, owner: str, *, admin: bool = False) -> str:
+    key, _ = await create_key(app.state.db, owner, admin=admin)
+    return key
+
+
+def service(app: FastAPI) -> ScheduleService:
+    schedules: ScheduleService = app.state.schedules
+    return schedules
+
+
+def ledger(app: FastAPI) -> Ledger:
+    runs: Ledger = app.state.ledger
+    return runs
+
+
+async def make_schedule(app: FastAPI, owner: str, **overrides: Any) -> Schedule:
+    spec = {
+        "name": "alice's digest",
+        "prompt": "p",
+        "trigger": {"every_seconds": 3600},
+        "runner": {"type": "command", "argv": ["true"]},
+        **overrides,
+    }
+    return await service(app).create(ScheduleCreate.model_validate(spec), owner)
+
+
+def schedule_id(response: httpx.Response) -> str:
+    match = re.fullmatch(r"/schedules/([0-9a-f-]{36})\?done=\w+", response.headers["location"])
+    assert match, response.headers.get("location")
+    return match.group(1)
+
+
+def field_error(html: str, field: str) -> str:
+    """The message shown under the input ``field`` (the form's error paragraph)."""
+    match = re.search(rf'<p class="field-error" id="error-{field}">([^<]*)</p>', html)
+    assert match, f"no error shown at {field}"
+    return match.group(1)
+
+
+# -- sign-in ---------------------------------------------------------------------------------
+
+
+async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app) as http:
+        for path in ("/", "/schedules/new", f"/schedules/{uuid.uuid4()}"):
+            response = await http.get(path)
+            assert response.status_code == 303
+            assert response.headers["location"].startswith("/login?next=%2F")
+        assert (await http.get("/ui/schedules/x/runs")).status_code == 401
+
+        page = await http.get("/login")
+        assert page.status_code == 200 and 'name="key"' in page.text
+        response = await http.post("/login", data={"key": key, "next": "/schedules/new"})
+        assert response.status_code == 303
+        assert response.headers["location"] == "/schedules/new"
+        cookie = response.headers["set-cookie"]
+        assert f"{COOKIE}=" in cookie and "HttpOnly" in cookie and "Path=/" in cookie
+        assert "samesite=strict" in cookie.lower()
+        assert "secure" not in cookie.lower()  # plain http here; https adds Secure
+
+        home = await http.get("/")
+        assert home.status_code == 200
+        assert "Signed in as <strong>alice</strong>" in home.text
+        assert home.headers["cache-control"] == "no-store"
+        # Signed in already: the sign-in page sends the viewer on.
+        assert (await http.get("/login")).status_code == 303
+
+        response = await http.post("/logout")
+        assert response.status_code == 303
+        assert (await http.get("/")).status_code == 303
+        # The line `make run` prints, pasted whole, signs in too.
+        response = await http.post("/login", data={"key": f"export AGENTCRON_KEY={key}\n"})
+        assert response.status_code == 303
+        assert (await http.get("/")).status_code == 200
+
+        response = await http.post("/logout")
+        assert response.status_code == 303
+        assert (await http.get("/")).status_code == 303
+
+
+@pytest.mark.parametrize("key", ["", "nonsense", "ac_0123456789ab_" + "A" * 43])
+async def test_a_bad_key_does_not_sign_in(live_app: FastAPI, key: str) -> None:
+    async with browser(live_app) as http:
+        response = await http.post("/login", data={"key": key})
+        assert response.status_code == 401
+        assert "set-cookie" not in response.headers
+        assert 'class="field-error"' in response.text
+        assert (await http.get("/")).status_code == 303
+
+
+async def test_a_revoked_key_loses_the_dashboard_at_once(live_app: FastAPI) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app, key) as http:
+        assert (await http.get("/")).status_code == 200
+        await revoke_key(live_app.state.db, key.split("_")[1])
+        assert (await http.get("/")).status_code == 303
+        assert (await http.post("/login", data={"key": key})).status_code == 401
+
+
+@pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil", "x"])
+async def test_sign_in_redirects_only_to_this_site(live_app: FastAPI, target: str) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app) as http:
+        response = await http.post("/login", data={"key": key, "next": target})
+        assert response.headers["location"] == "/"
+
+
+# -- owners ----------------------------------------------------------------------------------
+
+
+async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI) -> None:
+    alice = await new_key(live_app, "alice")
+    bob = await new_key(live_app, "bob")
+    root = await new_key(live_app, "root", admin=True)
+    schedule = await make_schedule(live_app, "alice")
+    run = await ledger(live_app).run_now(schedule.id, "alice")
+    before = await service(live_app).get(schedule.id, None)
+
+    async with browser(live_app, bob) as http:
+        home = await http.get("/")
+        assert "alice&#39;s digest" not in home.text and "No schedules yet" in home.text
+        for path in (
+            f"/schedules/{schedule.id}",
+            f"/schedules/{schedule.id}/edit",
+            f"/ui/schedules/{schedule.id}/runs",
+        ):
+            response = await http.get(path)
+            assert response.status_code == 404, path
+            assert "not yours" in response.text
+        for path in (
+            f"/schedules/{schedule.id}/run",
+            f"/schedules/{schedule.id}/pause",
+            f"/schedules/{schedule.id}/resume",
+            f"/schedules/{schedule.id}/delete",
+            f"/schedules/{schedule.id}/edit",
+            f"/runs/{run.id}/replay",
+            f"/runs/{run.id}/cancel",
+        ):
+            response = await http.post(path, data={**FORM, "name": "taken over"})
+            assert response.status_code == 404, path
+    after = await service(live_app).get(schedule.id, None)
+    assert (after.name, after.enabled, after.deleted_at) == (before.name, True, None)
+    assert (await ledger(live_app).get_run(run.id, None))[0].status == "pending"
+    assert await ledger(live_app).count_runs(schedule.id) == {"pending": 1}
+
+    async with browser(live_app, alice) as http:
+        assert (await http.get(f"/schedules/{schedule.id}")).status_code == 200
+    async with browser(live_app, root) as http:
+        page = await http.get(f"/schedules/{schedule.id}")
+        assert page.status_code == 200 and "<dt>Owner</dt><dd>alice</dd>" in page.text
+        # An admin creates as its own owner, as through the API.
+        response = await http.post("/schedules/new", data=FORM)
+        created = await service(live_app).get(schedule_id(response), None)
+        assert created.owner == "root"
+
+
+# -- the form --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
+        ({"cron": "0 0 31 2 *"}, "cron", "never"),
+        ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
+        ({"timezone": "+08:00"}, "timezone", "offset"),
+        ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
+        ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
+        ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
+        ({"name": ""}, "name", "name"),
+        ({"timeout_seconds": "-1"}, "timeout_seconds", "greater than"),
+        ({"argv": ""}, "runner", "argv"),
+        ({"runner_kind": "json", "runner_json": "{nope"}, "runner", "not valid JSON"),
+        ({"runner_kind": "json", "runner_json": '{"type": "teleport"}'}, "runner", "teleport"),
+        ({"notify": '[{"type": "webhook", "url": "ftp://x"}]'}, "notify", "notify"),
+    ],
+)
+async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
+    live_app: FastAPI, changes: dict[str, str], field: str, message: str
+) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app, key) as http:
+        response = await http.post("/schedules/new", data={**FORM, **changes})
+    assert response.status_code == 422
+    assert message in field_error(response.text, field)
+    assert 'aria-invalid="true"' in response.text
+    # What the user typed comes back as it was.
+    for name in ("name", "cron", "timezone", "every_seconds", "at"):
+        typed = changes.get(name, FORM[name])
+        if typed:
+            assert f'value="{typed}"' in response.text
+    assert (await service(live_app).list(None)).items == []
+
+
+async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastAPI) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app, key) as http:
+        response = await http.post("/schedules/new", data=FORM)
+        assert response.status_code == 303
+        id = schedule_id(response)
+        created = await service(live_app).get(id, "alice")
+        assert created.trigger == {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"}
+        assert created.runner == {"type": "command", "argv": ["sh", "-c", "echo hello"]}
+        assert (created.timeout_seconds, created.max_attempts, created.overlap) == (600, 2, "allow")
+        page = await http.get(response.headers["location"])
+        assert "Schedule created." in page.text
+        assert "At 08:00, Monday through Friday, Asia/Shanghai" in page.text
+        assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
+
+        # The edit form shows the stored values; saving it unchanged changes nothing.
+        form = await http.get(f"/schedules/{id}/edit")
+        assert 'value="0 8 * * 1-5"' in form.text and "sh\n-c\necho hello</textarea>" in form.text
+        response = await http.post(f"/schedules/{id}/edit", data=FORM)
+        assert response.headers["location"].endswith("?done=unchanged")
+
+        # An interval whose period is unchanged keeps its grid when another field changes.
+        every = {**FORM, "trigger_kind": "every", "every_seconds": "600"}
+        await http.post(f"/schedules/{id}/edit", data=every)
+        grid = (await service(live_app).get(id, None)).trigger
+        response = await http.post(f"/schedules/{id}/edit", data={**every, "name": "renamed"})
+        assert response.headers["location"].endswith("?done=updated")
+        edited = await service(live_app).get(id, None)
+        assert (edited.name, edited.trigger) == ("renamed", grid)
+
+        response = await http.post(f"/schedules/{id}/edit", data={**every, "cron": "x"})
+        assert response.status_code == 303  # the cron input is not the chosen kind
+        response = await http.post(f"/schedules/{id}/edit", data={**every, "every_seconds": "-5"})
+        assert response.status_code == 422
+        assert "out of range" in field_error(response.text, "every_seconds")
+        assert (await service(live_app).get(id, None)).trigger == grid
+
+        response = await http.post(f"/schedules/{id}/pause", data={"back": "/"})
+        assert response.headers["location"] == "/?done=paused"
+        paused = await service(live_app).get(id, None)
+        assert (paused.enabled, paused.next_run) == (False, None)
+        assert "paused" in (await http.get("/")).text
+        await http.post(f"/schedules/{id}/resume", data={"back": f"/schedules/{id}"})
+        assert (await service(live_app).get(id, None)).enabled is True
+
+        response = await http.post(f"/schedules/{id}/run", data={"back": f"/schedules/{id}"})
+        assert response.headers["location"] == f"/schedules/{id}?done=run"
+        [(run, _)] = (await ledger(live_app).list_runs(id, None)).items
+        assert (run.trigger, run.status) == ("manual", "pending")
+        fragment = await http.get(f"/ui/schedules/{id}/runs")
+        assert f'data-run="{run.id}" data-status="pending"' in fragment.text
+
+        await http.post(f"/runs/{run.id}/cancel", data={"back": f"/schedules/{id}"})
+        assert (await ledger(live_app).get_run(run.id, None))[0].status == "cancelled"
+        again = await http.post(f"/runs/{run.id}/cancel")
+        assert again.status_code == 409 and "already finished" in again.text
+
+        response = await http.post(f"/runs/{run.id}/replay", data={"back": f"/schedules/{id}"})
+        assert response.headers["location"] == f"/schedules/{id}?done=replayed"
+        newest = (await ledger(live_app).list_runs(id, None)).items[0][0]
+        assert (newest.trigger, newest.replay_of) == ("replay", run.id)
+
+        response = await http.post(f"/schedules/{id}/delete")
+        assert response.headers["location"] == "/?done=deleted"
+        assert (await http.get(f"/schedules/{id}")).status_code == 404
+        assert (await ledger(live_app).get_run(newest.id, None))[0].status == "cancelled"
+
+
+async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
+    live_app: FastAPI,
+) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app, key) as http:
+        good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
+        assert good.status_code == 200
+        assert "At 08:00, Monday through Friday, Europe/London" in good.text
+        assert good.text.count("<time ") == 5
+        every = await http.post("/ui/preview", data={"trigger_kind": "every", "every_seconds": "3"})
+        assert "Every 3 seconds" in every.text
+        bad = await http.post("/ui/preview", data={**FORM, "cron": "61 * * * *"})
+        assert bad.status_code == 422
+        assert 'data-field="cron"' in bad.text and "<time " not in bad.text
+    async with browser(live_app) as http:
+        assert (await http.post("/ui/preview", data=FORM)).status_code == 401
+
+
+# -- hostile requests ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "http://agentcron.evil.example"},
+        {"Origin": "", "Referer": "http://evil.example/page"},
+        {"Origin": ""},
+    ],
+)
+async def test_posts_from_another_site_are_refused(
+    live_app: FastAPI, headers: dict[str, str]
+) -> None:
+    key = await new_key(live_app, "alice")
+    schedule = await make_schedule(live_app, "alice")
+    async with browser(live_app, key) as http:
+        # An empty header value stands for "not sent".
+        http.headers.pop("Origin")
+        sent = {name: value for name, value in headers.items() if value}
+        for path in (f"/schedules/{schedule.id}/pause", f"/schedules/{schedule.id}/delete"):
+            response = await http.post(path, headers=sent)
+            assert response.status_code == 403, path
+        response = await http.post("/schedules/new", data=FORM, headers=sent)
+        assert response.status_code == 403
+        assert (await http.post("/login", data={"key": key}, headers=sent)).status_code == 403
+        # The same post from a page of this site (Referer, as some browsers send alone) works.
+        same = {"Referer": f"{ORIGIN}/schedules/{schedule.id}"}
+        response = await http.post(f"/schedules/{schedule.id}/pause", headers=same)
+        assert response.status_code == 303
+    stored = await service(live_app).get(schedule.id, None)
+    assert stored.deleted_at is None and not stored.enabled
+    assert len((await service(live_app).list(None)).items) == 1
+
+
+async def test_names_are_escaped(live_app: FastAPI) -> None:
+    key = await new_key(live_app, "alice")
+    evil = '<script>alert("x")</script>'
+    schedule = await make_schedule(live_app, "alice", name=evil, prompt=evil)
+    await ledger(live_app).run_now(schedule.id, "alice")
+    async with browser(live_app, key) as http:
+        for path in ("/", f"/schedules/{schedule.id}", f"/schedules/{schedule.id}/edit"):
+            page = await http.get(path)
+            assert evil not in page.text, path
+            assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page.text, path
+        response = await http.post("/schedules/new", data={**FORM, "name": evil, "cron": "x"})
+        assert response.status_code == 422 and evil not in response.text
+
+
+async def test_a_huge_form_is_refused(live_app: FastAPI) -> None:
+    key = await new_key(live_app, "alice")
+    async with browser(live_app, key) as http:
+        body = {**FORM, "prompt": "x" * (MAX_FORM_BYTES + 1)}
+        assert (await http.post("/schedules/new", data=body)).status_code == 413
+        many = "&".join(f"f{i}=1" for i in range(500))
+        response = await http.post(
+            "/schedules/new",
+            content=many,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert response.status_code == 413
+    assert (await service(live_app).list(None)).items == []
+
+
+async def test_the_openapi_document_has_no_dashboard_paths(live_app: FastAPI) -> None:
+    async with browser(live_app) as http:
+        paths = set((await http.get("/openapi.json")).json()["paths"])
+        assert (await http.get("/static/dashboard.js")).status_code == 200
+    assert all(path.startswith("/api/v1/") for path in paths - {"/healthz", "/readyz"}), paths
+    assert not any(path.startswith(("/login", "/ui", "/static", "/runs")) for path in paths)
