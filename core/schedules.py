@@ -67,6 +67,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_error": schedule.last_error,
         "last_run_id": schedule.last_run_id,
         "consecutive_failures": schedule.consecutive_failures,
+        "retention_days": schedule.retention_days,
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
@@ -182,6 +183,7 @@ class ScheduleService:
             max_attempts=spec.max_attempts,
             runner=runner,
             notify=notify,
+            retention_days=spec.retention_days,
             next_run=_next_run(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,
             consecutive_failures=0,

@@ -34,6 +34,7 @@ class ScheduleOut(BaseModel):
     last_error: str | None
     last_run_id: uuid.UUID | None
     consecutive_failures: int
+    retention_days: int | None
     created_at: datetime
     updated_at: datetime
 
