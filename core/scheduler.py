@@ -16,7 +16,7 @@ import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +32,7 @@ from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.schedules import announce_change, load_schedule, parse_id
 from core.storage import Database, Delivery, Run, Schedule, Task
 from core.storage import queries as q
+from core.timeline import Gap, find_gap, gap_rows, last_fire_before, run_payload, utc
 
 log = get_logger(__name__)
 
@@ -54,23 +55,27 @@ def error_excerpt(text: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class DuePlan:
-    """What a claim does with one due schedule: the due times that get a run, how many were
-    missed (skipped by the catch-up policy), and the schedule's next ``next_run``."""
+    """What a claim does with one due schedule: the due times that get a run, the gap of those
+    that do not (each accounted for by a ``skipped`` row, see ``core.timeline``), how many were
+    missed, and the schedule's next ``next_run``."""
 
     run_at: list[datetime]
     missed: int
     next_run: datetime | None
+    gap: Gap = field(default_factory=lambda: Gap([]))
+    gap_reason: str = "missed"
 
 
 def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
     """Decide the runs of one due schedule at ``now`` (pure; contract point 4).
 
     A due time ``d <= now`` with ``now - d <= misfire_grace_seconds`` gets a run. Older ones
-    were missed: with catch-up ``skip`` they are not run; with ``latest`` the most recent missed
-    one runs once, if it is within ``catchup_window_seconds`` and no on-time due time already
-    runs. Missed due times are never enumerated: the plan jumps to the grace boundary and finds
-    the latest missed one by probing back in doubling steps, so a year-long outage costs about
-    what a minute-long one does, whatever the catch-up window.
+    were missed: with catch-up ``skip`` they are not run (reason ``missed``); with ``latest``
+    the most recent missed one runs once, if it is within ``catchup_window_seconds`` and no
+    on-time due time already runs, and the others are folded into it (reason ``coalesced``).
+    Missed due times are never enumerated beyond ``core.timeline``'s bound: the plan jumps to
+    the grace boundary and finds the latest missed one by probing back in doubling steps, so
+    a year-long outage costs about what a minute-long one does, whatever the catch-up window.
     """
     assert schedule.next_run is not None
     trigger = triggers.trigger_from_dict(schedule.trigger)
@@ -80,57 +85,32 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
     missed = 0
     latest_missed: datetime | None = None
     due: datetime | None = schedule.next_run
-    if schedule.next_run < boundary:
+    late = schedule.next_run < boundary
+    if late:
         missed += 1  # at least next_run itself; the rest of the jump is not counted
         if schedule.catchup == "latest":
             floor = max(schedule.next_run, now - window)
-            latest_missed = _last_fire_before(trigger, boundary, floor)
-        due = _utc(triggers.next_fire(trigger, boundary - timedelta(microseconds=1)))
+            latest_missed = last_fire_before(trigger, boundary, floor)
+        due = utc(triggers.next_fire(trigger, boundary - timedelta(microseconds=1)))
     on_time: list[datetime] = []
     while due is not None and due <= now and len(on_time) < MAX_DUE_PER_CLAIM:
         on_time.append(due)
-        due = _utc(triggers.next_fire(trigger, due))
+        due = utc(triggers.next_fire(trigger, due))
     run_at = on_time
     if schedule.catchup == "latest" and not on_time and latest_missed is not None:
         run_at = [latest_missed]
         missed -= 1
-    return DuePlan(run_at=run_at, missed=missed, next_run=due)
-
-
-def _last_fire_before(
-    trigger: triggers.Trigger, before: datetime, floor: datetime
-) -> datetime | None:
-    """The latest fire time in ``[floor, before)``, or None. Probes back from ``before`` in
-    doubling steps, so the cost grows with log(distance), not with the fire times skipped."""
-    step = timedelta(seconds=1)
-    while True:
-        probe = max(before - step, floor)
-        found = _utc(triggers.next_fire(trigger, probe - timedelta(microseconds=1)))
-        if found is not None and found < before:
-            later = _utc(triggers.next_fire(trigger, found))
-            while later is not None and later < before:
-                found, later = later, _utc(triggers.next_fire(trigger, later))
-            return found
-        if probe <= floor:
-            return None
-        step *= 2
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
-def run_payload(schedule: Schedule) -> dict[str, Any]:
-    """The snapshot a run keeps of its schedule, so replays re-run exactly what ran."""
-    return {
-        "name": schedule.name,
-        "prompt": schedule.prompt,
-        "runner": schedule.runner,
-        "notify": schedule.notify,
-        "timeout_seconds": schedule.timeout_seconds,
-        "max_attempts": schedule.max_attempts,
-        "mode": schedule.mode,
-    }
+    if not late:
+        return DuePlan(run_at=run_at, missed=missed, next_run=due)
+    # The gap ends before the caught-up run, which is the last due time before the boundary.
+    gap_end = latest_missed if latest_missed is not None and run_at == [latest_missed] else boundary
+    return DuePlan(
+        run_at=run_at,
+        missed=missed,
+        next_run=due,
+        gap=find_gap(trigger, schedule.next_run, gap_end),
+        gap_reason="coalesced" if schedule.catchup == "latest" and run_at else "missed",
+    )
 
 
 @dataclass
@@ -242,6 +222,7 @@ class Ledger:
             rows: list[dict[str, Any]] = []
             tasks: dict[uuid.UUID, dict[str, Any]] = {}  # run id -> its prepared task
             advances: list[dict[str, Any]] = []
+            accounted: list[dict[str, Any]] = []  # skipped rows of due times that do not run
             for index, schedule in enumerate(schedules):
                 if index and index % YIELD_EVERY == 0:
                     # Planning a full batch is tens of milliseconds of CPU: let the loop's
@@ -263,6 +244,8 @@ class Ledger:
                         catchup=schedule.catchup,
                     )
                 payload = run_payload(schedule)
+                if plan.gap:
+                    accounted.extend(gap_rows(schedule, plan.gap, plan.gap_reason, now, payload))
                 independent = schedule.overlap == "allow" and schedule.mode == "isolated"
                 for due in plan.run_at:
                     run_id, task_id = uuid.uuid4(), uuid.uuid4()
@@ -291,6 +274,8 @@ class Ledger:
             if rows:
                 statement = q.insert_runs(self.db.capabilities.dialect)
                 inserted.update((await session.execute(statement, rows)).scalars())
+            if accounted:
+                await session.execute(q.insert_runs(self.db.capabilities.dialect), accounted)
             prepared = [tasks[run_id] for run_id in inserted if run_id in tasks]
             if prepared:
                 await session.execute(insert(Task), prepared)
@@ -857,6 +842,10 @@ def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
         "replay_of": run.replay_of,
         "status": run.status,
         "reason": run.reason,
+        # 1 for a run of its own due time; a summary row of a gap counts what it stands for,
+        # or null when it stopped counting (covers_until is the last due time either way).
+        "covers": 1 if run.covers_until is None else run.covers,
+        "covers_until": run.covers_until,
         "attempt": run.attempt,
         "task_id": run.task_id,
         "created_at": run.created_at,

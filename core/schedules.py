@@ -25,6 +25,8 @@ from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
 from core.specs import ScheduleCreate, ScheduleUpdate, reject_nul
 from core.storage import Database, Run, Schedule
+from core.storage import queries as q
+from core.timeline import find_gap, gap_rows
 
 WAKE_CHANNEL = "agentcron_schedules"
 
@@ -263,6 +265,7 @@ class ScheduleService:
                 timetable_changed = True
                 if changes["enabled"]:
                     await self._check_capacity(session)
+                    await self._account_pause(session, schedule, now)
                     schedule.paused_at, schedule.paused_note = None, None
                 else:
                     schedule.paused_at = now
@@ -302,6 +305,7 @@ class ScheduleService:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
             if not schedule.enabled:
                 await self._check_capacity(session)
+                await self._account_pause(session, schedule, now)
             schedule.enabled = True
             schedule.paused_at = None
             schedule.paused_note = None
@@ -310,6 +314,18 @@ class ScheduleService:
             await self._announce(session)
         self._changed()
         return schedule
+
+    async def _account_pause(
+        self, session: AsyncSession, schedule: Schedule, now: datetime
+    ) -> None:
+        """Write the due times the pause covered as ``skipped`` runs with reason ``paused``
+        (bounded, see ``core.timeline``), on the timetable as it was while paused."""
+        if schedule.paused_at is None or schedule.deleted_at is not None:
+            return
+        gap = find_gap(triggers.trigger_from_dict(schedule.trigger), schedule.paused_at, now)
+        if gap:
+            rows = gap_rows(schedule, gap, "paused", now)
+            await session.execute(q.insert_runs(self.db.capabilities.dialect), rows)
 
     async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
         """Delete a schedule: it stops at once and its pending and running runs are cancelled.

@@ -127,6 +127,10 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     deliver_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    # A skipped row accounting for due times that did not run (core.timeline): how many it
+    # stands for (NULL on a summary row: more than it counted) and the last of them.
+    covers: Mapped[int | None] = mapped_column(Integer)
+    covers_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         UniqueConstraint("schedule_id", "due_at"),

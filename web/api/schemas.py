@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ScheduleOut(BaseModel):
@@ -76,6 +76,13 @@ class RunOut(BaseModel):
     replay_of: uuid.UUID | None
     status: str
     reason: str | None
+    covers: int | None = Field(
+        description="due times this row stands for: 1, or for a skipped row summarising a gap "
+        "the count (null: more than 30); see covers_until"
+    )
+    covers_until: datetime | None = Field(
+        description="the last due time a skipped gap row stands for; null on other runs"
+    )
     attempt: int
     task_id: uuid.UUID | None
     created_at: datetime

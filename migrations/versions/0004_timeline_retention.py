@@ -1,4 +1,4 @@
-"""Retention: schedules.retention_days, an index for finding old runs, replays outlive originals
+"""The timeline: runs.covers/covers_until; retention: schedules.retention_days and indexes
 
 Revision ID: 0004
 Revises: 0003
@@ -8,6 +8,9 @@ Written by hand, through ``batch_alter_table`` like 0001-0003 so it stays valid 
 ``render_as_batch`` on SQLite (where changing a foreign key means copying the table, which
 batch mode does).
 
+- ``runs.covers``, ``runs.covers_until``: a skipped row that accounts for due times that did
+  not run says how many it stands for and the last of them (``core.timeline``). NULL on every
+  existing run.
 - ``schedules.retention_days``: a per-schedule override of ``AGENTCRON_RETENTION_DAYS``;
   NULL (every existing schedule) means the service default.
 - ``ix_runs_created_at``: the pruner walks runs oldest first; without it each pass would scan
@@ -24,6 +27,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from core.storage.types import UTCDateTime
+
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
@@ -34,6 +39,8 @@ def upgrade() -> None:
     with op.batch_alter_table("schedules", schema=None) as batch_op:
         batch_op.add_column(sa.Column("retention_days", sa.Integer(), nullable=True))
     with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("covers", sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column("covers_until", UTCDateTime(), nullable=True))
         batch_op.create_index(batch_op.f("ix_runs_created_at"), ["created_at", "id"], unique=False)
         batch_op.create_index(batch_op.f("ix_runs_task_id"), ["task_id"], unique=False)
         batch_op.drop_constraint(batch_op.f("fk_runs_replay_of_runs"), type_="foreignkey")
@@ -50,5 +57,7 @@ def downgrade() -> None:
         )
         batch_op.drop_index(batch_op.f("ix_runs_task_id"))
         batch_op.drop_index(batch_op.f("ix_runs_created_at"))
+        batch_op.drop_column("covers_until")
+        batch_op.drop_column("covers")
     with op.batch_alter_table("schedules", schema=None) as batch_op:
         batch_op.drop_column("retention_days")
