@@ -64,6 +64,7 @@ class DuePlan:
     next_run: datetime | None
     gap: Gap = field(default_factory=lambda: Gap([]))
     gap_reason: str = "missed"
+    caught_up: datetime | None = None  # the missed due time catch-up ``latest`` runs
 
 
 def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
@@ -110,6 +111,7 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
         next_run=due,
         gap=find_gap(trigger, schedule.next_run, gap_end),
         gap_reason="coalesced" if schedule.catchup == "latest" and run_at else "missed",
+        caught_up=gap_end if gap_end is latest_missed else None,
     )
 
 
@@ -254,6 +256,7 @@ class Ledger:
                         "schedule_id": schedule.id,
                         "trigger": "schedule",
                         "due_at": due,
+                        "origin": "catchup" if due == plan.caught_up else "schedule",
                         "status": "pending",
                         "attempt": 0,
                         # An independent run gets its fresh task now, with the claim, so it
@@ -646,25 +649,31 @@ class Ledger:
         if self.on_change is not None:
             self.on_change()
 
-    async def run_now(self, schedule_id: str | uuid.UUID, owner: str | None) -> Run:
-        """Queue a manual run of the schedule as it is now; ``next_run`` does not move."""
+    async def run_now(
+        self, schedule_id: str | uuid.UUID, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Queue a manual run of the schedule as it is now; ``next_run`` does not move.
+        ``by`` is who asked (the API key's owner), kept as the run's provenance."""
         now = self.clock()
         async with self.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner)
-            run = _queued_run(schedule.id, "manual", run_payload(schedule), now)
+            run = _queued_run(schedule.id, "manual", run_payload(schedule), now, by)
             session.add(run)
             await self._announce(session)
         self._changed()
         return run
 
-    async def replay(self, run_id: str | uuid.UUID, owner: str | None) -> Run:
-        """Queue a re-run of an earlier run's saved payload (prompt and runner as they were)."""
+    async def replay(
+        self, run_id: str | uuid.UUID, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Queue a re-run of an earlier run's saved payload (prompt and runner as they were);
+        ``by`` is who asked, kept as the run's provenance."""
         now = self.clock()
         async with self.db.session() as session:
             original, schedule = await _visible_run(session, run_id, owner)
             if schedule.deleted_at is not None:
                 raise Conflict("the schedule of this run was deleted; it cannot be replayed")
-            run = _queued_run(schedule.id, "replay", dict(original.payload), now)
+            run = _queued_run(schedule.id, "replay", dict(original.payload), now, by)
             run.replay_of = original.id
             session.add(run)
             await self._announce(session)
@@ -785,12 +794,14 @@ def _run_from_row(row: dict[str, Any]) -> Run:
 
 
 def _queued_run(
-    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime
+    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime, by: str | None
 ) -> Run:
     return Run(
         id=uuid.uuid4(),
         schedule_id=schedule_id,
         trigger=trigger,
+        origin=trigger,
+        started_by=by,
         due_at=None,
         status="pending",
         attempt=0,
@@ -840,6 +851,9 @@ def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
         "trigger": run.trigger,
         "due_at": run.due_at,
         "replay_of": run.replay_of,
+        # Who or what started it; runs from before provenance was kept say their trigger.
+        "origin": run.origin or run.trigger,
+        "started_by": run.started_by,
         "status": run.status,
         "reason": run.reason,
         # 1 for a run of its own due time; a summary row of a gap counts what it stands for,

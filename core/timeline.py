@@ -116,6 +116,7 @@ def gap_rows(
             "id": uuid.uuid4(),
             "schedule_id": schedule.id,
             "trigger": "schedule",
+            "origin": "schedule",
             "due_at": due,
             "status": "skipped",
             "reason": reason,

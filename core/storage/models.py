@@ -130,6 +130,10 @@ class Run(Base):
     # A skipped row accounting for due times that did not run (core.timeline): how many it
     # stands for (NULL on a summary row: more than it counted) and the last of them.
     covers: Mapped[int | None] = mapped_column(Integer)
+    # Provenance: what started the run (schedule, catchup, manual, replay) and, for a run a
+    # person asked for, the owner of the API key they used.
+    origin: Mapped[str | None] = mapped_column(String(16))
+    started_by: Mapped[str | None] = mapped_column(String(200))
     covers_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (

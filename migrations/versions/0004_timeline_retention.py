@@ -11,6 +11,8 @@ batch mode does).
 - ``runs.covers``, ``runs.covers_until``: a skipped row that accounts for due times that did
   not run says how many it stands for and the last of them (``core.timeline``). NULL on every
   existing run.
+- ``runs.origin``, ``runs.started_by``: provenance (what started a run, and which API key
+  owner asked for a manual run or a replay). NULL on existing runs, whose ``trigger`` says.
 - ``schedules.retention_days``: a per-schedule override of ``AGENTCRON_RETENTION_DAYS``;
   NULL (every existing schedule) means the service default.
 - ``ix_runs_created_at``: the pruner walks runs oldest first; without it each pass would scan
@@ -41,6 +43,8 @@ def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("covers", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("covers_until", UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("origin", sa.String(length=16), nullable=True))
+        batch_op.add_column(sa.Column("started_by", sa.String(length=200), nullable=True))
         batch_op.create_index(batch_op.f("ix_runs_created_at"), ["created_at", "id"], unique=False)
         batch_op.create_index(batch_op.f("ix_runs_task_id"), ["task_id"], unique=False)
         batch_op.drop_constraint(batch_op.f("fk_runs_replay_of_runs"), type_="foreignkey")
@@ -57,6 +61,8 @@ def downgrade() -> None:
         )
         batch_op.drop_index(batch_op.f("ix_runs_task_id"))
         batch_op.drop_index(batch_op.f("ix_runs_created_at"))
+        batch_op.drop_column("started_by")
+        batch_op.drop_column("origin")
         batch_op.drop_column("covers_until")
         batch_op.drop_column("covers")
     with op.batch_alter_table("schedules", schema=None) as batch_op:

@@ -172,3 +172,43 @@ async def test_skipped_rows_through_the_api(client: httpx.AsyncClient) -> None:
         assert run["covers"] == 1
         assert run["covers_until"] == run["due_at"]
         assert run["started_at"] is None and run["attempt"] == 0
+
+
+# -- provenance (issue 8, part 9) ----------------------------------------------------------
+
+
+async def test_each_run_says_what_started_it(db: Database, tmp_path: Path) -> None:
+    on_time = await add_due_schedule(db, T0 + MINUTE)
+    caught_up = await add_due_schedule(db, T0 + MINUTE, catchup="latest", misfire_grace_seconds=1)
+    engine = ledger(db, tmp_path)
+    claim = await engine.claim_due_jobs(T0 + 3 * MINUTE + 30 * S)
+    origins = {(run.schedule_id, run.due_at): run.origin for run in claim.runs}
+    assert origins[(caught_up, T0 + 3 * MINUTE)] == "catchup"
+    # The on-time schedule ran 00:03 (in grace) and missed 00:01-00:02.
+    assert origins[(on_time, T0 + 3 * MINUTE)] == "schedule"
+    for row in await timeline(db, on_time):
+        assert (row.origin, row.started_by) == ("schedule", None)
+
+
+async def test_manual_runs_and_replays_name_who_asked(client: httpx.AsyncClient) -> None:
+    body = {
+        "name": "asked for",
+        "prompt": "p",
+        "trigger": {"every_seconds": 3600},
+        "runner": {"type": "command", "argv": ["true"]},
+    }
+    schedule = (await client.post("/api/v1/schedules", json=body)).json()
+    manual = (await client.post(f"/api/v1/schedules/{schedule['id']}/run")).json()
+    assert (manual["origin"], manual["started_by"], manual["trigger"]) == (
+        "manual",
+        "local",
+        "manual",
+    )
+    replay = (await client.post(f"/api/v1/runs/{manual['id']}/replay")).json()
+    assert (replay["origin"], replay["started_by"], replay["replay_of"]) == (
+        "replay",
+        "local",
+        manual["id"],
+    )
+    fetched = (await client.get(f"/api/v1/runs/{replay['id']}")).json()
+    assert fetched["started_by"] == "local"

@@ -74,6 +74,13 @@ class RunOut(BaseModel):
     trigger: str
     due_at: datetime | None
     replay_of: uuid.UUID | None
+    origin: str = Field(
+        description="what started the run: schedule, catchup (the missed due time catch-up "
+        "latest ran), manual or replay"
+    )
+    started_by: str | None = Field(
+        description="the API key owner who asked for a manual run or a replay; null otherwise"
+    )
     status: str
     reason: str | None
     covers: int | None = Field(
