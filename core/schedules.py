@@ -11,22 +11,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
 from core.clock import Clock, utcnow
-from core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from core.errors import Conflict, InvalidSchedule, NotFound, ScheduleCapacityExceeded
 from core.notify import keep_masked_secrets, masked_channels, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
 from core.specs import ScheduleCreate, ScheduleUpdate, reject_nul
 from core.storage import Database, Run, Schedule
 from core.storage import queries as q
-from core.timeline import find_gap, gap_rows
+from core.timeline import Gap, find_gap, gap_rows
 
 WAKE_CHANNEL = "agentcron_schedules"
 
@@ -327,6 +327,47 @@ class ScheduleService:
             rows = gap_rows(schedule, gap, "paused", now)
             await session.execute(q.insert_runs(self.db.capabilities.dialect), rows)
 
+    async def skip_occurrence(
+        self, schedule_id: str | uuid.UUID, due_at: str, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Skip one upcoming due time: its row is written now, ``skipped`` with reason
+        ``occurrence_skipped``, and the claim's ON CONFLICT DO NOTHING then never runs it.
+        Idempotent; ``Conflict`` if that due time already has a run of another kind."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+            due = _upcoming_due_time(schedule, due_at, now)
+            row = gap_rows(schedule, Gap([due]), "occurrence_skipped", now)[0]
+            row["started_by"] = by
+            await session.execute(q.insert_runs(self.db.capabilities.dialect), [row])
+            run = await session.scalar(
+                select(Run).where(Run.schedule_id == schedule.id, Run.due_at == due)
+            )
+            assert run is not None
+            if (run.status, run.reason) != ("skipped", "occurrence_skipped"):
+                raise Conflict(f"the due time {due.isoformat()} already has a {run.status} run")
+        return run
+
+    async def unskip_occurrence(
+        self, schedule_id: str | uuid.UUID, due_at: str, owner: str | None
+    ) -> bool:
+        """Undo ``skip_occurrence`` while the due time is still ahead; False when it was not
+        skipped (nothing to undo)."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+            due = _upcoming_due_time(schedule, due_at, now)
+            result = await session.execute(
+                delete(Run).where(
+                    Run.schedule_id == schedule.id,
+                    Run.due_at == due,
+                    Run.status == "skipped",
+                    Run.reason == "occurrence_skipped",
+                )
+            )
+            undone = bool(getattr(result, "rowcount", 0))
+        return undone
+
     async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
         """Delete a schedule: it stops at once and its pending and running runs are cancelled.
 
@@ -351,6 +392,31 @@ class ScheduleService:
             )
             await self._announce(session)
         self._changed()
+
+
+def _upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetime:
+    """``due_at`` parsed, checked to be a due time of ``schedule`` and still ahead."""
+    try:
+        value = datetime.fromisoformat(due_at)
+    except ValueError:
+        raise InvalidSchedule("due_at must be an ISO 8601 datetime", field="due_at") from None
+    if value.tzinfo is None:
+        raise InvalidSchedule("due_at must carry a UTC offset", field="due_at")
+    try:
+        due = value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidSchedule("due_at is out of range", field="due_at") from None
+    if due <= now:
+        raise InvalidSchedule("due_at has passed: only an upcoming due time", field="due_at")
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    found = triggers.next_fire(trigger, due - timedelta(microseconds=1))
+    if found is None or found.astimezone(UTC) != due:
+        following = "none" if found is None else found.isoformat()
+        raise InvalidSchedule(
+            f"{due_at} is not a due time of this schedule (the next one from there: {following})",
+            field="due_at",
+        )
+    return due
 
 
 def check_preview_after(after: str | None) -> datetime | None:

@@ -136,6 +136,15 @@ class PauseRequest(_Input):
     _nul = field_validator("note")(_no_nul)
 
 
+class OccurrenceRequest(_Input):
+    """Body of skip and unskip: one upcoming due time of the schedule."""
+
+    due_at: str = Field(
+        max_length=64,
+        description="ISO 8601 datetime with an offset: a future due time of this schedule",
+    )
+
+
 class PreviewRequest(_Input):
     """Body of a preview: the due times of ``trigger`` strictly after ``after`` (default now)."""
 

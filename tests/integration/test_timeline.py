@@ -13,6 +13,7 @@ import httpx
 from sqlalchemy import insert, select
 
 from core import triggers
+from core.errors import Conflict, InvalidSchedule
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate, ScheduleUpdate
@@ -212,3 +213,119 @@ async def test_manual_runs_and_replays_name_who_asked(client: httpx.AsyncClient)
     )
     fetched = (await client.get(f"/api/v1/runs/{replay['id']}")).json()
     assert fetched["started_by"] == "local"
+
+
+# -- skip and unskip one occurrence (issue 8, part 3) --------------------------------------
+
+
+async def make_minutely(db: Database, clock_now: list[datetime]) -> tuple[ScheduleService, Any]:
+    service = ScheduleService(db, clock=lambda: clock_now[0])
+    created = await service.create(
+        ScheduleCreate(
+            name="minutely",
+            prompt="p",
+            trigger={"every_seconds": 60, "start_at": T0.isoformat()},
+            runner={"type": "command", "argv": ["true"]},
+        ),
+        "local",
+    )
+    return service, created
+
+
+async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
+    db: Database, tmp_path: Path
+) -> None:
+    clock_now = [T0 + 10 * S]
+    service, schedule = await make_minutely(db, clock_now)
+    skipped = await service.skip_occurrence(
+        schedule.id, (T0 + 2 * MINUTE).isoformat(), None, by="alice"
+    )
+    assert (skipped.status, skipped.reason, skipped.started_by) == (
+        "skipped",
+        "occurrence_skipped",
+        "alice",
+    )
+    again = await service.skip_occurrence(schedule.id, (T0 + 2 * MINUTE).isoformat(), None)
+    assert again.id == skipped.id  # idempotent
+
+    # A lease longer than the test's minutes, so no claim takes an earlier one's runs over.
+    engine = Ledger(db, owner="timeline", lease_seconds=3600, data_dir=tmp_path)
+    claimed = []
+    for k in (1, 2, 3):
+        claimed += (await engine.claim_due_jobs(T0 + k * MINUTE + S)).runs
+    assert [run.due_at for run in claimed] == [T0 + MINUTE, T0 + 3 * MINUTE]
+    statuses = {r.due_at: (r.status, r.reason) for r in await timeline(db, schedule.id)}
+    assert statuses[T0 + 2 * MINUTE] == ("skipped", "occurrence_skipped")
+
+
+async def test_unskip_puts_the_occurrence_back(db: Database, tmp_path: Path) -> None:
+    clock_now = [T0 + 10 * S]
+    service, schedule = await make_minutely(db, clock_now)
+    due = (T0 + MINUTE).isoformat()
+    await service.skip_occurrence(schedule.id, due, None)
+    assert await service.unskip_occurrence(schedule.id, due, None) is True
+    assert await service.unskip_occurrence(schedule.id, due, None) is False  # nothing left
+
+    claim = await ledger(db, tmp_path).claim_due_jobs(T0 + MINUTE + S)
+    assert [run.due_at for run in claim.runs] == [T0 + MINUTE]
+
+
+async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_path: Path) -> None:
+    clock_now = [T0 + 10 * S]
+    service, schedule = await make_minutely(db, clock_now)
+    for value, says in [
+        ((T0 + MINUTE + 30 * S).isoformat(), "not a due time of this schedule"),
+        (T0.isoformat(), "has passed"),
+        ("2025-01-06T00:01:00", "offset"),
+        ("tomorrow", "ISO 8601"),
+    ]:
+        try:
+            await service.skip_occurrence(schedule.id, value, None)
+        except InvalidSchedule as exc:
+            assert exc.field == "due_at" and says in exc.message, (value, exc.message)
+        else:
+            raise AssertionError(f"{value} was accepted")
+
+    # A due time that already has a run of its own cannot be skipped.
+    clock_now[0] = T0 + MINUTE + S
+    await ledger(db, tmp_path).claim_due_jobs(T0 + MINUTE + S)
+    clock_now[0] = T0 + 50 * S  # (the claim ran a little ahead of this clock)
+    try:
+        await service.skip_occurrence(schedule.id, (T0 + MINUTE).isoformat(), None)
+    except Conflict as exc:
+        assert "already has a pending run" in exc.message
+    else:
+        raise AssertionError("skipped a due time that has a run")
+
+
+async def test_skip_and_unskip_through_the_api(client: httpx.AsyncClient) -> None:
+    body = {
+        "name": "weekday digest",
+        "prompt": "p",
+        "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": {"type": "command", "argv": ["true"]},
+    }
+    schedule = (await client.post("/api/v1/schedules", json=body)).json()
+    preview = await client.post(
+        "/api/v1/schedules/preview", json={"trigger": body["trigger"], "count": 2}
+    )
+    first, second = preview.json()["next"]
+    url = f"/api/v1/schedules/{schedule['id']}"
+
+    skipped = await client.post(f"{url}/skip", json={"due_at": second})
+    assert skipped.status_code == 200, skipped.text
+    assert skipped.json()["reason"] == "occurrence_skipped"
+    assert skipped.json()["started_by"] == "local"
+    runs = (await client.get(f"{url}/runs")).json()["items"]
+    assert [run["due_at"] for run in runs] == [skipped.json()["due_at"]]
+
+    wrong = await client.post(f"{url}/skip", json={"due_at": "2030-01-01T09:30:00+08:00"})
+    assert wrong.status_code == 422
+    assert wrong.json()["error"]["field"] == "due_at"
+    missing = await client.post(f"{url}/skip", json={})
+    assert missing.status_code == 422 and missing.json()["error"]["field"] == "due_at"
+
+    undone = await client.post(f"{url}/unskip", json={"due_at": second})
+    assert undone.status_code == 204
+    assert (await client.get(f"{url}/runs")).json()["items"] == []
+    assert first < second

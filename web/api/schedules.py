@@ -7,10 +7,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response, status
 
 from core.clock import utcnow
+from core.scheduler import run_view
 from core.schedules import check_preview_after, preview, schedule_view
-from core.specs import PauseRequest, PreviewRequest, ScheduleCreate, ScheduleUpdate
+from core.specs import (
+    OccurrenceRequest,
+    PauseRequest,
+    PreviewRequest,
+    ScheduleCreate,
+    ScheduleUpdate,
+)
 from web.api.deps import AuthDep, OwnerDep, PrincipalDep, SchedulesDep
-from web.api.schemas import ErrorOut, PreviewOut, ScheduleOut, SchedulePage
+from web.api.schemas import ErrorOut, PreviewOut, RunOut, ScheduleOut, SchedulePage
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 503)
@@ -84,3 +91,25 @@ async def resume_schedule(
     schedule_id: str, schedules: SchedulesDep, owner: OwnerDep
 ) -> ScheduleOut:
     return ScheduleOut.model_validate(schedule_view(await schedules.resume(schedule_id, owner)))
+
+
+@router.post("/{schedule_id}/skip")
+async def skip_occurrence(
+    schedule_id: str,
+    body: OccurrenceRequest,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    principal: PrincipalDep,
+) -> RunOut:
+    """Skip one upcoming due time (and only it): returns its ``skipped`` run row."""
+    run = await schedules.skip_occurrence(schedule_id, body.due_at, owner, by=principal.owner)
+    return RunOut.model_validate(run_view(run))
+
+
+@router.post("/{schedule_id}/unskip", status_code=status.HTTP_204_NO_CONTENT)
+async def unskip_occurrence(
+    schedule_id: str, body: OccurrenceRequest, schedules: SchedulesDep, owner: OwnerDep
+) -> Response:
+    """Undo a skip while the due time is still ahead (204 whether or not it was skipped)."""
+    await schedules.unskip_occurrence(schedule_id, body.due_at, owner)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
