@@ -32,7 +32,16 @@ from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.schedules import announce_change, load_schedule, parse_id
 from core.storage import Database, Delivery, Run, Schedule, Task
 from core.storage import queries as q
-from core.timeline import Gap, find_gap, gap_rows, last_fire_before, run_payload, utc
+from core.timeline import (
+    QUEUED_ORIGINS,
+    Gap,
+    find_gap,
+    gap_rows,
+    last_fire_before,
+    promote_next,
+    run_payload,
+    utc,
+)
 
 log = get_logger(__name__)
 
@@ -411,64 +420,80 @@ class Ledger:
         """
         now = self.clock()
         async with self.db.session() as session:
-            run = await session.get(Run, run_id, with_for_update=True)
-            if run is None or run.lease_owner != self.owner or run.status not in q.ACTIVE:
-                return StartDecision("lost")
-            if run.cancel_requested:
-                self._finish(run, "cancelled", now, reason="cancel_requested")
-                return StartDecision("done", run)
-            schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
-            assert schedule is not None
-            if schedule.deleted_at is not None:
-                self._finish(run, "cancelled", now, reason="schedule_deleted")
-                return StartDecision("done", run)
-            if run.trigger == "schedule" and not schedule.enabled:
-                self._finish(run, "skipped", now, reason="paused")
-                return StartDecision("done", run)
+            decision = await self._decide_start(session, run_id, now)
+            ended = decision.run if decision.action == "done" else None
+            promoted = ended is not None and ended.origin in QUEUED_ORIGINS
+            if ended is not None and promoted:
+                promoted = await promote_next(session, ended.schedule_id, now)
+        if promoted:
+            self._changed()
+        return decision
 
-            siblings = list(
-                (await session.execute(q.running_siblings(schedule.id, run.id))).scalars()
-            )
-            policy = schedule.overlap
-            # Under buffer_one the run already waiting goes next, even between two of its
-            # looks: a newer one would be a second waiter.
-            if (
-                policy == "buffer_one"
-                and run.status == "pending"
-                and run.reason != "buffered"
-                and await session.scalar(q.buffered_siblings(schedule.id, run.id))
-            ):
+    async def _decide_start(
+        self, session: AsyncSession, run_id: uuid.UUID, now: datetime
+    ) -> StartDecision:
+        run = await session.get(Run, run_id, with_for_update=True)
+        if run is None or run.lease_owner != self.owner or run.status not in q.ACTIVE:
+            return StartDecision("lost")
+        if run.cancel_requested:
+            self._finish(run, "cancelled", now, reason="cancel_requested")
+            return StartDecision("done", run)
+        schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
+        assert schedule is not None
+        if schedule.deleted_at is not None:
+            self._finish(run, "cancelled", now, reason="schedule_deleted")
+            return StartDecision("done", run)
+        if run.trigger == "schedule" and not schedule.enabled:
+            self._finish(run, "skipped", now, reason="paused")
+            return StartDecision("done", run)
+
+        siblings = list((await session.execute(q.running_siblings(schedule.id, run.id))).scalars())
+        policy = schedule.overlap
+        if run.origin in QUEUED_ORIGINS:
+            # Catch-up and backfill runs never skip for overlap: they wait their turn behind
+            # a running sibling, or, queued with overlap allow, do not look at siblings.
+            policy = "allow" if run.payload.get("overlap") == "allow" else "wait"
+        # Under buffer_one the run already waiting goes next, even between two of its
+        # looks: a newer one would be a second waiter.
+        if (
+            policy == "buffer_one"
+            and run.status == "pending"
+            and run.reason != "buffered"
+            and await session.scalar(q.buffered_siblings(schedule.id, run.id))
+        ):
+            self._finish(run, "skipped", now, reason="overlap")
+            run.error = "one run of this schedule was already waiting"
+            return StartDecision("done", run)
+        if siblings and run.status == "pending":
+            if policy == "wait":
+                return StartDecision("wait", run)
+            if policy == "skip":
                 self._finish(run, "skipped", now, reason="overlap")
-                run.error = "one run of this schedule was already waiting"
+                run.error = f"run {siblings[0]} of this schedule was still going"
                 return StartDecision("done", run)
-            if siblings and run.status == "pending":
-                if policy == "skip":
-                    self._finish(run, "skipped", now, reason="overlap")
-                    run.error = f"run {siblings[0]} of this schedule was still going"
-                    return StartDecision("done", run)
-                if policy == "buffer_one":
-                    run.reason = "buffered"
-                    return StartDecision("wait", run)
-                if policy == "cancel_other":
-                    await session.execute(
-                        update(Run).where(Run.id.in_(siblings)).values(cancel_requested=True)
-                    )
-                    run.reason = "cancelling_other"
-                    return StartDecision("wait", run)
+            if policy == "buffer_one":
+                run.reason = "buffered"
+                return StartDecision("wait", run)
+            if policy == "cancel_other":
+                await session.execute(
+                    update(Run).where(Run.id.in_(siblings)).values(cancel_requested=True)
+                )
+                run.reason = "cancelling_other"
+                return StartDecision("wait", run)
 
-            task = await self._resolve_task(session, run, schedule, now)
-            if task.lock_run_id not in (None, run.id):
-                holder = await session.get(Run, task.lock_run_id)
-                if holder is not None and holder.status == "running":
-                    return StartDecision("wait", run)
-            task.lock_run_id = run.id
-            task.updated_at = now
-            run.status = "running"
-            run.reason = None
-            run.attempt += 1
-            run.started_at = run.started_at or now
-            run.lease_expires_at = self._lease_until(now)
-            return StartDecision("run", run, task, schedule.enabled)
+        task = await self._resolve_task(session, run, schedule, now)
+        if task.lock_run_id not in (None, run.id):
+            holder = await session.get(Run, task.lock_run_id)
+            if holder is not None and holder.status == "running":
+                return StartDecision("wait", run)
+        task.lock_run_id = run.id
+        task.updated_at = now
+        run.status = "running"
+        run.reason = None
+        run.attempt += 1
+        run.started_at = run.started_at or now
+        run.lease_expires_at = self._lease_until(now)
+        return StartDecision("run", run, task, schedule.enabled)
 
     async def admit_batch(
         self, runs: Sequence[tuple[uuid.UUID, uuid.UUID]]
@@ -536,6 +561,7 @@ class Ledger:
         Returns None if the lease was lost meanwhile (another replica owns the run now).
         """
         now = self.clock()
+        promoted = False
         async with self.db.session() as session:
             run = await session.get(Run, run_id, with_for_update=True)
             if run is None or run.lease_owner != self.owner or run.status != "running":
@@ -562,6 +588,8 @@ class Ledger:
                 run.lease_expires_at = None
                 return run
             self._finish(run, status, now)
+            if run.origin in QUEUED_ORIGINS:
+                promoted = await promote_next(session, run.schedule_id, now)
             # Recorded with the outcome, in its transaction: if this process dies before its
             # deliveries are made, another takes them over once this lease runs out.
             run.deliver_until = self.delivery_deadline(run.payload.get("notify") or (), status, now)
@@ -579,6 +607,8 @@ class Ledger:
                 schedule.consecutive_failures = (
                     0 if status == "succeeded" else schedule.consecutive_failures + 1
                 )
+        if promoted:
+            self._changed()  # after the commit, so the loop's claim sees the next queued run
         return run
 
     async def record_batch(self, outcomes: Sequence[Outcome]) -> list[datetime | None]:
@@ -693,6 +723,8 @@ class Ledger:
             run.cancel_requested = True
             if run.status == "pending":
                 self._finish(run, "cancelled", now, reason="cancel_requested")
+                if run.origin in QUEUED_ORIGINS:
+                    await promote_next(session, run.schedule_id, now)  # woken just below
         self._changed()
         return run
 

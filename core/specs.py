@@ -145,6 +145,32 @@ class OccurrenceRequest(_Input):
     )
 
 
+class ResumeRequest(_Input):
+    """Body of a resume (optional): what to do with the due times the pause covered."""
+
+    catchup: Literal["skip", "latest", "all"] = Field(
+        default="skip",
+        description="skip: none of them runs (each gets a paused row); latest: the latest one "
+        "runs now; all: every one runs (at most 100), one at a time, oldest first",
+    )
+    dry_run: bool = Field(
+        default=False, description="only say which due times would run; change nothing"
+    )
+
+
+class BackfillRequest(_Input):
+    """Body of a backfill: run the past due times of ``[start, end)`` that have not run."""
+
+    start: str = Field(max_length=64, description="ISO 8601 datetime with an offset")
+    end: str = Field(max_length=64, description="ISO 8601 datetime with an offset, not after now")
+    overlap: Literal["buffer_all", "allow"] = Field(
+        default="buffer_all",
+        description="buffer_all: one run at a time, oldest first; allow: all at once (bounded "
+        "by the service's concurrency)",
+    )
+    dry_run: bool = Field(default=False, description="only list the due times; change nothing")
+
+
 class PreviewRequest(_Input):
     """Body of a preview: the due times of ``trigger`` strictly after ``after`` (default now)."""
 

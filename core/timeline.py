@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import exists, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from core import triggers
-from core.storage import Schedule
+from core.storage import Run, Schedule
 
 MAX_ROWS = 10  # due times of one gap written one row each
 COUNT_CAP = 30  # a summary row counts its due times up to this many (cron: ~0.1 ms each)
@@ -41,6 +44,23 @@ class Gap:
 
     def __bool__(self) -> bool:
         return bool(self.times) or self.rest_first is not None
+
+    @property
+    def count(self) -> int | None:
+        """How many due times the gap holds; None when it stopped counting."""
+        if self.rest_first is None:
+            return len(self.times)
+        return None if self.rest_count is None else len(self.times) + self.rest_count
+
+    @property
+    def first(self) -> datetime | None:
+        return self.times[0] if self.times else self.rest_first
+
+    @property
+    def last(self) -> datetime | None:
+        if self.rest_first is not None:
+            return self.rest_last
+        return self.times[-1] if self.times else None
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -134,3 +154,92 @@ def gap_rows(
     if gap.rest_first is not None:
         rows.append(row(gap.rest_first, gap.rest_count, gap.rest_last))
     return rows
+
+
+# -- queued runs: catch-up on resume and backfill --------------------------------------------
+
+# Origins of runs queued for past due times. Unless asked otherwise (``overlap: allow``), they
+# run one at a time, oldest first: only the head of a schedule's queue is claimable; the rest
+# wait with reason QUEUED and no availability until the run before them ends (``promote_next``).
+QUEUED_ORIGINS = ("catchup", "backfill")
+QUEUED = "queued"
+NEVER = datetime(2999, 1, 1, tzinfo=UTC)  # available_at of a queued run: only promotion frees it
+_ACTIVE = ("pending", "running")
+
+
+def queued_rows(
+    schedule: Schedule,
+    due_times: list[datetime],
+    origin: str,
+    now: datetime,
+    *,
+    by: str | None = None,
+    one_at_a_time: bool = True,
+    head_free: bool = True,
+) -> list[dict[str, Any]]:
+    """Pending runs for past ``due_times`` (ascending). One at a time: the first is claimable
+    now when ``head_free`` (no queue of this schedule is under way), the others wait."""
+    payload = run_payload(schedule)
+    if not one_at_a_time:
+        payload["overlap"] = "allow"  # read by the engine: these do not wait for each other
+    rows = []
+    for index, due in enumerate(due_times):
+        waiting = one_at_a_time and (index > 0 or not head_free)
+        rows.append(
+            {
+                "id": uuid.uuid4(),
+                "schedule_id": schedule.id,
+                "trigger": "schedule",
+                "origin": origin,
+                "started_by": by,
+                "due_at": due,
+                "status": "pending",
+                "reason": QUEUED if waiting else None,
+                "attempt": 0,
+                "payload": payload,
+                "created_at": now,
+                "available_at": NEVER if waiting else now,
+                "cancel_requested": False,
+            }
+        )
+    return rows
+
+
+def queue_under_way(schedule_id: uuid.UUID) -> Any:
+    """Whether a queued run of the schedule is running, or claimable, or waiting: a new queue
+    then waits behind it instead of starting a second head."""
+    return select(
+        exists().where(
+            Run.schedule_id == schedule_id,
+            Run.origin.in_(QUEUED_ORIGINS),
+            Run.status.in_(_ACTIVE),
+        )
+    )
+
+
+async def promote_next(session: AsyncSession, schedule_id: uuid.UUID, now: datetime) -> bool:
+    """After a queued-origin run of the schedule ended: make the oldest waiting one claimable,
+    unless another queued-origin run is still under way (a retry pending, say). True when one
+    was made claimable (wake the loop)."""
+    busy = await session.scalar(
+        select(
+            exists().where(
+                Run.schedule_id == schedule_id,
+                Run.origin.in_(QUEUED_ORIGINS),
+                Run.status.in_(_ACTIVE),
+                or_(Run.reason.is_(None), Run.reason != QUEUED),
+            )
+        )
+    )
+    if busy:
+        return False
+    head = await session.scalar(
+        select(Run.id)
+        .where(Run.schedule_id == schedule_id, Run.status == "pending", Run.reason == QUEUED)
+        .order_by(Run.due_at)
+        .limit(1)
+    )
+    if head is None:
+        return False
+    await session.execute(update(Run).where(Run.id == head).values(reason=None, available_at=now))
+    return True

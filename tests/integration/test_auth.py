@@ -43,6 +43,10 @@ SCHEDULE = {
 }
 PREVIEW = {"trigger": {"every_seconds": 60}}
 _NOW = datetime.now(UTC)
+BACKFILL = {
+    "start": (_NOW - timedelta(days=3)).isoformat(),
+    "end": (_NOW - timedelta(days=1)).isoformat(),
+}
 # A real upcoming due time of SCHEDULE, for skip and unskip.
 OCCURRENCE = {
     "due_at": triggers.next_fire(  # type: ignore[union-attr]
@@ -61,6 +65,7 @@ OWNED: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("GET", "/api/v1/schedules/{schedule_id}/runs", None, 200),
     ("POST", "/api/v1/schedules/{schedule_id}/skip", OCCURRENCE, 200),
     ("POST", "/api/v1/schedules/{schedule_id}/unskip", OCCURRENCE, 204),
+    ("POST", "/api/v1/schedules/{schedule_id}/backfill", BACKFILL, 202),
     ("GET", "/api/v1/runs/{run_id}", None, 200),
     ("POST", "/api/v1/runs/{run_id}/replay", None, 202),
     ("POST", "/api/v1/runs/{run_id}/cancel", None, 202),

@@ -10,14 +10,24 @@ from core.clock import utcnow
 from core.scheduler import run_view
 from core.schedules import check_preview_after, preview, schedule_view
 from core.specs import (
+    BackfillRequest,
     OccurrenceRequest,
     PauseRequest,
     PreviewRequest,
+    ResumeRequest,
     ScheduleCreate,
     ScheduleUpdate,
 )
 from web.api.deps import AuthDep, OwnerDep, PrincipalDep, SchedulesDep
-from web.api.schemas import ErrorOut, PreviewOut, RunOut, ScheduleOut, SchedulePage
+from web.api.schemas import (
+    BackfillOut,
+    ErrorOut,
+    PreviewOut,
+    ResumePlanOut,
+    RunOut,
+    ScheduleOut,
+    SchedulePage,
+)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 503)
@@ -88,9 +98,41 @@ async def pause_schedule(
 
 @router.post("/{schedule_id}/resume")
 async def resume_schedule(
-    schedule_id: str, schedules: SchedulesDep, owner: OwnerDep
-) -> ScheduleOut:
-    return ScheduleOut.model_validate(schedule_view(await schedules.resume(schedule_id, owner)))
+    schedule_id: str,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    principal: PrincipalDep,
+    body: Annotated[ResumeRequest | None, Body()] = None,
+) -> ScheduleOut | ResumePlanOut:
+    """Re-enable. ``catchup`` says what happens to the due times the pause covered; with
+    ``dry_run`` the answer is the plan (``ResumePlanOut``) and nothing changes."""
+    body = body or ResumeRequest()
+    if body.dry_run:
+        plan = await schedules.plan_resume(schedule_id, owner, body.catchup)
+        return ResumePlanOut(
+            catchup=plan.catchup,
+            run=plan.run,
+            skipped=plan.skipped.count,
+            skipped_first=plan.skipped.first,
+            skipped_last=plan.skipped.last,
+        )
+    schedule = await schedules.resume(schedule_id, owner, body.catchup, by=principal.owner)
+    return ScheduleOut.model_validate(schedule_view(schedule))
+
+
+@router.post("/{schedule_id}/backfill", status_code=status.HTTP_202_ACCEPTED)
+async def backfill_schedule(
+    schedule_id: str,
+    body: BackfillRequest,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    principal: PrincipalDep,
+) -> BackfillOut:
+    """Queue one run per past due time in ``[start, end)`` that has not run (see README)."""
+    plan = await schedules.backfill(schedule_id, body, owner, by=principal.owner)
+    return BackfillOut(
+        dry_run=body.dry_run, overlap=plan.overlap, due_times=plan.due_times, kept=plan.kept
+    )
 
 
 @router.post("/{schedule_id}/skip")

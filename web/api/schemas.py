@@ -49,6 +49,28 @@ class PreviewOut(BaseModel):
     next: list[datetime]
 
 
+class ResumePlanOut(BaseModel):
+    """A resume's dry run: the due times it would queue, and those it would skip."""
+
+    catchup: str
+    run: list[datetime] = Field(description="due times that would run, oldest first")
+    skipped: int | None = Field(
+        description="due times that would get a paused row (null: more than it counts)"
+    )
+    skipped_first: datetime | None
+    skipped_last: datetime | None
+
+
+class BackfillOut(BaseModel):
+    dry_run: bool
+    overlap: str
+    due_times: list[datetime] = Field(description="due times queued (or, dry run, that would be)")
+    kept: int = Field(
+        description="due times in the range left alone: they ran, are running, "
+        "or were skipped on purpose"
+    )
+
+
 class ErrorDetail(BaseModel):
     type: str
     message: str
