@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     max_active_schedules: int = Field(default=100_000, ge=1)
     lease_seconds: float = Field(default=30.0, gt=0)
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
+    # Run ledger retention (core.retention): finished runs older than retention_days are
+    # pruned, except each schedule's newest retention_keep_last runs and its latest run.
+    retention_days: int = Field(default=30, ge=1, le=36_500)
+    retention_keep_last: int = Field(default=100, ge=1, le=1_000_000)
+    retention_interval_seconds: float = Field(default=3600.0, gt=0, le=86_400 * 7)
     database_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     instance_id: str = Field(default_factory=_default_instance_id)
 

@@ -16,7 +16,7 @@ import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +32,16 @@ from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.schedules import announce_change, load_schedule, parse_id
 from core.storage import Database, Delivery, Run, Schedule, Task
 from core.storage import queries as q
+from core.timeline import (
+    QUEUED_ORIGINS,
+    Gap,
+    find_gap,
+    gap_rows,
+    last_fire_before,
+    promote_next,
+    run_payload,
+    utc,
+)
 
 log = get_logger(__name__)
 
@@ -54,23 +64,28 @@ def error_excerpt(text: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class DuePlan:
-    """What a claim does with one due schedule: the due times that get a run, how many were
-    missed (skipped by the catch-up policy), and the schedule's next ``next_run``."""
+    """What a claim does with one due schedule: the due times that get a run, the gap of those
+    that do not (each accounted for by a ``skipped`` row, see ``core.timeline``), how many were
+    missed, and the schedule's next ``next_run``."""
 
     run_at: list[datetime]
     missed: int
     next_run: datetime | None
+    gap: Gap = field(default_factory=lambda: Gap([]))
+    gap_reason: str = "missed"
+    caught_up: datetime | None = None  # the missed due time catch-up ``latest`` runs
 
 
 def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
     """Decide the runs of one due schedule at ``now`` (pure; contract point 4).
 
     A due time ``d <= now`` with ``now - d <= misfire_grace_seconds`` gets a run. Older ones
-    were missed: with catch-up ``skip`` they are not run; with ``latest`` the most recent missed
-    one runs once, if it is within ``catchup_window_seconds`` and no on-time due time already
-    runs. Missed due times are never enumerated: the plan jumps to the grace boundary and finds
-    the latest missed one by probing back in doubling steps, so a year-long outage costs about
-    what a minute-long one does, whatever the catch-up window.
+    were missed: with catch-up ``skip`` they are not run (reason ``missed``); with ``latest``
+    the most recent missed one runs once, if it is within ``catchup_window_seconds`` and no
+    on-time due time already runs, and the others are folded into it (reason ``coalesced``).
+    Missed due times are never enumerated beyond ``core.timeline``'s bound: the plan jumps to
+    the grace boundary and finds the latest missed one by probing back in doubling steps, so
+    a year-long outage costs about what a minute-long one does, whatever the catch-up window.
     """
     assert schedule.next_run is not None
     trigger = triggers.trigger_from_dict(schedule.trigger)
@@ -80,57 +95,33 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
     missed = 0
     latest_missed: datetime | None = None
     due: datetime | None = schedule.next_run
-    if schedule.next_run < boundary:
+    late = schedule.next_run < boundary
+    if late:
         missed += 1  # at least next_run itself; the rest of the jump is not counted
         if schedule.catchup == "latest":
             floor = max(schedule.next_run, now - window)
-            latest_missed = _last_fire_before(trigger, boundary, floor)
-        due = _utc(triggers.next_fire(trigger, boundary - timedelta(microseconds=1)))
+            latest_missed = last_fire_before(trigger, boundary, floor)
+        due = utc(triggers.next_fire(trigger, boundary - timedelta(microseconds=1)))
     on_time: list[datetime] = []
     while due is not None and due <= now and len(on_time) < MAX_DUE_PER_CLAIM:
         on_time.append(due)
-        due = _utc(triggers.next_fire(trigger, due))
+        due = utc(triggers.next_fire(trigger, due))
     run_at = on_time
     if schedule.catchup == "latest" and not on_time and latest_missed is not None:
         run_at = [latest_missed]
         missed -= 1
-    return DuePlan(run_at=run_at, missed=missed, next_run=due)
-
-
-def _last_fire_before(
-    trigger: triggers.Trigger, before: datetime, floor: datetime
-) -> datetime | None:
-    """The latest fire time in ``[floor, before)``, or None. Probes back from ``before`` in
-    doubling steps, so the cost grows with log(distance), not with the fire times skipped."""
-    step = timedelta(seconds=1)
-    while True:
-        probe = max(before - step, floor)
-        found = _utc(triggers.next_fire(trigger, probe - timedelta(microseconds=1)))
-        if found is not None and found < before:
-            later = _utc(triggers.next_fire(trigger, found))
-            while later is not None and later < before:
-                found, later = later, _utc(triggers.next_fire(trigger, later))
-            return found
-        if probe <= floor:
-            return None
-        step *= 2
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
-def run_payload(schedule: Schedule) -> dict[str, Any]:
-    """The snapshot a run keeps of its schedule, so replays re-run exactly what ran."""
-    return {
-        "name": schedule.name,
-        "prompt": schedule.prompt,
-        "runner": schedule.runner,
-        "notify": schedule.notify,
-        "timeout_seconds": schedule.timeout_seconds,
-        "max_attempts": schedule.max_attempts,
-        "mode": schedule.mode,
-    }
+    if not late:
+        return DuePlan(run_at=run_at, missed=missed, next_run=due)
+    # The gap ends before the caught-up run, which is the last due time before the boundary.
+    gap_end = latest_missed if latest_missed is not None and run_at == [latest_missed] else boundary
+    return DuePlan(
+        run_at=run_at,
+        missed=missed,
+        next_run=due,
+        gap=find_gap(trigger, schedule.next_run, gap_end),
+        gap_reason="coalesced" if schedule.catchup == "latest" and run_at else "missed",
+        caught_up=gap_end if gap_end is latest_missed else None,
+    )
 
 
 @dataclass
@@ -242,6 +233,7 @@ class Ledger:
             rows: list[dict[str, Any]] = []
             tasks: dict[uuid.UUID, dict[str, Any]] = {}  # run id -> its prepared task
             advances: list[dict[str, Any]] = []
+            accounted: list[dict[str, Any]] = []  # skipped rows of due times that do not run
             for index, schedule in enumerate(schedules):
                 if index and index % YIELD_EVERY == 0:
                     # Planning a full batch is tens of milliseconds of CPU: let the loop's
@@ -263,6 +255,8 @@ class Ledger:
                         catchup=schedule.catchup,
                     )
                 payload = run_payload(schedule)
+                if plan.gap:
+                    accounted.extend(gap_rows(schedule, plan.gap, plan.gap_reason, now, payload))
                 independent = schedule.overlap == "allow" and schedule.mode == "isolated"
                 for due in plan.run_at:
                     run_id, task_id = uuid.uuid4(), uuid.uuid4()
@@ -271,6 +265,7 @@ class Ledger:
                         "schedule_id": schedule.id,
                         "trigger": "schedule",
                         "due_at": due,
+                        "origin": "catchup" if due == plan.caught_up else "schedule",
                         "status": "pending",
                         "attempt": 0,
                         # An independent run gets its fresh task now, with the claim, so it
@@ -291,6 +286,8 @@ class Ledger:
             if rows:
                 statement = q.insert_runs(self.db.capabilities.dialect)
                 inserted.update((await session.execute(statement, rows)).scalars())
+            if accounted:
+                await session.execute(q.insert_runs(self.db.capabilities.dialect), accounted)
             prepared = [tasks[run_id] for run_id in inserted if run_id in tasks]
             if prepared:
                 await session.execute(insert(Task), prepared)
@@ -423,64 +420,80 @@ class Ledger:
         """
         now = self.clock()
         async with self.db.session() as session:
-            run = await session.get(Run, run_id, with_for_update=True)
-            if run is None or run.lease_owner != self.owner or run.status not in q.ACTIVE:
-                return StartDecision("lost")
-            if run.cancel_requested:
-                self._finish(run, "cancelled", now, reason="cancel_requested")
-                return StartDecision("done", run)
-            schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
-            assert schedule is not None
-            if schedule.deleted_at is not None:
-                self._finish(run, "cancelled", now, reason="schedule_deleted")
-                return StartDecision("done", run)
-            if run.trigger == "schedule" and not schedule.enabled:
-                self._finish(run, "skipped", now, reason="paused")
-                return StartDecision("done", run)
+            decision = await self._decide_start(session, run_id, now)
+            ended = decision.run if decision.action == "done" else None
+            promoted = ended is not None and ended.origin in QUEUED_ORIGINS
+            if ended is not None and promoted:
+                promoted = await promote_next(session, ended.schedule_id, now)
+        if promoted:
+            self._changed()
+        return decision
 
-            siblings = list(
-                (await session.execute(q.running_siblings(schedule.id, run.id))).scalars()
-            )
-            policy = schedule.overlap
-            # Under buffer_one the run already waiting goes next, even between two of its
-            # looks: a newer one would be a second waiter.
-            if (
-                policy == "buffer_one"
-                and run.status == "pending"
-                and run.reason != "buffered"
-                and await session.scalar(q.buffered_siblings(schedule.id, run.id))
-            ):
+    async def _decide_start(
+        self, session: AsyncSession, run_id: uuid.UUID, now: datetime
+    ) -> StartDecision:
+        run = await session.get(Run, run_id, with_for_update=True)
+        if run is None or run.lease_owner != self.owner or run.status not in q.ACTIVE:
+            return StartDecision("lost")
+        if run.cancel_requested:
+            self._finish(run, "cancelled", now, reason="cancel_requested")
+            return StartDecision("done", run)
+        schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
+        assert schedule is not None
+        if schedule.deleted_at is not None:
+            self._finish(run, "cancelled", now, reason="schedule_deleted")
+            return StartDecision("done", run)
+        if run.trigger == "schedule" and not schedule.enabled:
+            self._finish(run, "skipped", now, reason="paused")
+            return StartDecision("done", run)
+
+        siblings = list((await session.execute(q.running_siblings(schedule.id, run.id))).scalars())
+        policy = schedule.overlap
+        if run.origin in QUEUED_ORIGINS:
+            # Catch-up and backfill runs never skip for overlap: they wait their turn behind
+            # a running sibling, or, queued with overlap allow, do not look at siblings.
+            policy = "allow" if run.payload.get("overlap") == "allow" else "wait"
+        # Under buffer_one the run already waiting goes next, even between two of its
+        # looks: a newer one would be a second waiter.
+        if (
+            policy == "buffer_one"
+            and run.status == "pending"
+            and run.reason != "buffered"
+            and await session.scalar(q.buffered_siblings(schedule.id, run.id))
+        ):
+            self._finish(run, "skipped", now, reason="overlap")
+            run.error = "one run of this schedule was already waiting"
+            return StartDecision("done", run)
+        if siblings and run.status == "pending":
+            if policy == "wait":
+                return StartDecision("wait", run)
+            if policy == "skip":
                 self._finish(run, "skipped", now, reason="overlap")
-                run.error = "one run of this schedule was already waiting"
+                run.error = f"run {siblings[0]} of this schedule was still going"
                 return StartDecision("done", run)
-            if siblings and run.status == "pending":
-                if policy == "skip":
-                    self._finish(run, "skipped", now, reason="overlap")
-                    run.error = f"run {siblings[0]} of this schedule was still going"
-                    return StartDecision("done", run)
-                if policy == "buffer_one":
-                    run.reason = "buffered"
-                    return StartDecision("wait", run)
-                if policy == "cancel_other":
-                    await session.execute(
-                        update(Run).where(Run.id.in_(siblings)).values(cancel_requested=True)
-                    )
-                    run.reason = "cancelling_other"
-                    return StartDecision("wait", run)
+            if policy == "buffer_one":
+                run.reason = "buffered"
+                return StartDecision("wait", run)
+            if policy == "cancel_other":
+                await session.execute(
+                    update(Run).where(Run.id.in_(siblings)).values(cancel_requested=True)
+                )
+                run.reason = "cancelling_other"
+                return StartDecision("wait", run)
 
-            task = await self._resolve_task(session, run, schedule, now)
-            if task.lock_run_id not in (None, run.id):
-                holder = await session.get(Run, task.lock_run_id)
-                if holder is not None and holder.status == "running":
-                    return StartDecision("wait", run)
-            task.lock_run_id = run.id
-            task.updated_at = now
-            run.status = "running"
-            run.reason = None
-            run.attempt += 1
-            run.started_at = run.started_at or now
-            run.lease_expires_at = self._lease_until(now)
-            return StartDecision("run", run, task, schedule.enabled)
+        task = await self._resolve_task(session, run, schedule, now)
+        if task.lock_run_id not in (None, run.id):
+            holder = await session.get(Run, task.lock_run_id)
+            if holder is not None and holder.status == "running":
+                return StartDecision("wait", run)
+        task.lock_run_id = run.id
+        task.updated_at = now
+        run.status = "running"
+        run.reason = None
+        run.attempt += 1
+        run.started_at = run.started_at or now
+        run.lease_expires_at = self._lease_until(now)
+        return StartDecision("run", run, task, schedule.enabled)
 
     async def admit_batch(
         self, runs: Sequence[tuple[uuid.UUID, uuid.UUID]]
@@ -548,6 +561,7 @@ class Ledger:
         Returns None if the lease was lost meanwhile (another replica owns the run now).
         """
         now = self.clock()
+        promoted = False
         async with self.db.session() as session:
             run = await session.get(Run, run_id, with_for_update=True)
             if run is None or run.lease_owner != self.owner or run.status != "running":
@@ -574,6 +588,8 @@ class Ledger:
                 run.lease_expires_at = None
                 return run
             self._finish(run, status, now)
+            if run.origin in QUEUED_ORIGINS:
+                promoted = await promote_next(session, run.schedule_id, now)
             # Recorded with the outcome, in its transaction: if this process dies before its
             # deliveries are made, another takes them over once this lease runs out.
             run.deliver_until = self.delivery_deadline(run.payload.get("notify") or (), status, now)
@@ -591,6 +607,8 @@ class Ledger:
                 schedule.consecutive_failures = (
                     0 if status == "succeeded" else schedule.consecutive_failures + 1
                 )
+        if promoted:
+            self._changed()  # after the commit, so the loop's claim sees the next queued run
         return run
 
     async def record_batch(self, outcomes: Sequence[Outcome]) -> list[datetime | None]:
@@ -661,25 +679,31 @@ class Ledger:
         if self.on_change is not None:
             self.on_change()
 
-    async def run_now(self, schedule_id: str | uuid.UUID, owner: str | None) -> Run:
-        """Queue a manual run of the schedule as it is now; ``next_run`` does not move."""
+    async def run_now(
+        self, schedule_id: str | uuid.UUID, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Queue a manual run of the schedule as it is now; ``next_run`` does not move.
+        ``by`` is who asked (the API key's owner), kept as the run's provenance."""
         now = self.clock()
         async with self.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner)
-            run = _queued_run(schedule.id, "manual", run_payload(schedule), now)
+            run = _queued_run(schedule.id, "manual", run_payload(schedule), now, by)
             session.add(run)
             await self._announce(session)
         self._changed()
         return run
 
-    async def replay(self, run_id: str | uuid.UUID, owner: str | None) -> Run:
-        """Queue a re-run of an earlier run's saved payload (prompt and runner as they were)."""
+    async def replay(
+        self, run_id: str | uuid.UUID, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Queue a re-run of an earlier run's saved payload (prompt and runner as they were);
+        ``by`` is who asked, kept as the run's provenance."""
         now = self.clock()
         async with self.db.session() as session:
             original, schedule = await _visible_run(session, run_id, owner)
             if schedule.deleted_at is not None:
                 raise Conflict("the schedule of this run was deleted; it cannot be replayed")
-            run = _queued_run(schedule.id, "replay", dict(original.payload), now)
+            run = _queued_run(schedule.id, "replay", dict(original.payload), now, by)
             run.replay_of = original.id
             session.add(run)
             await self._announce(session)
@@ -699,6 +723,8 @@ class Ledger:
             run.cancel_requested = True
             if run.status == "pending":
                 self._finish(run, "cancelled", now, reason="cancel_requested")
+                if run.origin in QUEUED_ORIGINS:
+                    await promote_next(session, run.schedule_id, now)  # woken just below
         self._changed()
         return run
 
@@ -800,12 +826,14 @@ def _run_from_row(row: dict[str, Any]) -> Run:
 
 
 def _queued_run(
-    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime
+    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime, by: str | None
 ) -> Run:
     return Run(
         id=uuid.uuid4(),
         schedule_id=schedule_id,
         trigger=trigger,
+        origin=trigger,
+        started_by=by,
         due_at=None,
         status="pending",
         attempt=0,
@@ -855,8 +883,15 @@ def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
         "trigger": run.trigger,
         "due_at": run.due_at,
         "replay_of": run.replay_of,
+        # Who or what started it; runs from before provenance was kept say their trigger.
+        "origin": run.origin or run.trigger,
+        "started_by": run.started_by,
         "status": run.status,
         "reason": run.reason,
+        # 1 for a run of its own due time; a summary row of a gap counts what it stands for,
+        # or null when it stopped counting (covers_until is the last due time either way).
+        "covers": 1 if run.covers_until is None else run.covers,
+        "covers_until": run.covers_until,
         "attempt": run.attempt,
         "task_id": run.task_id,
         "created_at": run.created_at,

@@ -11,20 +11,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
 from core.clock import Clock, utcnow
-from core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from core.errors import Conflict, InvalidSchedule, NotFound, ScheduleCapacityExceeded
 from core.notify import keep_masked_secrets, masked_channels, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
-from core.specs import ScheduleCreate, ScheduleUpdate, reject_nul
+from core.specs import BackfillRequest, ScheduleCreate, ScheduleUpdate, reject_nul
 from core.storage import Database, Run, Schedule
+from core.storage import queries as q
+from core.timeline import (
+    Gap,
+    find_gap,
+    gap_rows,
+    last_fire_before,
+    queue_under_way,
+    queued_rows,
+)
 
 WAKE_CHANNEL = "agentcron_schedules"
 
@@ -67,6 +76,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_error": schedule.last_error,
         "last_run_id": schedule.last_run_id,
         "consecutive_failures": schedule.consecutive_failures,
+        "retention_days": schedule.retention_days,
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
@@ -182,6 +192,7 @@ class ScheduleService:
             max_attempts=spec.max_attempts,
             runner=runner,
             notify=notify,
+            retention_days=spec.retention_days,
             next_run=_next_run(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,
             consecutive_failures=0,
@@ -261,6 +272,7 @@ class ScheduleService:
                 timetable_changed = True
                 if changes["enabled"]:
                     await self._check_capacity(session)
+                    await self._account_pause(session, schedule, now)
                     schedule.paused_at, schedule.paused_note = None, None
                 else:
                     schedule.paused_at = now
@@ -293,13 +305,25 @@ class ScheduleService:
         self._changed()
         return schedule
 
-    async def resume(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:
-        """Re-enable; the next due time is the first one strictly after now (none run late)."""
+    async def resume(
+        self,
+        schedule_id: str | uuid.UUID,
+        owner: str | None,
+        catchup: str = "skip",
+        *,
+        by: str | None = None,
+    ) -> Schedule:
+        """Re-enable; the next due time is the first one strictly after now. The due times
+        the pause covered are accounted for by ``catchup`` (see ``resume_plan``): ``skip``
+        writes them all as ``paused`` rows; ``latest`` queues the latest one and skips the
+        rest; ``all`` queues every one (at most RESUME_ALL_CAP), one at a time, oldest first."""
         now = self.clock()
         async with self.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
             if not schedule.enabled:
                 await self._check_capacity(session)
+                plan = resume_plan(schedule, now, catchup)
+                await self._write_resume(session, schedule, plan, now, by)
             schedule.enabled = True
             schedule.paused_at = None
             schedule.paused_note = None
@@ -308,6 +332,142 @@ class ScheduleService:
             await self._announce(session)
         self._changed()
         return schedule
+
+    async def plan_resume(
+        self, schedule_id: str | uuid.UUID, owner: str | None, catchup: str = "skip"
+    ) -> ResumePlan:
+        """What ``resume`` with ``catchup`` would do now, without doing it (a dry run)."""
+        async with self.db.session(write=False) as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+        if schedule.enabled:
+            return ResumePlan(catchup, [], Gap([]))
+        return resume_plan(schedule, self.clock(), catchup)
+
+    async def _write_resume(
+        self,
+        session: AsyncSession,
+        schedule: Schedule,
+        plan: ResumePlan,
+        now: datetime,
+        by: str | None,
+    ) -> None:
+        dialect = self.db.capabilities.dialect
+        if plan.skipped:
+            rows = gap_rows(schedule, plan.skipped, "paused", now)
+            await session.execute(q.insert_runs(dialect), rows)
+        if plan.run:
+            busy = bool(await session.scalar(queue_under_way(schedule.id)))
+            rows = queued_rows(schedule, plan.run, "catchup", now, by=by, head_free=not busy)
+            await session.execute(q.insert_runs(dialect), rows)
+
+    async def _account_pause(
+        self, session: AsyncSession, schedule: Schedule, now: datetime
+    ) -> None:
+        """Write the due times the pause covered as ``skipped`` runs with reason ``paused``
+        (bounded, see ``core.timeline``), on the timetable as it was while paused."""
+        await self._write_resume(session, schedule, resume_plan(schedule, now, "skip"), now, None)
+
+    async def backfill(
+        self,
+        schedule_id: str | uuid.UUID,
+        spec: BackfillRequest,
+        owner: str | None,
+        *,
+        by: str | None = None,
+    ) -> BackfillPlan:
+        """Queue one run per past due time in ``[start, end)`` that has not run: no row yet, or
+        a row that accounts for a due time that did not run (missed, paused, coalesced,
+        overlap), which the new run replaces. Due times that ran, are running, or were skipped
+        on purpose (``occurrence_skipped``) are left alone, so backfilling a range twice runs
+        nothing twice. One at a time, oldest first, unless ``overlap`` is ``allow``. With
+        ``dry_run`` nothing is written."""
+        now = self.clock()
+        start, end = _backfill_range(spec, now)
+        async with self.db.session(write=not spec.dry_run) as session:
+            schedule = await load_schedule(session, schedule_id, owner, lock=not spec.dry_run)
+            trigger = triggers.trigger_from_dict(schedule.trigger)
+            due_times = _due_times_between(trigger, start, end)
+            existing = {
+                run.due_at: run
+                for run in await session.scalars(
+                    select(Run).where(
+                        Run.schedule_id == schedule.id, Run.due_at >= start, Run.due_at < end
+                    )
+                )
+            }
+            redo = [
+                run
+                for run in existing.values()
+                if run.status == "skipped" and run.reason in REDOABLE
+            ]
+            wanted = sorted(
+                [due for due in due_times if due not in existing]
+                + [run.due_at for run in redo if run.due_at is not None]
+            )
+            plan = BackfillPlan(
+                due_times=wanted, kept=len(due_times) - len(wanted), overlap=spec.overlap
+            )
+            if spec.dry_run or not wanted:
+                return plan
+            await _trim_summaries(self.db, session, schedule, trigger, start, end, redo)
+            for run in redo:
+                await session.delete(run)
+            await session.flush()
+            busy = bool(await session.scalar(queue_under_way(schedule.id)))
+            rows = queued_rows(
+                schedule,
+                wanted,
+                "backfill",
+                now,
+                by=by,
+                one_at_a_time=spec.overlap == "buffer_all",
+                head_free=not busy,
+            )
+            await session.execute(q.insert_runs(self.db.capabilities.dialect), rows)
+            await self._announce(session)
+        self._changed()
+        return plan
+
+    async def skip_occurrence(
+        self, schedule_id: str | uuid.UUID, due_at: str, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Skip one upcoming due time: its row is written now, ``skipped`` with reason
+        ``occurrence_skipped``, and the claim's ON CONFLICT DO NOTHING then never runs it.
+        Idempotent; ``Conflict`` if that due time already has a run of another kind."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+            due = _upcoming_due_time(schedule, due_at, now)
+            row = gap_rows(schedule, Gap([due]), "occurrence_skipped", now)[0]
+            row["started_by"] = by
+            await session.execute(q.insert_runs(self.db.capabilities.dialect), [row])
+            run = await session.scalar(
+                select(Run).where(Run.schedule_id == schedule.id, Run.due_at == due)
+            )
+            assert run is not None
+            if (run.status, run.reason) != ("skipped", "occurrence_skipped"):
+                raise Conflict(f"the due time {due.isoformat()} already has a {run.status} run")
+        return run
+
+    async def unskip_occurrence(
+        self, schedule_id: str | uuid.UUID, due_at: str, owner: str | None
+    ) -> bool:
+        """Undo ``skip_occurrence`` while the due time is still ahead; False when it was not
+        skipped (nothing to undo)."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+            due = _upcoming_due_time(schedule, due_at, now)
+            result = await session.execute(
+                delete(Run).where(
+                    Run.schedule_id == schedule.id,
+                    Run.due_at == due,
+                    Run.status == "skipped",
+                    Run.reason == "occurrence_skipped",
+                )
+            )
+            undone = bool(getattr(result, "rowcount", 0))
+        return undone
 
     async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
         """Delete a schedule: it stops at once and its pending and running runs are cancelled.
@@ -333,6 +493,147 @@ class ScheduleService:
             )
             await self._announce(session)
         self._changed()
+
+
+RESUME_ALL_CAP = 100  # due times catch-up ``all`` queues at most; more is a backfill's job
+MAX_BACKFILL = 1000  # due times one backfill request may queue
+# Rows that say a due time did not run, which a backfill may replace with a run.
+REDOABLE = ("missed", "paused", "coalesced", "overlap")
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a resume does with the due times its pause covered: ``run`` queued (catch-up
+    runs), ``skipped`` written as ``paused`` rows."""
+
+    catchup: str
+    run: list[datetime]
+    skipped: Gap
+
+
+def resume_plan(schedule: Schedule, now: datetime, catchup: str) -> ResumePlan:
+    """The resume plan of a paused ``schedule`` at ``now`` (pure)."""
+    if schedule.paused_at is None or schedule.deleted_at is not None:
+        return ResumePlan(catchup, [], Gap([]))
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    since = schedule.paused_at
+    if catchup == "latest":
+        latest = last_fire_before(trigger, now, since)
+        if latest is None:
+            return ResumePlan(catchup, [], Gap([]))
+        return ResumePlan(catchup, [latest], find_gap(trigger, since, latest))
+    if catchup == "all":
+        due_times = _due_times_between(trigger, since, now, cap=RESUME_ALL_CAP, field="catchup")
+        return ResumePlan(catchup, due_times, Gap([]))
+    return ResumePlan(catchup, [], find_gap(trigger, since, now))
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """The due times a backfill queues (or would), and how many in its range it kept."""
+
+    due_times: list[datetime]
+    kept: int
+    overlap: str
+
+
+def _due_times_between(
+    trigger: triggers.Trigger,
+    start: datetime,
+    end: datetime,
+    *,
+    cap: int = MAX_BACKFILL,
+    field: str = "end",
+) -> list[datetime]:
+    """Every due time in ``[start, end)``; ``InvalidSchedule`` naming ``field`` past ``cap``."""
+    found: list[datetime] = []
+    due = triggers.next_fire(trigger, start - timedelta(microseconds=1))
+    while due is not None and due.astimezone(UTC) < end:
+        if len(found) == cap:
+            raise InvalidSchedule(
+                f"more than {cap} due times in that range; ask for a shorter one", field=field
+            )
+        found.append(due.astimezone(UTC))
+        due = triggers.next_fire(trigger, due)
+    return found
+
+
+def _backfill_range(spec: BackfillRequest, now: datetime) -> tuple[datetime, datetime]:
+    start = _instant(spec.start, "start")
+    end = _instant(spec.end, "end")
+    if end <= start:
+        raise InvalidSchedule("end must be after start", field="end")
+    if end > now:
+        raise InvalidSchedule(
+            "end must not be in the future: upcoming due times run on the timetable", field="end"
+        )
+    return start, end
+
+
+async def _trim_summaries(
+    db: Database,
+    session: AsyncSession,
+    schedule: Schedule,
+    trigger: triggers.Trigger,
+    start: datetime,
+    end: datetime,
+    redo: list[Run],
+) -> None:
+    """Keep gap summary rows true around a backfilled range: one that began before ``start``
+    now ends before it, and what a trimmed or replaced summary covered after ``end`` gets rows
+    of its own (bounded like any gap)."""
+    before = await session.scalars(
+        select(Run).where(
+            Run.schedule_id == schedule.id,
+            Run.due_at < start,
+            Run.covers_until >= start,
+            Run.status == "skipped",
+        )
+    )
+    tails: list[tuple[Run, datetime]] = []  # a summary row, and the last due time it covered
+    for run in before:
+        if run.covers_until is not None:
+            tails.append((run, run.covers_until))
+        run.covers_until = last_fire_before(trigger, start, run.due_at or start)
+        run.covers = None  # trimmed: its count is no longer known
+    tails += [(run, run.covers_until) for run in redo if run.covers_until is not None]
+    for run, until in tails:
+        # What the summary covered after the range stays accounted for, for the same reason.
+        if until >= end and run.reason:
+            rest = find_gap(trigger, end, until + timedelta(microseconds=1))
+            if rest:
+                rows = gap_rows(schedule, rest, run.reason, run.created_at, run.payload)
+                await session.execute(q.insert_runs(db.capabilities.dialect), rows)
+
+
+def _instant(value: str, field: str) -> datetime:
+    """An ISO 8601 datetime with an offset, in UTC; ``InvalidSchedule`` naming ``field``."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidSchedule(f"{field} must be an ISO 8601 datetime", field=field) from None
+    if parsed.tzinfo is None:
+        raise InvalidSchedule(f"{field} must carry a UTC offset", field=field)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidSchedule(f"{field} is out of range", field=field) from None
+
+
+def _upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetime:
+    """``due_at`` parsed, checked to be a due time of ``schedule`` and still ahead."""
+    due = _instant(due_at, "due_at")
+    if due <= now:
+        raise InvalidSchedule("due_at has passed: only an upcoming due time", field="due_at")
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    found = triggers.next_fire(trigger, due - timedelta(microseconds=1))
+    if found is None or found.astimezone(UTC) != due:
+        following = "none" if found is None else found.isoformat()
+        raise InvalidSchedule(
+            f"{due_at} is not a due time of this schedule (the next one from there: {following})",
+            field="due_at",
+        )
+    return due
 
 
 def check_preview_after(after: str | None) -> datetime | None:

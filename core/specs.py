@@ -24,6 +24,14 @@ MAX_NOTE_CHARS = 2_000
 MAX_NOTIFY_CHANNELS = 20
 MAX_TIMEOUT_SECONDS = 7 * 86_400
 MAX_WINDOW_SECONDS = 31_536_000
+MAX_RETENTION_DAYS = 36_500
+RETENTION_DOC = (
+    "Days a finished run is kept before the pruner may delete it (the newest "
+    "AGENTCRON_RETENTION_KEEP_LAST runs and the latest run are always kept); null: the "
+    "service's AGENTCRON_RETENTION_DAYS"
+)
+# Fields an update may set to null (meaning "the service default"); the rest are not nullable.
+NULLABLE = frozenset({"retention_days"})
 
 TRIGGER_DOC = (
     'Exactly one of {"cron": "<5 fields or @macro>", "timezone": "<IANA zone>"}, '
@@ -80,6 +88,9 @@ class ScheduleCreate(_Input):
     max_attempts: int = Field(default=3, ge=1, le=100)
     runner: dict[str, Any]
     notify: list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_NOTIFY_CHANNELS)
+    retention_days: int | None = Field(
+        default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
+    )
 
     _nul = field_validator("name", "prompt")(_no_nul)
     _blank = field_validator("name")(_non_blank)
@@ -101,6 +112,9 @@ class ScheduleUpdate(_Input):
     max_attempts: int | None = Field(default=None, ge=1, le=100)
     runner: dict[str, Any] | None = None
     notify: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_NOTIFY_CHANNELS)
+    retention_days: int | None = Field(
+        default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
+    )
 
     _nul = field_validator("name", "prompt")(_no_nul)
     _blank = field_validator("name")(_non_blank)
@@ -109,7 +123,7 @@ class ScheduleUpdate(_Input):
         """The fields the caller named. A null for any of them is refused: none is nullable."""
         named = {name: getattr(self, name) for name in self.model_fields_set}
         for name, value in named.items():
-            if value is None:
+            if value is None and name not in NULLABLE:
                 raise InvalidSchedule(f"{name} may not be null", field=name)
         return named
 
@@ -120,6 +134,41 @@ class PauseRequest(_Input):
     note: str | None = Field(default=None, max_length=MAX_NOTE_CHARS)
 
     _nul = field_validator("note")(_no_nul)
+
+
+class OccurrenceRequest(_Input):
+    """Body of skip and unskip: one upcoming due time of the schedule."""
+
+    due_at: str = Field(
+        max_length=64,
+        description="ISO 8601 datetime with an offset: a future due time of this schedule",
+    )
+
+
+class ResumeRequest(_Input):
+    """Body of a resume (optional): what to do with the due times the pause covered."""
+
+    catchup: Literal["skip", "latest", "all"] = Field(
+        default="skip",
+        description="skip: none of them runs (each gets a paused row); latest: the latest one "
+        "runs now; all: every one runs (at most 100), one at a time, oldest first",
+    )
+    dry_run: bool = Field(
+        default=False, description="only say which due times would run; change nothing"
+    )
+
+
+class BackfillRequest(_Input):
+    """Body of a backfill: run the past due times of ``[start, end)`` that have not run."""
+
+    start: str = Field(max_length=64, description="ISO 8601 datetime with an offset")
+    end: str = Field(max_length=64, description="ISO 8601 datetime with an offset, not after now")
+    overlap: Literal["buffer_all", "allow"] = Field(
+        default="buffer_all",
+        description="buffer_all: one run at a time, oldest first; allow: all at once (bounded "
+        "by the service's concurrency)",
+    )
+    dry_run: bool = Field(default=False, description="only list the due times; change nothing")
 
 
 class PreviewRequest(_Input):

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from core.config import Settings, get_settings
 from core.errors import SchedulerUnavailable
 from core.logging import configure_logging, get_logger
+from core.retention import RetentionPolicy
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database
@@ -79,6 +80,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     drain_timeout=settings.drain_timeout_seconds,
                     allow_private=settings.allow_private_webhooks,
                     metrics=metrics,
+                    retention=RetentionPolicy(
+                        days=settings.retention_days, keep_last=settings.retention_keep_last
+                    ),
+                    retention_interval=settings.retention_interval_seconds,
                 )
                 service.on_change = ledger.on_change = loop.wake
             app.state.settings = settings

@@ -69,6 +69,11 @@ class EngineMetrics:
             ["channel", "status"],
             registry=r,
         )
+        self.pruned = Counter(
+            "agentcron_runs_pruned",
+            "Finished runs deleted by retention (AGENTCRON_RETENTION_DAYS).",
+            registry=r,
+        )
         self.iterations = Counter(
             "agentcron_loop_iterations", "Wake-ups of the scheduling loop.", registry=r
         )

@@ -37,6 +37,7 @@ from core.errors import (
 )
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY, deliver_run
+from core.retention import PruneReport, RetentionPolicy, prune_runs
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
 from core.scheduler import (
@@ -120,8 +121,12 @@ class SchedulerLoop:
         allow_private: bool = False,
         delivery_policy: RetryPolicy = DEFAULT_POLICY,
         metrics: EngineMetrics | None = None,
+        retention: RetentionPolicy | None = None,
+        retention_interval: float = 3600.0,
     ) -> None:
         self.ledger = ledger
+        self.retention = retention
+        self.retention_interval = retention_interval
         self.allow_private = allow_private
         self.delivery_policy = delivery_policy
         self.tick = tick_seconds
@@ -164,6 +169,8 @@ class SchedulerLoop:
         ]
         if self.ledger.db.capabilities.listen_notify:
             self._services.append(self._spawn(self._listen(), "listen"))
+        if self.retention is not None:
+            self._services.append(self._spawn(self._prune(self.retention), "retention"))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return asyncio.create_task(coro, name=f"agentcron-{name}")
@@ -579,6 +586,31 @@ class SchedulerLoop:
             raise AssertionError("unreachable")
 
         return tried
+
+    # -- retention ----------------------------------------------------------------------------
+
+    async def _prune(self, policy: RetentionPolicy) -> None:
+        # The first pass waits a little (at most a minute) so a restart's catch-up claims go
+        # first; then one pass per interval. A failed pass is logged and tried next interval.
+        await self._sleep_or_stop(min(self.retention_interval, 60.0))
+        while not self._stop.is_set():
+            try:
+                report = await prune_runs(self.ledger.db, self.clock(), policy)
+                self._pruned(report)
+            except Exception:
+                log.exception("retention_failed")
+            await self._sleep_or_stop(self.retention_interval)
+
+    def _pruned(self, report: PruneReport) -> None:
+        if report.deleted:
+            self.metrics.pruned.inc(report.deleted)
+            log.info(
+                "runs_pruned",
+                runs=report.deleted,
+                tasks=report.tasks_deleted,
+                examined=report.examined,
+                batches=report.batches,
+            )
 
     # -- heartbeat and wake-ups -----------------------------------------------------------
 

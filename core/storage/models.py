@@ -76,6 +76,8 @@ class Schedule(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     last_run_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    # Days a finished run is kept; NULL: the service's AGENTCRON_RETENTION_DAYS.
+    retention_days: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -106,11 +108,14 @@ class Run(Base):
     )
     trigger: Mapped[str] = mapped_column(String(16))
     due_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    replay_of: Mapped[uuid.UUID | None] = mapped_column(Uuid, ForeignKey("runs.id"))
+    # SET NULL: a replay outlives the pruning of the run it replayed (it has its own payload).
+    replay_of: Mapped[uuid.UUID | None] = mapped_column(
+        Uuid, ForeignKey("runs.id", ondelete="SET NULL")
+    )
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(String(64))
     attempt: Mapped[int] = mapped_column(Integer, default=0)
-    task_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    task_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     available_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -122,11 +127,20 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     deliver_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    # A skipped row accounting for due times that did not run (core.timeline): how many it
+    # stands for (NULL on a summary row: more than it counted) and the last of them.
+    covers: Mapped[int | None] = mapped_column(Integer)
+    # Provenance: what started the run (schedule, catchup, manual, replay) and, for a run a
+    # person asked for, the owner of the API key they used.
+    origin: Mapped[str | None] = mapped_column(String(16))
+    started_by: Mapped[str | None] = mapped_column(String(200))
+    covers_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         UniqueConstraint("schedule_id", "due_at"),
         Index("ix_runs_schedule_created", "schedule_id", "created_at", "id"),
         Index("ix_runs_status_available", "status", "available_at"),
+        Index("ix_runs_created_at", "created_at", "id"),  # the pruner walks oldest first
     )
 
 

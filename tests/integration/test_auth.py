@@ -28,6 +28,7 @@ from fastapi import FastAPI
 from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
+from core import triggers
 from core.keys import LAST_USED_RESOLUTION, authenticate, create_key, revoke_key
 from core.storage import ApiKey, Database, Task
 from tests.conftest import app_client, bearer, issue_key
@@ -41,6 +42,17 @@ SCHEDULE = {
     "runner": {"type": "command", "argv": ["true"]},
 }
 PREVIEW = {"trigger": {"every_seconds": 60}}
+_NOW = datetime.now(UTC)
+BACKFILL = {
+    "start": (_NOW - timedelta(days=3)).isoformat(),
+    "end": (_NOW - timedelta(days=1)).isoformat(),
+}
+# A real upcoming due time of SCHEDULE, for skip and unskip.
+OCCURRENCE = {
+    "due_at": triggers.next_fire(  # type: ignore[union-attr]
+        triggers.parse_trigger(SCHEDULE["trigger"], _NOW), _NOW + timedelta(days=1)
+    ).isoformat()
+}
 
 # Every endpoint that names one owned object: (method, path, body, status for a caller who may).
 OWNED: list[tuple[str, str, dict[str, Any] | None, int]] = [
@@ -51,6 +63,9 @@ OWNED: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("POST", "/api/v1/schedules/{schedule_id}/resume", None, 200),
     ("POST", "/api/v1/schedules/{schedule_id}/run", None, 202),
     ("GET", "/api/v1/schedules/{schedule_id}/runs", None, 200),
+    ("POST", "/api/v1/schedules/{schedule_id}/skip", OCCURRENCE, 200),
+    ("POST", "/api/v1/schedules/{schedule_id}/unskip", OCCURRENCE, 204),
+    ("POST", "/api/v1/schedules/{schedule_id}/backfill", BACKFILL, 202),
     ("GET", "/api/v1/runs/{run_id}", None, 200),
     ("POST", "/api/v1/runs/{run_id}/replay", None, 202),
     ("POST", "/api/v1/runs/{run_id}/cancel", None, 202),

@@ -11,6 +11,7 @@ import pytest
 from core import triggers
 from core.scheduler import MAX_DUE_PER_CLAIM, plan_due_times
 from core.storage import Schedule
+from core.timeline import COUNT_CAP, MAX_ROWS
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -136,7 +137,14 @@ def test_year_long_gap_with_catchup_skip_is_bounded(fire_calls: list[datetime]) 
     assert plan.run_at == [now - k * S for k in range(60, -1, -1)]
     assert plan.missed >= 1
     assert plan.next_run == now + S
-    assert len(fire_calls) <= 61 + 5
+    # The gap is accounted for in bounded rows: the first MAX_ROWS due times, then one summary
+    # that stops counting at COUNT_CAP and ends at the last due time before the grace boundary.
+    assert plan.gap_reason == "missed"
+    assert plan.gap.times == [T0 + k * S for k in range(1, MAX_ROWS + 1)]
+    assert plan.gap.rest_first == T0 + (MAX_ROWS + 1) * S
+    assert plan.gap.rest_count is None
+    assert plan.gap.rest_last == now - 61 * S
+    assert len(fire_calls) <= 61 + 5 + MAX_ROWS + COUNT_CAP + 40
 
 
 @pytest.mark.parametrize("window", [3600, 31_536_000])
@@ -150,7 +158,9 @@ def test_year_long_gap_with_catchup_latest_is_bounded(
     plan = plan_due_times(s, now)
     assert plan.run_at == [T0 + timedelta(days=365)]
     assert plan.next_run == T0 + timedelta(days=365, seconds=1)
-    assert len(fire_calls) <= 100
+    assert plan.gap_reason == "coalesced"
+    assert plan.gap.rest_last == T0 + timedelta(days=365) - S  # up to the run, not past it
+    assert len(fire_calls) <= 100 + MAX_ROWS + COUNT_CAP + 40
 
 
 def test_cap_per_claim_leaves_the_rest_due() -> None:
@@ -220,4 +230,25 @@ def test_catchup_latest_over_a_weekend_on_a_weekday_cron(
     plan = plan_due_times(s, datetime(2025, 1, 13, 8, 0, tzinfo=UTC))
     assert plan.run_at == expected
     assert plan.next_run == datetime(2025, 1, 13, 9, 0, tzinfo=UTC)
-    assert len(fire_calls) <= 40
+    assert len(fire_calls) <= 40 + MAX_ROWS
+
+
+def test_a_short_gap_is_one_row_per_due_time_and_a_counted_one_says_how_many() -> None:
+    short = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 300 * S)
+    # Due at 60..300 s; grace 60 s: 240 and 300 run, 60..180 were missed.
+    assert short.run_at == [T0 + 240 * S, T0 + 300 * S]
+    assert short.gap.times == [T0 + 60 * S, T0 + 120 * S, T0 + 180 * S]
+    assert short.gap.rest_first is None
+
+    spaced = MAX_ROWS + 15  # missed due times, within the count cap
+    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + (spaced + 2) * 60 * S)
+    assert len(plan.gap.times) == MAX_ROWS
+    assert plan.gap.rest_count == 15
+    assert plan.gap.rest_first == T0 + (MAX_ROWS + 1) * 60 * S
+    assert plan.gap.rest_last == T0 + spaced * 60 * S
+
+
+def test_an_on_time_schedule_has_no_gap() -> None:
+    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 61 * S)
+    assert plan.run_at == [T0 + 60 * S]
+    assert not plan.gap

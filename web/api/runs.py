@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from core.scheduler import run_view
-from web.api.deps import AuthDep, EngineDep, LedgerDep, OwnerDep
+from web.api.deps import AuthDep, EngineDep, LedgerDep, OwnerDep, PrincipalDep
 from web.api.schedules import ERRORS
 from web.api.schemas import RunOut, RunPage
 
@@ -18,9 +18,12 @@ schedule_runs = APIRouter(
 
 
 @schedule_runs.post("/{schedule_id}/run", status_code=status.HTTP_202_ACCEPTED)
-async def run_now(schedule_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
+async def run_now(
+    schedule_id: str, ledger: LedgerDep, owner: OwnerDep, principal: PrincipalDep
+) -> RunOut:
     """Queue a manual run; returns once its record is saved. The timetable does not move."""
-    return RunOut.model_validate(run_view(await ledger.run_now(schedule_id, owner)))
+    run = await ledger.run_now(schedule_id, owner, by=principal.owner)
+    return RunOut.model_validate(run_view(run))
 
 
 @schedule_runs.get("/{schedule_id}/runs")
@@ -44,9 +47,12 @@ async def get_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
 
 
 @router.post("/{run_id}/replay", status_code=status.HTTP_202_ACCEPTED)
-async def replay_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
+async def replay_run(
+    run_id: str, ledger: LedgerDep, owner: OwnerDep, principal: PrincipalDep
+) -> RunOut:
     """Queue a re-run of the saved payload of ``run_id``; the new run points back to it."""
-    return RunOut.model_validate(run_view(await ledger.replay(run_id, owner)))
+    run = await ledger.replay(run_id, owner, by=principal.owner)
+    return RunOut.model_validate(run_view(run))
 
 
 @router.post("/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED)

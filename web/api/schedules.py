@@ -7,10 +7,27 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response, status
 
 from core.clock import utcnow
+from core.scheduler import run_view
 from core.schedules import check_preview_after, preview, schedule_view
-from core.specs import PauseRequest, PreviewRequest, ScheduleCreate, ScheduleUpdate
+from core.specs import (
+    BackfillRequest,
+    OccurrenceRequest,
+    PauseRequest,
+    PreviewRequest,
+    ResumeRequest,
+    ScheduleCreate,
+    ScheduleUpdate,
+)
 from web.api.deps import AuthDep, OwnerDep, PrincipalDep, SchedulesDep
-from web.api.schemas import ErrorOut, PreviewOut, ScheduleOut, SchedulePage
+from web.api.schemas import (
+    BackfillOut,
+    ErrorOut,
+    PreviewOut,
+    ResumePlanOut,
+    RunOut,
+    ScheduleOut,
+    SchedulePage,
+)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422, 503)
@@ -81,6 +98,60 @@ async def pause_schedule(
 
 @router.post("/{schedule_id}/resume")
 async def resume_schedule(
-    schedule_id: str, schedules: SchedulesDep, owner: OwnerDep
-) -> ScheduleOut:
-    return ScheduleOut.model_validate(schedule_view(await schedules.resume(schedule_id, owner)))
+    schedule_id: str,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    principal: PrincipalDep,
+    body: Annotated[ResumeRequest | None, Body()] = None,
+) -> ScheduleOut | ResumePlanOut:
+    """Re-enable. ``catchup`` says what happens to the due times the pause covered; with
+    ``dry_run`` the answer is the plan (``ResumePlanOut``) and nothing changes."""
+    body = body or ResumeRequest()
+    if body.dry_run:
+        plan = await schedules.plan_resume(schedule_id, owner, body.catchup)
+        return ResumePlanOut(
+            catchup=plan.catchup,
+            run=plan.run,
+            skipped=plan.skipped.count,
+            skipped_first=plan.skipped.first,
+            skipped_last=plan.skipped.last,
+        )
+    schedule = await schedules.resume(schedule_id, owner, body.catchup, by=principal.owner)
+    return ScheduleOut.model_validate(schedule_view(schedule))
+
+
+@router.post("/{schedule_id}/backfill", status_code=status.HTTP_202_ACCEPTED)
+async def backfill_schedule(
+    schedule_id: str,
+    body: BackfillRequest,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    principal: PrincipalDep,
+) -> BackfillOut:
+    """Queue one run per past due time in ``[start, end)`` that has not run (see README)."""
+    plan = await schedules.backfill(schedule_id, body, owner, by=principal.owner)
+    return BackfillOut(
+        dry_run=body.dry_run, overlap=plan.overlap, due_times=plan.due_times, kept=plan.kept
+    )
+
+
+@router.post("/{schedule_id}/skip")
+async def skip_occurrence(
+    schedule_id: str,
+    body: OccurrenceRequest,
+    schedules: SchedulesDep,
+    owner: OwnerDep,
+    principal: PrincipalDep,
+) -> RunOut:
+    """Skip one upcoming due time (and only it): returns its ``skipped`` run row."""
+    run = await schedules.skip_occurrence(schedule_id, body.due_at, owner, by=principal.owner)
+    return RunOut.model_validate(run_view(run))
+
+
+@router.post("/{schedule_id}/unskip", status_code=status.HTTP_204_NO_CONTENT)
+async def unskip_occurrence(
+    schedule_id: str, body: OccurrenceRequest, schedules: SchedulesDep, owner: OwnerDep
+) -> Response:
+    """Undo a skip while the due time is still ahead (204 whether or not it was skipped)."""
+    await schedules.unskip_occurrence(schedule_id, body.due_at, owner)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

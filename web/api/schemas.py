@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ScheduleOut(BaseModel):
@@ -34,6 +34,7 @@ class ScheduleOut(BaseModel):
     last_error: str | None
     last_run_id: uuid.UUID | None
     consecutive_failures: int
+    retention_days: int | None
     created_at: datetime
     updated_at: datetime
 
@@ -46,6 +47,28 @@ class SchedulePage(BaseModel):
 class PreviewOut(BaseModel):
     description: str
     next: list[datetime]
+
+
+class ResumePlanOut(BaseModel):
+    """A resume's dry run: the due times it would queue, and those it would skip."""
+
+    catchup: str
+    run: list[datetime] = Field(description="due times that would run, oldest first")
+    skipped: int | None = Field(
+        description="due times that would get a paused row (null: more than it counts)"
+    )
+    skipped_first: datetime | None
+    skipped_last: datetime | None
+
+
+class BackfillOut(BaseModel):
+    dry_run: bool
+    overlap: str
+    due_times: list[datetime] = Field(description="due times queued (or, dry run, that would be)")
+    kept: int = Field(
+        description="due times in the range left alone: they ran, are running, "
+        "or were skipped on purpose"
+    )
 
 
 class ErrorDetail(BaseModel):
@@ -73,8 +96,22 @@ class RunOut(BaseModel):
     trigger: str
     due_at: datetime | None
     replay_of: uuid.UUID | None
+    origin: str = Field(
+        description="what started the run: schedule, catchup (the missed due time catch-up "
+        "latest ran), manual or replay"
+    )
+    started_by: str | None = Field(
+        description="the API key owner who asked for a manual run or a replay; null otherwise"
+    )
     status: str
     reason: str | None
+    covers: int | None = Field(
+        description="due times this row stands for: 1, or for a skipped row summarising a gap "
+        "the count (null: more than 30); see covers_until"
+    )
+    covers_until: datetime | None = Field(
+        description="the last due time a skipped gap row stands for; null on other runs"
+    )
     attempt: int
     task_id: uuid.UUID | None
     created_at: datetime

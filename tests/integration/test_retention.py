@@ -1,0 +1,251 @@
+"""Retention on both databases: what the pruner deletes, and what it must never delete."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy import func, insert, select, update
+
+from core.config import Settings
+from core.retention import RetentionPolicy, prune_runs
+from core.storage import Database, Delivery, Run, Schedule, Task
+from tests.factories import schedule_values
+from tests.integration.engine_kit import wait_for
+from web.app import create_app
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+def run_row(schedule_id: uuid.UUID, created: datetime, **overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "schedule_id": schedule_id,
+        "trigger": "schedule",
+        "due_at": created,
+        "status": "succeeded",
+        "attempt": 1,
+        "payload": {},
+        "created_at": created,
+        "available_at": created,
+        "started_at": created,
+        "finished_at": created,
+        "cancel_requested": False,
+    }
+    values.update(overrides)
+    return values
+
+
+async def add_schedule(db: Database, **overrides: Any) -> uuid.UUID:
+    values = schedule_values(NOW, **overrides)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [values])
+    schedule_id: uuid.UUID = values["id"]
+    return schedule_id
+
+
+async def add_runs(db: Database, rows: list[dict[str, Any]]) -> None:
+    async with db.session() as session:
+        await session.execute(insert(Run), rows)
+
+
+async def run_ids(db: Database, schedule_id: uuid.UUID) -> set[uuid.UUID]:
+    async with db.session(write=False) as session:
+        found = await session.scalars(select(Run.id).where(Run.schedule_id == schedule_id))
+        return set(found)
+
+
+async def test_old_finished_runs_go_and_the_rest_stay(db: Database) -> None:
+    schedule_id = await add_schedule(db)
+    old = [run_row(schedule_id, NOW - 40 * DAY + i * timedelta(minutes=1)) for i in range(30)]
+    recent = [run_row(schedule_id, NOW - 2 * DAY + i * timedelta(minutes=1)) for i in range(5)]
+    await add_runs(db, old + recent)
+
+    report = await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=3, batch=7))
+
+    assert report.deleted == 30
+    assert report.batches >= 5  # small batches, each its own transaction
+    assert await run_ids(db, schedule_id) == {row["id"] for row in recent}
+    again = await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=3, batch=7))
+    assert again.deleted == 0
+
+
+async def test_running_pending_and_owed_deliveries_are_never_pruned(db: Database) -> None:
+    schedule_id = await add_schedule(db)
+    long_ago = NOW - 400 * DAY
+    running = run_row(schedule_id, long_ago, status="running", finished_at=None)
+    pending = run_row(schedule_id, long_ago + DAY, status="pending", started_at=None)
+    owed = run_row(schedule_id, long_ago + 2 * DAY, deliver_until=NOW + DAY)
+    done = [run_row(schedule_id, long_ago + (3 + i) * DAY) for i in range(5)]
+    newest = run_row(schedule_id, NOW - 50 * DAY)
+    await add_runs(db, [running, pending, owed, *done, newest])
+
+    report = await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=1))
+
+    assert report.deleted == len(done)
+    left = await run_ids(db, schedule_id)
+    assert left == {running["id"], pending["id"], owed["id"], newest["id"]}
+
+
+async def test_latest_run_and_keep_last_floor_survive_any_age(db: Database) -> None:
+    schedule_id = await add_schedule(db)
+    rows = [run_row(schedule_id, NOW - (500 - i) * DAY) for i in range(10)]
+    # The schedule's latest *recorded* run is an old one (a manual run finished later, say):
+    # it is what the schedule page points at, so it stays.
+    latest = rows[2]
+    await add_runs(db, rows)
+    async with db.session() as session:
+        await session.execute(
+            update(Schedule).where(Schedule.id == schedule_id).values(last_run_id=latest["id"])
+        )
+
+    await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=4))
+
+    newest_four = {row["id"] for row in rows[-4:]}
+    assert await run_ids(db, schedule_id) == newest_four | {latest["id"]}
+
+
+async def test_per_schedule_retention_overrides_the_default(db: Database) -> None:
+    short = await add_schedule(db, retention_days=2)
+    default = await add_schedule(db)
+    for schedule_id in (short, default):
+        await add_runs(db, [run_row(schedule_id, NOW - DAY * age) for age in (1, 5, 10, 20, 40)])
+
+    await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=1))
+
+    async with db.session(write=False) as session:
+        ages = {
+            schedule_id: sorted(
+                (NOW - created).days
+                for created in await session.scalars(
+                    select(Run.created_at).where(Run.schedule_id == schedule_id)
+                )
+            )
+            for schedule_id in (short, default)
+        }
+    assert ages == {short: [1], default: [1, 5, 10, 20]}
+
+
+async def test_pruned_runs_take_deliveries_and_orphan_tasks_not_shared_ones(db: Database) -> None:
+    shared_task, own_task = uuid.uuid4(), uuid.uuid4()
+    schedule_id = await add_schedule(db, mode="persistent", task_id=shared_task)
+    old = NOW - 90 * DAY
+    async with db.session() as session:
+        await session.execute(
+            insert(Task),
+            [
+                {
+                    "id": task_id,
+                    "schedule_id": schedule_id,
+                    "owner": "local",
+                    "workdir": "/tmp/x",
+                    "conversation": [],
+                    "created_at": old,
+                    "updated_at": old,
+                }
+                for task_id in (shared_task, own_task)
+            ],
+        )
+    with_own = run_row(schedule_id, old, task_id=own_task)
+    with_shared = run_row(schedule_id, old + DAY, task_id=shared_task)
+    replayed = run_row(schedule_id, old + 2 * DAY)
+    replay = run_row(
+        schedule_id, NOW - DAY, trigger="replay", due_at=None, replay_of=replayed["id"]
+    )
+    await add_runs(db, [with_own, with_shared, replayed, replay])
+    async with db.session() as session:
+        await session.execute(
+            insert(Delivery),
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "run_id": with_own["id"],
+                    "index": 0,
+                    "channel": "file",
+                    "target": "x",
+                    "status": "delivered",
+                    "attempts": 1,
+                    "created_at": old,
+                    "updated_at": old,
+                }
+            ],
+        )
+
+    report = await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=1))
+
+    assert report.deleted == 3
+    assert report.tasks_deleted == 1
+    async with db.session(write=False) as session:
+        assert set(await session.scalars(select(Task.id))) == {shared_task}
+        assert await session.scalar(select(func.count()).select_from(Delivery)) == 0
+        # The replay outlives the run it replayed; it just no longer points at it.
+        kept = await session.get(Run, replay["id"])
+        assert kept is not None and kept.replay_of is None
+
+
+async def test_a_pass_ends_when_every_old_row_is_protected(db: Database) -> None:
+    # 50 schedules whose whole (old) history is inside keep_last: nothing to delete, and the
+    # cursor must still walk past them instead of re-reading the same batch forever.
+    for _ in range(50):
+        schedule_id = await add_schedule(db)
+        await add_runs(db, [run_row(schedule_id, NOW - (300 - i) * DAY) for i in range(3)])
+
+    report = await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=3, batch=20))
+
+    assert report.deleted == 0
+    assert report.examined == 150
+    assert report.batches == 8
+
+
+async def test_retention_days_through_the_api(client: httpx.AsyncClient) -> None:
+    body = {
+        "name": "kept a week",
+        "prompt": "p",
+        "trigger": {"every_seconds": 60},
+        "runner": {"type": "command", "argv": ["true"]},
+        "retention_days": 7,
+    }
+    created = await client.post("/api/v1/schedules", json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["retention_days"] == 7
+    schedule_id = created.json()["id"]
+
+    cleared = await client.patch(f"/api/v1/schedules/{schedule_id}", json={"retention_days": None})
+    assert cleared.status_code == 200 and cleared.json()["retention_days"] is None
+
+    for bad in (0, -1, 36_501, "7", 1.5):
+        refused = await client.patch(
+            f"/api/v1/schedules/{schedule_id}", json={"retention_days": bad}
+        )
+        assert refused.status_code == 422, (bad, refused.text)
+        assert refused.json()["error"]["field"] == "retention_days"
+    other_null = await client.patch(f"/api/v1/schedules/{schedule_id}", json={"name": None})
+    assert other_null.status_code == 422
+
+
+async def test_the_service_loop_prunes_on_its_interval(db: Database, settings: Settings) -> None:
+    # Real time here: the loop's clock is the wall clock, so "old" is relative to now.
+    now = datetime.now(UTC)
+    schedule_id = await add_schedule(db, enabled=False)
+    old = [run_row(schedule_id, now - 60 * DAY + i * timedelta(seconds=1)) for i in range(5)]
+    recent = run_row(schedule_id, now - DAY)
+    await add_runs(db, [*old, recent])
+    tuned = settings.model_copy(
+        update={
+            "disable_scheduler": False,
+            "retention_keep_last": 1,
+            "retention_interval_seconds": 0.2,
+        }
+    )
+    app = create_app(tuned)
+    async with app.router.lifespan_context(app):
+
+        async def pruned() -> bool:
+            return await run_ids(db, schedule_id) == {recent["id"]}
+
+        await wait_for(pruned, within=10, what="the loop's retention pass")
+        metrics = app.state.metrics.registry.get_sample_value("agentcron_runs_pruned_total")
+        assert metrics == len(old)
