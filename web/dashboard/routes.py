@@ -282,7 +282,7 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
 @router.post("/schedules/{schedule_id}/run")
 async def run_now(request: Request, schedule_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
-    run = await _ledger(request).run_now(schedule_id, viewer.scope)
+    run = await _ledger(request).run_now(schedule_id, viewer.scope, by=viewer.owner)
     return _back(posted, f"/schedules/{run.schedule_id}", "run")
 
 
@@ -297,7 +297,7 @@ async def pause(request: Request, schedule_id: str, viewer: ViewerDep) -> Respon
 @router.post("/schedules/{schedule_id}/resume")
 async def resume(request: Request, schedule_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
-    schedule = await _schedules(request).resume(schedule_id, viewer.scope)
+    schedule = await _schedules(request).resume(schedule_id, viewer.scope, by=viewer.owner)
     return _back(posted, f"/schedules/{schedule.id}", "resumed")
 
 
@@ -315,7 +315,7 @@ async def delete(request: Request, schedule_id: str, viewer: ViewerDep) -> Respo
 @router.post("/runs/{run_id}/replay")
 async def replay(request: Request, run_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
-    run = await _ledger(request).replay(run_id, viewer.scope)
+    run = await _ledger(request).replay(run_id, viewer.scope, by=viewer.owner)
     return _back(posted, f"/schedules/{run.schedule_id}", "replayed")
 
 
