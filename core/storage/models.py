@@ -78,6 +78,15 @@ class Schedule(Base):
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     # Days a finished run is kept; NULL: the service's AGENTCRON_RETENTION_DAYS.
     retention_days: Mapped[int | None] = mapped_column(Integer)
+    # The circuit breaker: pause after this many failed runs in a row (NULL: never).
+    pause_after_failures: Mapped[int | None] = mapped_column(Integer)
+    # At most this many due times get a run (NULL: no bound); scheduled_runs counts them.
+    max_runs: Mapped[int | None] = mapped_column(Integer)
+    scheduled_runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Runs start up to this many seconds after their due time, the same for every replica.
+    jitter_seconds: Mapped[int | None] = mapped_column(Integer)
+    # What create or update found worth saying, not errors: [{"code", "message"}].
+    warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -133,6 +142,8 @@ class Run(Base):
     # Provenance: what started the run (schedule, catchup, manual, replay) and, for a run a
     # person asked for, the owner of the API key they used.
     origin: Mapped[str | None] = mapped_column(String(16))
+    # The daylight-saving rule that decided this due time, when one did (core.triggers).
+    dst_rule: Mapped[str | None] = mapped_column(String(16))
     started_by: Mapped[str | None] = mapped_column(String(200))
     covers_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
