@@ -27,7 +27,7 @@ from core import triggers
 from core.clock import Clock, utcnow
 from core.errors import Conflict, NotFound
 from core.logging import get_logger
-from core.notify.delivery import applicable_channels
+from core.notify.delivery import TRIPPED, applicable_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.schedules import announce_change, load_schedule, parse_id
 from core.storage import Database, Delivery, Run, Schedule, Task
@@ -373,11 +373,15 @@ class Ledger:
     # -- delivery leases (``Run.deliver_until``) ------------------------------------------
 
     def delivery_deadline(
-        self, notify: Sequence[Mapping[str, Any]], status: str, now: datetime
+        self,
+        notify: Sequence[Mapping[str, Any]],
+        status: str,
+        now: datetime,
+        reason: str | None = None,
     ) -> datetime | None:
         """``deliver_until`` for a run finishing ``now`` with ``status``: a lease from now if a
         channel applies (the recorder then delivers, renewing it), else None (nothing to do)."""
-        return self._lease_until(now) if applicable_channels(notify, status) else None
+        return self._lease_until(now) if applicable_channels(notify, status, reason) else None
 
     async def renew_deliveries(self, now: datetime, run_ids: Sequence[uuid.UUID]) -> None:
         """Extend the delivery leases of runs this process is delivering now."""
@@ -590,9 +594,25 @@ class Ledger:
             self._finish(run, status, now)
             if run.origin in QUEUED_ORIGINS:
                 promoted = await promote_next(session, run.schedule_id, now)
+            if schedule is not None and status in ("failed", "timed_out"):
+                # The circuit breaker: this failure ends a streak long enough to pause on.
+                limit = schedule.pause_after_failures
+                streak = schedule.consecutive_failures + 1
+                if limit is not None and streak >= limit and schedule.enabled:
+                    run.reason = TRIPPED
+                    schedule.enabled = False
+                    schedule.next_run = None
+                    schedule.paused_at = now
+                    schedule.paused_note = (
+                        f"paused by agentcron after {streak} failed runs in a row"
+                        f" (pause_after_failures={limit}); last error: {run.error or status}"
+                    )
+                    await announce_change(self.db, session)
             # Recorded with the outcome, in its transaction: if this process dies before its
             # deliveries are made, another takes them over once this lease runs out.
-            run.deliver_until = self.delivery_deadline(run.payload.get("notify") or (), status, now)
+            run.deliver_until = self.delivery_deadline(
+                run.payload.get("notify") or (), status, now, run.reason
+            )
             if schedule is not None and pause_schedule and schedule.enabled:
                 schedule.enabled = False
                 schedule.next_run = None

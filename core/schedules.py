@@ -77,6 +77,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_run_id": schedule.last_run_id,
         "consecutive_failures": schedule.consecutive_failures,
         "retention_days": schedule.retention_days,
+        "pause_after_failures": schedule.pause_after_failures,
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
@@ -193,6 +194,7 @@ class ScheduleService:
             runner=runner,
             notify=notify,
             retention_days=spec.retention_days,
+            pause_after_failures=spec.pause_after_failures,
             next_run=_next_run(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,
             consecutive_failures=0,

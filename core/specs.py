@@ -31,7 +31,11 @@ RETENTION_DOC = (
     "service's AGENTCRON_RETENTION_DAYS"
 )
 # Fields an update may set to null (meaning "the service default"); the rest are not nullable.
-NULLABLE = frozenset({"retention_days"})
+NULLABLE = frozenset({"retention_days", "pause_after_failures"})
+BREAKER_DOC = (
+    "The circuit breaker: pause the schedule after this many failed runs in a row, with a note "
+    "saying why, and deliver the run that tripped it to every notify channel; null: never"
+)
 
 TRIGGER_DOC = (
     'Exactly one of {"cron": "<5 fields or @macro>", "timezone": "<IANA zone>"}, '
@@ -91,6 +95,7 @@ class ScheduleCreate(_Input):
     retention_days: int | None = Field(
         default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
     )
+    pause_after_failures: int | None = Field(default=None, ge=1, le=1000, description=BREAKER_DOC)
 
     _nul = field_validator("name", "prompt")(_no_nul)
     _blank = field_validator("name")(_non_blank)
@@ -115,6 +120,7 @@ class ScheduleUpdate(_Input):
     retention_days: int | None = Field(
         default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
     )
+    pause_after_failures: int | None = Field(default=None, ge=1, le=1000, description=BREAKER_DOC)
 
     _nul = field_validator("name", "prompt")(_no_nul)
     _blank = field_validator("name")(_non_blank)

@@ -121,6 +121,13 @@ def run_payload(schedule: Schedule) -> dict[str, Any]:
         "timeout_seconds": schedule.timeout_seconds,
         "max_attempts": schedule.max_attempts,
         "mode": schedule.mode,
+        # Read when the run fails: such a failure is recorded on its own, not in a batch,
+        # so the breaker can trip in the same transaction.
+        **(
+            {"pause_after_failures": schedule.pause_after_failures}
+            if schedule.pause_after_failures
+            else {}
+        ),
     }
 
 

@@ -36,7 +36,7 @@ from core.errors import (
     TargetUnavailable,
 )
 from core.logging import get_logger
-from core.notify.delivery import DEFAULT_POLICY, deliver_run
+from core.notify.delivery import DEFAULT_POLICY, TRIPPED, deliver_run
 from core.retention import PruneReport, RetentionPolicy, prune_runs
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
@@ -451,7 +451,7 @@ class SchedulerLoop:
             bound.warning("run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat())
             self.wake()
             return
-        elif verdict.batch and not verdict.unavailable:
+        elif verdict.batch and not verdict.unavailable and "pause_after_failures" not in payload:
             recorded = await self._record_plain(run, "failed", error=verdict.error)
             await self._finished(recorded, verdict)
             return
@@ -492,7 +492,7 @@ class SchedulerLoop:
             # The attempt's half-finished output is not saved, so channels that ask for
             # timed_out runs get the record without it (contract point 8).
             error = f"timed out after {verdict.timeout:g} s"
-            if verdict.batch:
+            if verdict.batch and "pause_after_failures" not in run.payload:
                 finished = await self._record_plain(run, "timed_out", error=error)
             else:
                 finished = await self.ledger.finish_attempt(run.id, "timed_out", error=error)
@@ -511,6 +511,8 @@ class SchedulerLoop:
             bound.warning("run_lease_lost")
             return
         bound.info("run_finished", status=run.status, error=run.error)
+        if run.reason == TRIPPED:
+            bound.warning("circuit_breaker_tripped", paused="schedule", error=run.error)
         self.metrics.runs.labels(run.status, run.trigger).inc()
         if run.started_at is not None and run.finished_at is not None:
             self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())

@@ -29,6 +29,7 @@ log = get_logger(__name__)
 
 DEFAULT_POLICY = RetryPolicy(max_attempts=3, base=1.0, cap=30.0)
 DEFAULT_NOTIFY_ON = ("succeeded",)
+TRIPPED = "circuit_breaker"  # reason of the failed run that paused its schedule
 
 
 def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str) -> dict[str, Any]:
@@ -41,11 +42,15 @@ def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str
 
 
 def applicable_channels(
-    notify: Sequence[Mapping[str, Any]], status: str
+    notify: Sequence[Mapping[str, Any]], status: str, reason: str | None = None
 ) -> list[tuple[int, Mapping[str, Any]]]:
     """The channels (index, channel) a run finished with ``status`` is delivered to: those whose
-    ``notify_on`` (default ``["succeeded"]``) lists it. The one rule, shared by delivery and by
-    the ledger, which records whether a finished run has deliveries to make."""
+    ``notify_on`` (default ``["succeeded"]``) lists it, or every channel for the run that
+    tripped its schedule's circuit breaker (the pause must reach someone). The one rule,
+    shared by delivery and by the ledger, which records whether a finished run has deliveries
+    to make."""
+    if reason == TRIPPED:
+        return list(enumerate(notify))
     return [
         (index, channel)
         for index, channel in enumerate(notify)
@@ -72,7 +77,7 @@ async def deliver_run(
     is reused and its attempts keep counting; a missing one is created. The webhook-id is
     ``<run id>.<index>`` every time, so a receiver can de-duplicate a repeat.
     """
-    channels = applicable_channels(run.payload.get("notify") or (), run.status)
+    channels = applicable_channels(run.payload.get("notify") or (), run.status, run.reason)
     if not channels:
         return []
     missing = sorted(
@@ -86,6 +91,8 @@ async def deliver_run(
         schedule = await session.get(Schedule, run.schedule_id)
     name = schedule.name if schedule is not None else str(run.payload.get("name", ""))
     body = delivery_body(run_view, run.schedule_id, name)
+    if run.reason == TRIPPED and schedule is not None:
+        body["schedule"].update(paused=not schedule.enabled, paused_note=schedule.paused_note)
     made = await asyncio.gather(
         *(
             _deliver_one(db, run.id, index, channel, body, workdir, policy, clock, allow_private)

@@ -35,6 +35,7 @@ class ScheduleOut(BaseModel):
     last_run_id: uuid.UUID | None
     consecutive_failures: int
     retention_days: int | None
+    pause_after_failures: int | None
     created_at: datetime
     updated_at: datetime
 
