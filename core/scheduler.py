@@ -37,6 +37,7 @@ from core.timeline import (
     Gap,
     find_gap,
     gap_rows,
+    jitter_delay,
     last_fire_before,
     promote_next,
     run_payload,
@@ -110,6 +111,11 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
     if schedule.catchup == "latest" and not on_time and latest_missed is not None:
         run_at = [latest_missed]
         missed -= 1
+    if schedule.max_runs is not None:
+        # The bound is on due times the timetable takes; the last one ends it.
+        room = max(0, schedule.max_runs - (schedule.scheduled_runs or 0))
+        if len(run_at) >= room:
+            run_at, due = run_at[:room], None
     if not late:
         return DuePlan(run_at=run_at, missed=missed, next_run=due)
     # The gap ends before the caught-up run, which is the last due time before the boundary.
@@ -245,7 +251,13 @@ class Ledger:
                     # One unreadable schedule must not block every claim after it (a poison
                     # pill): take it off the timetable and say why.
                     log.exception("schedule_unplannable", schedule_id=str(schedule.id))
-                    advances.append({"id": schedule.id, "next_run": None})
+                    advances.append(
+                        {
+                            "id": schedule.id,
+                            "next_run": None,
+                            "scheduled_runs": schedule.scheduled_runs,
+                        }
+                    )
                     continue
                 if plan.missed:
                     log.info(
@@ -273,7 +285,11 @@ class Ledger:
                         "task_id": task_id if independent else None,
                         "payload": payload,
                         "created_at": now,
-                        "available_at": now,
+                        "available_at": (
+                            max(now, due + jitter_delay(schedule.id, due, schedule.jitter_seconds))
+                            if schedule.jitter_seconds
+                            else now
+                        ),
                         "lease_owner": self.owner,
                         "lease_expires_at": until,
                         "cancel_requested": False,
@@ -281,7 +297,13 @@ class Ledger:
                     rows.append(row)
                     if independent:
                         tasks[run_id] = self._new_task_row(task_id, schedule, now)
-                advances.append({"id": schedule.id, "next_run": plan.next_run})
+                advances.append(
+                    {
+                        "id": schedule.id,
+                        "next_run": plan.next_run,
+                        "scheduled_runs": (schedule.scheduled_runs or 0) + len(plan.run_at),
+                    }
+                )
             inserted: set[uuid.UUID] = set()
             if rows:
                 statement = q.insert_runs(self.db.capabilities.dialect)

@@ -78,6 +78,9 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "consecutive_failures": schedule.consecutive_failures,
         "retention_days": schedule.retention_days,
         "pause_after_failures": schedule.pause_after_failures,
+        "max_runs": schedule.max_runs,
+        "scheduled_runs": schedule.scheduled_runs or 0,
+        "jitter_seconds": schedule.jitter_seconds,
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
@@ -123,6 +126,11 @@ def preview(
     trigger = triggers.parse_trigger(trigger_data, now)
     start = after if after is not None else now
     return Preview(triggers.describe(trigger), triggers.preview(trigger, start, count))
+
+
+def _exhausted(schedule: Schedule) -> bool:
+    """Its ``max_runs`` due times have all been taken: the timetable is over."""
+    return schedule.max_runs is not None and (schedule.scheduled_runs or 0) >= schedule.max_runs
 
 
 def _next_run(trigger: triggers.Trigger, now: datetime) -> datetime | None:
@@ -195,6 +203,9 @@ class ScheduleService:
             notify=notify,
             retention_days=spec.retention_days,
             pause_after_failures=spec.pause_after_failures,
+            max_runs=spec.max_runs,
+            scheduled_runs=0,
+            jitter_seconds=spec.jitter_seconds,
             next_run=_next_run(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,
             consecutive_failures=0,
@@ -278,12 +289,13 @@ class ScheduleService:
                     schedule.paused_at, schedule.paused_note = None, None
                 else:
                     schedule.paused_at = now
+            timetable_changed = timetable_changed or "max_runs" in changes
             for name, value in changes.items():
                 setattr(schedule, name, value)
             if timetable_changed:
                 schedule.next_run = (
                     _next_run(triggers.trigger_from_dict(schedule.trigger), now)
-                    if schedule.enabled
+                    if schedule.enabled and not _exhausted(schedule)
                     else None
                 )
             schedule.updated_at = now
@@ -329,7 +341,11 @@ class ScheduleService:
             schedule.enabled = True
             schedule.paused_at = None
             schedule.paused_note = None
-            schedule.next_run = _next_run(triggers.trigger_from_dict(schedule.trigger), now)
+            schedule.next_run = (
+                None
+                if _exhausted(schedule)
+                else _next_run(triggers.trigger_from_dict(schedule.trigger), now)
+            )
             schedule.updated_at = now
             await self._announce(session)
         self._changed()

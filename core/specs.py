@@ -31,7 +31,18 @@ RETENTION_DOC = (
     "service's AGENTCRON_RETENTION_DAYS"
 )
 # Fields an update may set to null (meaning "the service default"); the rest are not nullable.
-NULLABLE = frozenset({"retention_days", "pause_after_failures"})
+NULLABLE = frozenset({"retention_days", "pause_after_failures", "max_runs", "jitter_seconds"})
+MAX_RUNS = 1_000_000_000
+MAX_RUNS_DOC = (
+    "At most this many due times get a run (a skipped occurrence counts); then the timetable "
+    "ends (next_run null). scheduled_runs counts them; null: no bound"
+)
+MAX_JITTER_SECONDS = 3600
+JITTER_DOC = (
+    "Start each run up to this many seconds after its due time, at an offset fixed by the "
+    "schedule and the due time (every replica agrees), so schedules due at one instant spread "
+    "out; null: start at the due time"
+)
 BREAKER_DOC = (
     "The circuit breaker: pause the schedule after this many failed runs in a row, with a note "
     "saying why, and deliver the run that tripped it to every notify channel; null: never"
@@ -96,6 +107,10 @@ class ScheduleCreate(_Input):
         default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
     )
     pause_after_failures: int | None = Field(default=None, ge=1, le=1000, description=BREAKER_DOC)
+    max_runs: int | None = Field(default=None, ge=1, le=MAX_RUNS, description=MAX_RUNS_DOC)
+    jitter_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_JITTER_SECONDS, description=JITTER_DOC
+    )
 
     _nul = field_validator("name", "prompt")(_no_nul)
     _blank = field_validator("name")(_non_blank)
@@ -121,6 +136,10 @@ class ScheduleUpdate(_Input):
         default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
     )
     pause_after_failures: int | None = Field(default=None, ge=1, le=1000, description=BREAKER_DOC)
+    max_runs: int | None = Field(default=None, ge=1, le=MAX_RUNS, description=MAX_RUNS_DOC)
+    jitter_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_JITTER_SECONDS, description=JITTER_DOC
+    )
 
     _nul = field_validator("name", "prompt")(_no_nul)
     _blank = field_validator("name")(_non_blank)

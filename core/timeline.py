@@ -16,6 +16,7 @@ them, and costs a bounded amount of trigger arithmetic.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -109,6 +110,15 @@ def last_fire_before(
         if probe <= floor:
             return None
         step *= 2
+
+
+def jitter_delay(schedule_id: uuid.UUID, due: datetime, jitter_seconds: int) -> timedelta:
+    """How long after ``due`` the run of ``schedule_id`` starts: a hash of both, in
+    ``[0, jitter_seconds]`` to the millisecond. Deterministic, so every replica (and a replica
+    taking a run over) agrees, and different schedules due at one instant spread out."""
+    digest = hashlib.sha256(f"{schedule_id}/{due.isoformat()}".encode()).digest()
+    spread = jitter_seconds * 1000 + 1
+    return timedelta(milliseconds=int.from_bytes(digest[:8], "big") % spread)
 
 
 def run_payload(schedule: Schedule) -> dict[str, Any]:

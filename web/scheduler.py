@@ -322,6 +322,11 @@ class SchedulerLoop:
         bound = self._run_log(run)
         verdict: Verdict | None = None
         try:
+            # A jittered run (``jitter_seconds``) was claimed at its due time but starts at its
+            # ``available_at``; the lease is renewed meanwhile like any claimed backlog.
+            delay = (run.available_at - self.clock()).total_seconds()
+            if delay > 0:
+                await self._sleep_or_stop(delay)
             while not self._stop.is_set():
                 async with self.semaphore:
                     if self._stop.is_set():

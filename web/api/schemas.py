@@ -36,6 +36,9 @@ class ScheduleOut(BaseModel):
     consecutive_failures: int
     retention_days: int | None
     pause_after_failures: int | None
+    max_runs: int | None
+    scheduled_runs: int = Field(description="due times the timetable has taken (see max_runs)")
+    jitter_seconds: int | None
     created_at: datetime
     updated_at: datetime
 

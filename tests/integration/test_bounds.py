@@ -1,0 +1,129 @@
+"""Bounds and jitter (issue 8, part 8), on both databases: ``max_runs`` ends a timetable after
+N due times; ``jitter_seconds`` spreads the starts of schedules due at one instant, the same
+way on every replica."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import insert
+
+from core import triggers
+from core.runners.fake import FakeRunnerType
+from core.scheduler import Ledger, plan_due_times
+from core.specs import ScheduleUpdate
+from core.storage import Database, Run, Schedule
+from core.timeline import jitter_delay
+from tests.factories import schedule_values
+from tests.integration.engine_kit import Engine, fetch_schedule, runs_of, spec, wait_for
+
+T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+def test_max_runs_cuts_the_plan_and_ends_the_timetable() -> None:
+    schedule = Schedule(
+        trigger={"every_seconds": 10, "start_at": T0.isoformat()},
+        next_run=T0 + 10 * S,
+        misfire_grace_seconds=60,
+        catchup="skip",
+        catchup_window_seconds=3600,
+        max_runs=5,
+        scheduled_runs=4,
+    )
+    plan = plan_due_times(schedule, T0 + 30 * S)  # 10, 20, 30 s are due; room for one
+    assert plan.run_at == [T0 + 10 * S]
+    assert plan.next_run is None
+
+
+async def test_a_bounded_schedule_runs_exactly_max_runs_times(
+    engine: Engine, fake: FakeRunnerType
+) -> None:
+    schedule = await engine.create(spec(fake.config(), max_runs=3))
+
+    async def ended() -> bool:
+        found = await fetch_schedule(engine.db, schedule.id)
+        return found.next_run is None and found.scheduled_runs == 3
+
+    await wait_for(ended, within=10, what="the timetable to end after 3 runs")
+
+    async def all_done() -> bool:
+        runs = await runs_of(engine.db, schedule.id)
+        return len(runs) == 3 and all(run.status == "succeeded" for run in runs)
+
+    await wait_for(all_done, within=10, what="three runs")
+    assert (await fetch_schedule(engine.db, schedule.id)).enabled  # ended, not paused
+
+    # Raising the bound restarts the timetable from now.
+    patched = await engine.schedules.update(schedule.id, ScheduleUpdate(max_runs=5), None)
+    assert patched.next_run is not None
+
+    async def five() -> bool:
+        return len(await runs_of(engine.db, schedule.id)) == 5
+
+    await wait_for(five, within=10, what="two more runs")
+
+
+def test_jitter_is_deterministic_bounded_and_spread() -> None:
+    due = T0 + 3600 * S
+    ids = [uuid.UUID(int=i) for i in range(200)]
+    delays = [jitter_delay(schedule_id, due, 60) for schedule_id in ids]
+    assert delays == [jitter_delay(schedule_id, due, 60) for schedule_id in ids]  # replicas agree
+    assert all(timedelta(0) <= delay <= 60 * S for delay in delays)
+    # 200 schedules due at one instant start across the whole minute, not in a clump.
+    seconds = sorted(delay.total_seconds() for delay in delays)
+    assert seconds[0] < 6 and seconds[-1] > 54
+    assert len({int(value // 6) for value in seconds}) == 10  # every tenth of the window used
+    # The same schedule gets a different offset at another due time.
+    assert len({jitter_delay(ids[0], due + k * 3600 * S, 60) for k in range(20)}) > 10
+
+
+async def test_a_jittered_run_is_claimed_on_time_and_starts_at_its_offset(
+    db: Database, tmp_path: Path
+) -> None:
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    values = schedule_values(T0, trigger=trigger, next_run=T0 + 60 * S, jitter_seconds=30)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [values])
+    ledger = Ledger(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
+    claim = await ledger.claim_due_jobs(T0 + 60 * S)
+    [run] = claim.runs
+    assert run.available_at == T0 + 60 * S + jitter_delay(values["id"], T0 + 60 * S, 30)
+
+
+async def test_a_jittered_run_waits_for_its_offset(engine: Engine, fake: FakeRunnerType) -> None:
+    schedule = await engine.create(spec(fake.config(), jitter_seconds=2, max_runs=1))
+
+    async def started() -> list[Run] | None:
+        runs = await runs_of(engine.db, schedule.id)
+        return runs if runs and runs[0].started_at is not None else None
+
+    [run] = await wait_for(started, within=10, what="the jittered run")
+    assert run.due_at is not None and run.started_at is not None
+    offset = jitter_delay(schedule.id, run.due_at, 2)
+    assert run.started_at >= run.due_at + offset - timedelta(milliseconds=5)
+
+
+async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:
+    body = {
+        "name": "ten times",
+        "prompt": "p",
+        "trigger": {"every_seconds": 60},
+        "runner": {"type": "command", "argv": ["true"]},
+        "max_runs": 10,
+        "jitter_seconds": 120,
+    }
+    created = await client.post("/api/v1/schedules", json=body)
+    assert created.status_code == 201, created.text
+    out = created.json()
+    assert (out["max_runs"], out["scheduled_runs"], out["jitter_seconds"]) == (10, 0, 120)
+    url = f"/api/v1/schedules/{out['id']}"
+    for field, bad in [("max_runs", 0), ("jitter_seconds", 3601), ("jitter_seconds", 0)]:
+        refused = await client.patch(url, json={field: bad})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == field
+    cleared = await client.patch(url, json={"max_runs": None, "jitter_seconds": None})
+    assert cleared.status_code == 200
+    assert (cleared.json()["max_runs"], cleared.json()["jitter_seconds"]) == (None, None)
