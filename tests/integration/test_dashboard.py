@@ -412,3 +412,19 @@ async def test_the_openapi_document_has_no_dashboard_paths(live_app: FastAPI) ->
         assert (await http.get("/static/dashboard.js")).status_code == 200
     assert all(path.startswith("/api/v1/") for path in paths - {"/healthz", "/readyz"}), paths
     assert not any(path.startswith(("/login", "/ui", "/static", "/runs")) for path in paths)
+
+
+async def test_the_run_history_shows_the_timeline(live_app: FastAPI) -> None:
+    # Skipped rows say why and, for a summary of a long gap, how far it reaches; runs say who
+    # asked for them (issue 8).
+    key = await new_key(live_app, "alice")
+    schedule = await make_schedule(live_app, "alice")
+    await ledger(live_app).run_now(schedule.id, "alice", by="alice")
+    skipped = await service(live_app).skip_occurrence(
+        schedule.id, schedule.next_run.isoformat() if schedule.next_run else "", "alice", by="bob"
+    )
+    async with browser(live_app, key) as http:
+        page = (await http.get(f"/schedules/{schedule.id}")).text
+    assert "occurrence skipped" in page
+    assert "by bob" in page and "by alice" in page
+    assert f'data-run="{skipped.id}"' in page
