@@ -80,6 +80,7 @@ class EngineProperties:
     lease_seconds: float
     tick_seconds: float
     concurrency: int
+    clock: str  # "database": due times and leases by the database's clock; "local": SQLite
 
 
 @dataclass
