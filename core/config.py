@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     retention_keep_last: int = Field(default=100, ge=1, le=1_000_000)
     retention_interval_seconds: float = Field(default=3600.0, gt=0, le=86_400 * 7)
     database_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    # PostgreSQL: past this skew between this host's clock and the database's, a warning is
+    # logged and /readyz says so (the engine itself uses the database's clock either way).
+    clock_skew_warn_seconds: float = Field(default=2.0, gt=0)
     instance_id: str = Field(default_factory=_default_instance_id)
 
 

@@ -205,7 +205,13 @@ class Wakeup:
 
 @dataclass
 class Ledger:
-    """The service layer of the engine over one database. ``owner`` is this instance's id."""
+    """The service layer of the engine over one database. ``owner`` is this instance's id.
+
+    ``clock`` tells every "now" the ledger writes (leases, ``available_at``, timestamps); the
+    caller's ``now`` decides what is due and which leases ran out. On PostgreSQL both are the
+    database's time (``core.clock.DatabaseClock``): leases written by one replica are judged
+    by another, and only a shared clock keeps a fast host from taking over a live run.
+    """
 
     db: Database
     owner: str

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from core.clock import Clock, DatabaseClock, utcnow
 from core.config import Settings, get_settings
 from core.errors import SchedulerUnavailable
 from core.logging import configure_logging, get_logger
@@ -18,6 +19,7 @@ from core.storage.lock import EngineLock
 from core.storage.migrate import check_schema
 from web.api import health, runs, schedules, tasks
 from web.api.errors import install_error_handlers
+from web.clockwatch import ClockWatch
 from web.dashboard import install as install_dashboard
 from web.metrics import EngineMetrics
 from web.scheduler import EngineProperties, SchedulerLoop
@@ -39,6 +41,7 @@ def engine_properties(settings: Settings, db: Database) -> EngineProperties:
         lease_seconds=settings.lease_seconds,
         tick_seconds=settings.scheduler_tick_seconds,
         concurrency=settings.scheduler_concurrency,
+        clock="database" if caps.database_clock else "local",
     )
 
 
@@ -51,8 +54,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         db = Database(settings.database_url, timeout=settings.database_timeout_seconds)
         lock = EngineLock(settings.database_url)
         loop: SchedulerLoop | None = None
+        watch: ClockWatch | None = None
         metrics = EngineMetrics()
         app.state.metrics = metrics
+        # On PostgreSQL every "now" of the engine (due times, leases, next_run, available_at)
+        # is the database's: replicas on hosts whose clocks disagree would otherwise claim
+        # early or late relative to each other, and one whose clock runs fast would find a
+        # live run's lease expired and take it over. One clock for all of them, the database's.
+        clock: Clock = utcnow
+        if db.capabilities.database_clock:
+            clock = DatabaseClock(warn_seconds=settings.clock_skew_warn_seconds)
+            watch = ClockWatch(clock, db, instance_id=settings.instance_id, metrics=metrics)
         try:
             try:
                 await check_schema(db)
@@ -64,9 +76,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 owner=settings.instance_id,
                 lease_seconds=settings.lease_seconds,
                 data_dir=settings.data_dir,
+                clock=clock,
             )
             service = ScheduleService(
                 db,
+                clock=clock,
                 max_active=settings.max_active_schedules,
                 allow_private=settings.allow_private_webhooks,
             )
@@ -78,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     concurrency=settings.scheduler_concurrency,
                     tick_seconds=settings.scheduler_tick_seconds,
                     drain_timeout=settings.drain_timeout_seconds,
+                    clock=clock,
                     allow_private=settings.allow_private_webhooks,
                     metrics=metrics,
                     retention=RetentionPolicy(
@@ -91,6 +106,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.schedules = service
             app.state.ledger = ledger
             app.state.loop = loop
+            app.state.clock_watch = watch
+            if watch is not None:
+                # Before the first claim, so it already uses the database's time. API-only
+                # replicas measure too: run now and schedule changes write times as well.
+                await watch.start()
             if loop is not None:
                 loop.start()
                 log.info("engine_started", **vars(engine_properties(settings, db)))
@@ -100,6 +120,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             if loop is not None:
                 await loop.stop()
+            if watch is not None:
+                await watch.stop()
             lock.release()
             await db.dispose()
             log.info("service_stopped")

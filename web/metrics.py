@@ -74,6 +74,11 @@ class EngineMetrics:
             "Finished runs deleted by retention (AGENTCRON_RETENTION_DAYS).",
             registry=r,
         )
+        self.clock_skew = Gauge(
+            "agentcron_clock_skew_seconds",
+            "The database's clock minus this host's, last measured (PostgreSQL; 0 on SQLite).",
+            registry=r,
+        )
         self.iterations = Counter(
             "agentcron_loop_iterations", "Wake-ups of the scheduling loop.", registry=r
         )

@@ -9,6 +9,10 @@ cancel token, record the outcome, then deliver it. A heartbeat renews the leases
 holds (on runs, and on the deliveries it is making) and relays cancel requests. Deliveries
 whose lease ran out (their process died before it was done) are taken over when the loop
 wakes for them. The loop survives every exception and keeps ticking.
+
+Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
+(``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
+clocks disagree still agree on what is due and which lease ran out.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class EngineProperties:
     lease_seconds: float
     tick_seconds: float
     concurrency: int
+    clock: str  # "database": due times and leases by the database's clock; "local": SQLite
 
 
 @dataclass

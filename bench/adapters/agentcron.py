@@ -63,6 +63,7 @@ from bench.adapters.common import (
     with_driver,
 )
 from core import triggers
+from core.clock import Clock, DatabaseClock, utcnow
 from core.config import Settings
 from core.logging import configure_logging
 from core.scheduler import Claim, Ledger
@@ -70,6 +71,8 @@ from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Schedule
 from core.storage.migrate import upgrade
+from web.clockwatch import ClockWatch
+from web.metrics import EngineMetrics
 from web.scheduler import SchedulerLoop
 
 TARGET = "bench.noop:run"
@@ -192,12 +195,22 @@ class Engine:
         self.claims: list[tuple[float, int]] = []
         for pool in self.db.engines:  # the ORM sessions' engine and the batched statements' one
             event.listen(pool.sync_engine, "before_cursor_execute", self._count)
-        self.ledger = Ledger(self.db, owner=f"bench-{os.getpid()}", data_dir=data_dir)
+        # The clock as the service wires it (web/app.py): on PostgreSQL the database's, kept
+        # in step by a ClockWatch, whose statement (one a minute) is counted like any other.
+        clock: Clock = utcnow
+        self.watch: ClockWatch | None = None
+        if self.db.capabilities.database_clock:
+            clock = DatabaseClock()
+            self.watch = ClockWatch(
+                clock, self.db, instance_id=f"bench-{os.getpid()}", metrics=EngineMetrics()
+            )
+        self.ledger = Ledger(self.db, owner=f"bench-{os.getpid()}", data_dir=data_dir, clock=clock)
         self.ledger.claim_due_jobs = self._timed(self.ledger.claim_due_jobs)  # type: ignore[method-assign]
         self.loop = SchedulerLoop(
             self.ledger,
             concurrency=settings.scheduler_concurrency,
             tick_seconds=settings.scheduler_tick_seconds,
+            clock=clock,
         )
         self.settings = {
             "concurrency": settings.scheduler_concurrency,
@@ -218,9 +231,11 @@ class Engine:
 
         return timed
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self.monitor is not None:
             self.monitor.start()
+        if self.watch is not None:
+            await self.watch.start()
         self.loop.start()
         mark_ready()
 
@@ -228,6 +243,8 @@ class Engine:
         """Stop the engine; the maximum event-loop lag seen, in milliseconds."""
         lag = None if self.monitor is None else await self.monitor.stop()
         await self.loop.stop()
+        if self.watch is not None:
+            await self.watch.stop()
         return lag
 
     async def query(self, sql: str) -> list[Any]:
@@ -267,7 +284,7 @@ async def fire(
     own = 0
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(url, Path(tmp))
-        engine.start()
+        await engine.start()
         cpu = cpu_seconds()
         deadline = t0.timestamp() + give_up_after
         polls = 0
@@ -334,7 +351,7 @@ async def idle(url: str, window: float) -> dict[str, Any]:
     """Statements over an idle window, then how late an outside change is noticed."""
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(url, Path(tmp), lag_probe=False)
-        engine.start()
+        await engine.start()
         await asyncio.sleep(min(IDLE_WARMUP_SECONDS, window))
         before, cpu = engine.statements, cpu_seconds()
         emit({"event": "window_start"})
@@ -367,7 +384,7 @@ async def steady(url: str, count: int, t0: datetime, seconds: float, every: int)
     """Run from before ``t0`` to ``t0 + seconds``; delays of the runs due in that window."""
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(url, Path(tmp), lag_probe=False)
-        engine.start()
+        await engine.start()
         await sleep_until(t0)
         before, cpu = engine.statements, cpu_seconds()
         await asyncio.sleep(seconds)

@@ -41,12 +41,28 @@ class Capabilities:
     skip_locked: bool  # SELECT ... FOR UPDATE SKIP LOCKED
     listen_notify: bool  # cross-process wake-ups
     multi_process: bool  # several replicas may share this database
+    # Replicas on several hosts judge due times and leases by the database's clock
+    # (core.clock.DatabaseClock), which is the only clock they all share.
+    database_clock: bool
 
     @classmethod
     def for_dialect(cls, name: str) -> Capabilities:
         if name == "postgresql":
-            return cls(dialect=name, skip_locked=True, listen_notify=True, multi_process=True)
-        return cls(dialect=name, skip_locked=False, listen_notify=False, multi_process=False)
+            return cls(
+                dialect=name,
+                skip_locked=True,
+                listen_notify=True,
+                multi_process=True,
+                database_clock=True,
+            )
+        # SQLite: one machine, one clock; there is nothing to measure.
+        return cls(
+            dialect=name,
+            skip_locked=False,
+            listen_notify=False,
+            multi_process=False,
+            database_clock=False,
+        )
 
 
 def _install_sqlite_hooks(engine: AsyncEngine) -> None:

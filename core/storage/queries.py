@@ -264,6 +264,13 @@ def next_wakeup() -> Select[Any, Any, Any, Any]:
     return select(first_due, first_queued, first_expiry, first_delivery)
 
 
+def database_now() -> Select[datetime]:
+    """The database's clock, the one time of every replica (``core.clock.DatabaseClock``).
+    ``clock_timestamp()``, not ``now()``: the instant the statement runs, whatever the
+    transaction."""
+    return select(func.clock_timestamp(type_=UTCDateTime()))
+
+
 def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
     """Extend the delivery leases of runs this process is delivering. One already cleared
     (its deliveries are done) stays cleared."""

@@ -3,16 +3,33 @@ lapsed is taken back with nothing else due (both databases)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 
+from core.clock import DatabaseClock
 from core.runners.fake import FakeRunnerType, succeed
+from core.scheduler import Ledger
+from core.schedules import ScheduleService
 from core.storage import Database, Run
-from tests.integration.engine_kit import HOURLY, OWNER, MakeEngine, spec, wait_for, wait_status
+from tests.integration.engine_kit import (
+    HOURLY,
+    LEASE,
+    OWNER,
+    MakeEngine,
+    spec,
+    wait_for,
+    wait_status,
+)
+from web.clockwatch import ClockWatch
+from web.metrics import EngineMetrics
+from web.scheduler import SchedulerLoop
 
 
 @contextmanager
@@ -53,6 +70,42 @@ async def test_an_idle_loop_sends_one_statement_per_wake_up(
     work = [s for s in sent if s != "BEGIN"]
     assert len(work) <= wakes, work
     assert all(s.startswith("SELECT (SELECT min(schedules.next_run)") for s in work)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # SQLite has no clock to measure
+async def test_the_database_clock_adds_one_read_per_measurement_to_an_idle_loop(
+    db: Database, fake: FakeRunnerType, tmp_path: Path
+) -> None:
+    # Wired as web/app.py wires it, with a measurement every 0.5 s instead of every minute.
+    interval = 0.5
+    clock = DatabaseClock()
+    watch = ClockWatch(clock, db, instance_id=OWNER, metrics=EngineMetrics(), interval=interval)
+    ledger = Ledger(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path, clock=clock)
+    loop = SchedulerLoop(ledger, tick_seconds=0.1, clock=clock)
+    schedules = ScheduleService(db, clock=clock)
+    for _ in range(3):
+        await schedules.create(spec(fake.config(), HOURLY), "local")
+    with statements(db) as sent:
+        began = time.monotonic()
+        await watch.start()
+        loop.start()
+
+        async def woke_enough() -> bool:
+            return loop.iterations >= 12
+
+        try:
+            await wait_for(woke_enough, what="12 wake-ups")
+        finally:
+            await loop.stop()
+            await watch.stop()
+        elapsed = time.monotonic() - began
+    reads = [s for s in sent if "clock_timestamp" in s]
+    work = [s for s in sent if "clock_timestamp" not in s]
+    # The loop still sends one look per wake-up; the clock adds one read at start and one per
+    # interval, on its own task, never one per claim or per wake-up.
+    assert len(work) <= loop.iterations, work
+    assert all(s.startswith("SELECT (SELECT min(schedules.next_run)") for s in work)
+    assert 2 <= len(reads) <= 1 + elapsed / interval, (len(reads), elapsed)
 
 
 async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_due(

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.errors import SchedulerUnavailable
 from core.storage import Database
+from web.clockwatch import ClockWatch
 
 router = APIRouter(tags=["service"])
 
@@ -20,7 +21,11 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when the database answers and the scheduler loop (unless disabled) is running."""
+    """Ready when the database answers and the scheduler loop (unless disabled) is running.
+
+    ``warnings`` lists what needs attention without making the service unready: a clock skew
+    past ``AGENTCRON_CLOCK_SKEW_WARN_SECONDS`` (the engine uses the database's clock, so it
+    still works correctly)."""
     db: Database = request.app.state.db
     checks: dict[str, str] = {}
     try:
@@ -32,9 +37,14 @@ async def readyz(request: Request) -> JSONResponse:
     if loop is not None:
         checks["scheduler"] = "ok" if loop.healthy else "unavailable"
     ready = all(value == "ok" for value in checks.values())
-    return JSONResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, 200 if ready else 503
-    )
+    watch: ClockWatch | None = request.app.state.clock_watch
+    warning = watch.warning if watch is not None else None
+    body = {
+        "status": "ok" if ready else "unavailable",
+        "checks": checks,
+        "warnings": [warning] if warning is not None else [],
+    }
+    return JSONResponse(body, 200 if ready else 503)
 
 
 # Not in the OpenAPI document: it is for scrapers, in Prometheus' text format, not JSON.

@@ -1,0 +1,297 @@
+"""The database's clock decides (PostgreSQL): skew measured against it, due times and lease expiry
+judged by it whatever this host's clock says; the skew warning in logs, /readyz and /metrics;
+SQLite measures nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import structlog.testing
+from fastapi import FastAPI
+from sqlalchemy import Engine, event, insert, update
+
+from core.clock import Clock, DatabaseClock, utcnow
+from core.config import Settings
+from core.runners.fake import FakeRunnerType, succeed
+from core.scheduler import Ledger
+from core.storage import Database, Run, Schedule
+from tests.conftest import app_client
+from tests.factories import schedule_values
+from tests.integration.engine_kit import fetch_run, runs_of, wait_for
+from web.app import create_app
+from web.clockwatch import ClockWatch
+from web.metrics import EngineMetrics
+from web.scheduler import SchedulerLoop
+
+pg_only = pytest.mark.parametrize("backend", ["postgresql"])
+# Generous: the database is local, a round trip is a millisecond; a loaded CI machine is not.
+TOLERANCE = 1.0
+
+
+def offset(seconds: float) -> Clock:
+    """A local clock ``seconds`` off the real time (negative: slow)."""
+    return lambda: utcnow() + timedelta(seconds=seconds)
+
+
+async def measured(db: Database, local: Clock) -> DatabaseClock:
+    clock = DatabaseClock(local)
+    await clock.measure(db)
+    return clock
+
+
+async def add_schedule(db: Database, due: datetime, **overrides: Any) -> uuid.UUID:
+    """An hourly interval schedule whose next due time is ``due``."""
+    trigger = {"every_seconds": 3600, "start_at": due.isoformat()}
+    values = schedule_values(due - timedelta(hours=1), trigger=trigger, next_run=due, **overrides)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [values])
+    return uuid.UUID(str(values["id"]))
+
+
+@contextmanager
+def every_statement() -> Iterator[list[str]]:
+    """Every statement any engine of this process sends while the block runs (also those of
+    engines made inside it, such as an app's)."""
+    sent: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
+        sent.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+@pg_only
+@pytest.mark.parametrize("off", [-30.0, 30.0])
+async def test_the_skew_of_a_wrong_local_clock_is_measured(db: Database, off: float) -> None:
+    clock = await measured(db, offset(off))
+    assert abs(clock.skew_seconds - (-off)) < TOLERANCE, clock.skew_seconds
+    assert clock.round_trip is not None and clock.round_trip < timedelta(seconds=TOLERANCE)
+    # Corrected, the clock tells the database's (here: this host's real) time.
+    assert abs((clock() - utcnow()).total_seconds()) < TOLERANCE
+
+
+# -- due times --------------------------------------------------------------------------------
+
+
+@pg_only
+async def test_a_slow_replica_claims_when_the_database_says_due(db: Database) -> None:
+    clock = await measured(db, offset(-30))  # this host's clock is 30 s slow
+    ledger = Ledger(db, owner="slow", clock=clock)
+    due = clock() - timedelta(milliseconds=200)  # due by the database's clock
+    schedule_id = await add_schedule(db, due)
+    assert clock.local() < due - timedelta(seconds=29)  # by its own clock: not for 29 s
+
+    assert (await ledger.claim_due_jobs(clock.local())).runs == []  # the bug: 30 s late
+    claim = await ledger.claim_due_jobs(clock())
+    assert [run.due_at for run in claim.runs] == [due]
+    assert [run.schedule_id for run in claim.runs] == [schedule_id]
+
+
+@pg_only
+async def test_a_fast_replica_does_not_claim_early(db: Database) -> None:
+    clock = await measured(db, offset(30))  # this host's clock is 30 s fast
+    ledger = Ledger(db, owner="fast", clock=clock)
+    due = clock() + timedelta(seconds=5)
+    await add_schedule(db, due)
+    assert clock.local() > due + timedelta(seconds=24)  # by its own clock: long due
+    assert (await ledger.claim_due_jobs(clock())).runs == []
+
+
+@pg_only
+async def test_the_loop_of_a_slow_replica_starts_a_run_at_its_database_due_time(
+    db: Database, tmp_path: Path, fake: FakeRunnerType
+) -> None:
+    fake.script("on-time", [succeed("ok")])
+    clock = await measured(db, offset(-30))
+    ledger = Ledger(db, owner="slow", lease_seconds=2, data_dir=tmp_path, clock=clock)
+    # The tick alone would not come in time: the loop must sleep until the due time, judged
+    # by the database's clock (by its own it would wait 30 s more).
+    loop = SchedulerLoop(ledger, tick_seconds=30, clock=clock)
+    due = clock() + timedelta(seconds=0.5)
+    schedule_id = await add_schedule(db, due, runner=fake.config("on-time"))
+    loop.start()
+    try:
+
+        async def started() -> list[Run] | None:
+            runs = await runs_of(db, schedule_id)
+            return runs if runs and runs[0].started_at is not None else None
+
+        (run,) = await wait_for(started, within=10, what="the run to start")
+    finally:
+        await loop.stop()
+    assert run.due_at == due and run.started_at is not None
+    # Written with the database's time too: claimed and started at (not 30 s after) due.
+    late = (run.started_at - due).total_seconds()
+    assert 0 <= late < TOLERANCE, late
+
+
+# -- leases -----------------------------------------------------------------------------------
+
+
+@pg_only
+async def test_a_fast_replica_does_not_take_over_a_live_lease(db: Database) -> None:
+    holder_clock = await measured(db, utcnow)
+    holder = Ledger(db, owner="holder", lease_seconds=30, clock=holder_clock)
+    await add_schedule(db, holder_clock() - timedelta(milliseconds=100))
+    (run,) = (await holder.claim_due_jobs(holder_clock())).runs
+    assert (await holder.start_attempt(run.id)).action == "run"
+
+    fast_clock = await measured(db, offset(60))  # 60 s fast: by its own clock, lapsed
+    fast = Ledger(db, owner="fast", lease_seconds=30, clock=fast_clock)
+    lease = (await fetch_run(db, run.id)).lease_expires_at
+    assert lease is not None and fast_clock.local() > lease
+    claim = await fast.claim_due_jobs(fast_clock())
+    assert claim.runs == [] and claim.recovered == 0
+    assert (await fetch_run(db, run.id)).lease_owner == "holder"
+
+    # Once the lease has run out by the database's clock (the holder died 31 s ago), it does.
+    async with db.session() as session:
+        await session.execute(
+            update(Run)
+            .where(Run.id == run.id)
+            .values(lease_expires_at=holder_clock() - timedelta(seconds=1))
+        )
+    claim = await fast.claim_due_jobs(fast_clock())
+    assert [taken.id for taken in claim.runs] == [run.id] and claim.recovered == 1
+
+
+# -- the warning ------------------------------------------------------------------------------
+
+
+@pg_only
+async def test_skew_past_the_threshold_warns_once_and_recovers_once(
+    live_app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    watch: ClockWatch = live_app.state.clock_watch
+    registry = live_app.state.metrics.registry
+
+    def gauge() -> float:
+        value = registry.get_sample_value("agentcron_clock_skew_seconds")
+        assert value is not None
+        return value
+
+    assert watch.measurements == 1  # at start, before anything else ran
+    assert abs(gauge()) < TOLERANCE
+    ready = (await client.get("/readyz")).json()
+    assert ready["warnings"] == [] and ready["checks"]["database"] == "ok"
+
+    watch.clock.local = offset(-30)
+    with structlog.testing.capture_logs() as lines:
+        for _ in range(3):
+            await watch.measure()
+    warned = [line for line in lines if line["event"] == "clock_skew"]
+    assert len(warned) == 1, lines
+    assert warned[0]["log_level"] == "warning"
+    assert abs(warned[0]["skew_seconds"] - 30) < TOLERANCE
+    assert warned[0]["instance_id"] == live_app.state.settings.instance_id
+    assert abs(gauge() - 30) < TOLERANCE
+    response = await client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200 and body["status"] == "ok"  # still works: DB clock
+    assert body["checks"] == {"database": "ok"}
+    (warning,) = body["warnings"]
+    assert warning["check"] == "clock_skew" and warning["threshold_seconds"] == 2.0
+    assert abs(warning["skew_seconds"] - 30) < TOLERANCE
+    assert "behind" in warning["message"]
+    assert "\nagentcron_clock_skew_seconds " in (await client.get("/metrics")).text
+
+    watch.clock.local = utcnow
+    with structlog.testing.capture_logs() as lines:
+        for _ in range(3):
+            await watch.measure()
+    events = [line["event"] for line in lines]
+    assert events.count("clock_skew_recovered") == 1 and "clock_skew" not in events, lines
+    assert abs(gauge()) < TOLERANCE
+    assert (await client.get("/readyz")).json()["warnings"] == []
+
+
+@pg_only
+async def test_a_failed_measurement_keeps_the_skew_and_is_logged_once(db: Database) -> None:
+    clock = await measured(db, offset(-10))
+    unreachable = Database("postgresql+asyncpg://agentcron@127.0.0.1:9/nowhere", timeout=2)
+    watch = ClockWatch(clock, unreachable, instance_id="i", metrics=EngineMetrics())
+    try:
+        with structlog.testing.capture_logs() as lines:
+            for _ in range(2):
+                await watch.measure()  # does not raise
+    finally:
+        await unreachable.dispose()
+    assert [line["event"] for line in lines] == ["clock_skew_unmeasured"], lines
+    assert abs(clock.skew_seconds - 10) < TOLERANCE and watch.measurements == 0
+    watch.db = db  # the database is back
+    with structlog.testing.capture_logs() as lines:
+        await watch.measure()
+    # Measured at last: 10 s is past the 2 s threshold, so this is its first crossing.
+    assert watch.measurements == 1 and [line["event"] for line in lines] == ["clock_skew"]
+
+
+@pg_only
+async def test_the_watch_measures_periodically_and_stops(db: Database) -> None:
+    watch = ClockWatch(DatabaseClock(), db, instance_id="i", metrics=EngineMetrics(), interval=0.05)
+    await watch.start()
+    assert watch.measurements == 1  # the first one before start returns
+
+    async def several() -> bool:
+        return watch.measurements >= 3
+
+    await wait_for(several, within=5, what="periodic measurements")
+    await watch.stop()
+    stopped = watch.measurements
+    await asyncio.sleep(0.2)
+    assert watch.measurements == stopped
+
+
+# -- the app: which clock, and what it costs -------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_the_app_measures_on_postgresql_only(
+    backend: str, db_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        scheduler_tick_seconds=0.1,
+        log_format="console",
+    )
+    app = create_app(settings)
+    with every_statement() as sent, structlog.testing.capture_logs() as lines:
+        async with app.router.lifespan_context(app):
+            loop = app.state.loop
+
+            async def woke() -> bool:
+                return loop.iterations >= 5
+
+            await wait_for(woke, within=10, what="5 wake-ups")
+            async with app_client(app, None) as http:
+                ready = (await http.get("/readyz")).json()
+    clock_reads = [s for s in sent if "clock_timestamp" in s]
+    (started,) = [line for line in lines if line["event"] == "engine_started"]
+    assert ready["warnings"] == []
+    skew = app.state.metrics.registry.get_sample_value("agentcron_clock_skew_seconds")
+    if backend == "sqlite":
+        # One machine, one clock: nothing to measure, and the engine's clock is the local one.
+        assert clock_reads == [] and app.state.clock_watch is None
+        assert loop.clock is utcnow and started["clock"] == "local"
+        assert skew == 0.0
+    else:
+        # One read at start; the next is a minute away.
+        assert len(clock_reads) == 1, clock_reads
+        assert isinstance(loop.clock, DatabaseClock) and started["clock"] == "database"
+        assert loop.clock is app.state.ledger.clock is app.state.schedules.clock
+        assert skew is not None and abs(skew) < TOLERANCE
