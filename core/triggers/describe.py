@@ -143,7 +143,34 @@ def _day_phrase(spec: Cron) -> str | None:
     return f"{day_part} that fall {_weekday_phrase(spec.weekdays, 'or')}"
 
 
+_GAP_PHRASES: Final = {
+    "shift": "times in a DST gap run when it ends",
+    "skip": "times in a DST gap are skipped",
+}
+_REPEAT_PHRASES: Final = {
+    "first": "a repeated hour runs once, first pass",
+    "last": "a repeated hour runs once, second pass",
+    "both": "a repeated hour runs twice",
+}
+
+
+def _dst_phrase(trigger: CronTrigger) -> str:
+    """ "; times in a DST gap are skipped" for each policy that differs from the job kind's
+    default, so the common case reads as before."""
+    default = CronTrigger(trigger.cron, trigger.timezone)
+    phrases = []
+    if trigger.gap_policy != default.gap_policy:
+        phrases.append(_GAP_PHRASES[trigger.gap_policy])
+    if trigger.repeat_policy != default.repeat_policy:
+        phrases.append(_REPEAT_PHRASES[trigger.repeat_policy])
+    return "".join(f"; {phrase}" for phrase in phrases)
+
+
 def _describe_cron(trigger: CronTrigger) -> str:
+    return _describe_timetable(trigger) + _dst_phrase(trigger)
+
+
+def _describe_timetable(trigger: CronTrigger) -> str:
     spec = parse_cron(trigger.cron)
     time_part = _time_phrase(spec)
     day_part = _day_phrase(spec)
@@ -177,8 +204,10 @@ def describe(trigger: Trigger) -> str:
 
     Common cron shapes (fixed times, every N minutes/hours, weekday ranges and lists, days of
     the month, months, @macros) read naturally, followed by the zone; rarer shapes fall back to
-    ``Cron '<expr>' (<zone>)``. Intervals read "Every 90 seconds", one-shots
-    "Once at <ISO UTC>". Raises ``InvalidSchedule`` for an invalid cron expression.
+    ``Cron '<expr>' (<zone>)``. A DST policy other than the job kind's default is appended
+    ("At 02:30, America/New_York; times in a DST gap are skipped"). Intervals read
+    "Every 90 seconds", one-shots "Once at <ISO UTC>". Raises ``InvalidSchedule`` for an
+    invalid cron expression.
     """
     if isinstance(trigger, CronTrigger):
         return _describe_cron(trigger)
