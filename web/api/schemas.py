@@ -112,6 +112,12 @@ class RunOut(BaseModel):
     covers_until: datetime | None = Field(
         description="the last due time a skipped gap row stands for; null on other runs"
     )
+    dst_rule: str | None = Field(
+        description="the daylight saving time rule that decided this due time: gap_shift (a "
+        "local time in a spring gap, moved to the end of the gap), repeat_first / repeat_last "
+        "(that pass of a repeated autumn hour, the other did not run), repeat_both (both "
+        "passes ran); null for an ordinary due time and for runs that are not cron due times",
+    )
     attempt: int
     task_id: uuid.UUID | None
     created_at: datetime
