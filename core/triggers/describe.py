@@ -9,7 +9,7 @@ from typing import Final
 from core.triggers.cron import Cron, parse_cron
 from core.triggers.kinds import CronTrigger, IntervalTrigger, Trigger
 
-_WEEKDAY_NAMES: Final = (
+WEEKDAY_NAMES: Final = (
     "Sunday",
     "Monday",
     "Tuesday",
@@ -19,7 +19,7 @@ _WEEKDAY_NAMES: Final = (
     "Saturday",
 )
 # Spelled out rather than taken from ``calendar``, whose names follow the process locale.
-_MONTH_TITLES: Final = (
+MONTH_TITLES: Final = (
     "January",
     "February",
     "March",
@@ -65,9 +65,9 @@ def _weekday_phrase(weekdays: frozenset[int], conjunction: str = "and") -> str:
     """ "Monday through Friday" or "on Saturday and Sunday" ("or" when narrowing days)."""
     run = _cyclic_run(weekdays, 7, 0)
     if run is not None:
-        return f"{_WEEKDAY_NAMES[run[0]]} through {_WEEKDAY_NAMES[run[1]]}"
+        return f"{WEEKDAY_NAMES[run[0]]} through {WEEKDAY_NAMES[run[1]]}"
     # Read the week Monday first, so 0,6 reads as a weekend, not "Sunday and Saturday".
-    names = [_WEEKDAY_NAMES[d] for d in sorted(weekdays, key=lambda d: (d + 6) % 7)]
+    names = [WEEKDAY_NAMES[d] for d in sorted(weekdays, key=lambda d: (d + 6) % 7)]
     if len(names) == 1:
         return f"on {names[0]}"
     return f"on {', '.join(names[:-1])} {conjunction} {names[-1]}"
@@ -76,8 +76,8 @@ def _weekday_phrase(weekdays: frozenset[int], conjunction: str = "and") -> str:
 def _month_phrase(months: frozenset[int]) -> str:
     run = _cyclic_run(months, 12, 1)
     if run is not None:
-        return f"{_MONTH_TITLES[run[0] - 1]} through {_MONTH_TITLES[run[1] - 1]}"
-    return "in " + _join([_MONTH_TITLES[m - 1] for m in sorted(months)])
+        return f"{MONTH_TITLES[run[0] - 1]} through {MONTH_TITLES[run[1] - 1]}"
+    return "in " + _join([MONTH_TITLES[m - 1] for m in sorted(months)])
 
 
 def _progression(values: list[int]) -> int | None:
@@ -181,7 +181,7 @@ def _describe_timetable(trigger: CronTrigger) -> str:
     single_date = len(months) == 1 and len(spec.days) == 1 and len(spec.weekdays) == 7
     if single_date and not spec.dom_star:
         (month,), (day,) = months, spec.days
-        pieces.append(f"on {_MONTH_TITLES[month - 1]} {day}")
+        pieces.append(f"on {MONTH_TITLES[month - 1]} {day}")
     else:
         if day_part:
             pieces.append(day_part)

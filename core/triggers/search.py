@@ -156,21 +156,30 @@ _SECOND: Final = timedelta(seconds=1)
 _RULE_OF_REPEAT: Final = {"first": "repeat_first", "last": "repeat_last", "both": "repeat_both"}
 
 
-def _matches_between(spec: Cron, low: datetime, high: datetime) -> bool:
-    """Whether the expression matches a naive wall time in ``[low, high)``."""
+def matched_walls(
+    trigger: CronTrigger, low: datetime, high: datetime, limit: int
+) -> tuple[list[datetime], bool]:
+    """The naive wall times in ``[low, high)`` the expression matches (at most ``limit``),
+    and whether there are more."""
+    spec = parse_cron(trigger.cron)
     matches = croniter(
         spec.normalised,
         low.replace(second=0, microsecond=0) - timedelta(minutes=1),
         day_or=spec.day_or,
         max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
     )
+    found: list[datetime] = []
     try:
-        found = matches.get_next(datetime)
-        while found < low:
-            found = matches.get_next(datetime)
+        while True:
+            wall = matches.get_next(datetime)
+            if wall >= high:
+                return found, False
+            if wall >= low:
+                if len(found) == limit:
+                    return found, True
+                found.append(wall)
     except CroniterBadDateError:
-        return False
-    return bool(found < high)
+        return found, False
 
 
 def dst_rule(trigger: CronTrigger, due: datetime) -> str | None:
@@ -194,13 +203,9 @@ def dst_rule(trigger: CronTrigger, due: datetime) -> str | None:
         # over are [due at the old offset, due at the new one).
         if trigger.gap_policy != "shift":
             return None
-        spec = parse_cron(trigger.cron)
-        skipped_from = wall - (offset - before)
-        if _matches_between(spec, skipped_from, wall) and not _matches_between(
-            spec, wall, wall + timedelta(minutes=1)
-        ):
-            return "gap_shift"
-        return None
+        skipped, _ = matched_walls(trigger, wall - (offset - before), wall, 1)
+        own, _ = matched_walls(trigger, wall, wall + timedelta(minutes=1), 1)
+        return "gap_shift" if skipped and not own else None
     if (
         wall.replace(tzinfo=zone, fold=0).utcoffset()
         == wall.replace(tzinfo=zone, fold=1).utcoffset()

@@ -187,3 +187,74 @@ async def test_bad_policy_in_an_update_changes_nothing(client: httpx.AsyncClient
     assert response.json()["error"]["field"] == "trigger.dst_gap"
     fetched = (await client.get(f"{API}/{made['id']}")).json()
     assert fetched["trigger"] == trigger and fetched["updated_at"] == made["updated_at"]
+
+
+# --------------------------------------------------------------------------------------------
+# Warnings come back with the schedule (they are never errors)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code", "field", "fragment"),
+    [
+        (
+            {"trigger": {"cron": "30 2 * * *", "timezone": NY}},
+            "dst_gap",
+            "trigger.dst_gap",
+            "03:00",
+        ),
+        (
+            {"trigger": {"cron": "30 1 * * *", "timezone": NY, "dst_repeat": "both"}},
+            "dst_repeat",
+            "trigger.dst_repeat",
+            "twice, once in each pass",
+        ),
+        (
+            {"trigger": {"every_seconds": 300}, "overlap": "skip", "timeout_seconds": 900},
+            "overlap_skips",
+            "timeout_seconds",
+            "5 minutes between due times",
+        ),
+        ({"trigger": {"cron": "0 0 31 * *"}}, "rare_day", "trigger.cron", "7 days a year"),
+        ({"trigger": {"cron": "0 0 29 2 *"}}, "rare_day", "trigger.cron", "once every 4 years"),
+    ],
+)
+async def test_each_warning_comes_back_on_create_and_get(
+    client: httpx.AsyncClient, overrides: dict[str, Any], code: str, field: str, fragment: str
+) -> None:
+    made = await client.post(API, json=body(**overrides))
+    assert made.status_code == 201, made.text
+    (warning,) = made.json()["warnings"]
+    assert (warning["code"], warning["field"]) == (code, field)
+    assert fragment in warning["message"]
+    fetched = await client.get(f"{API}/{made.json()['id']}")
+    assert fetched.json()["warnings"] == made.json()["warnings"]
+    listed = (await client.get(API)).json()["items"]
+    assert listed[0]["warnings"] == made.json()["warnings"]
+
+
+async def test_a_clean_schedule_has_no_warnings(client: httpx.AsyncClient) -> None:
+    made = await client.post(API, json=body({"cron": "0 9 * * 1-5", "timezone": NY}))
+    assert made.status_code == 201 and made.json()["warnings"] == []
+    assert (await client.get(f"{API}/{made.json()['id']}")).json()["warnings"] == []
+
+
+async def test_update_recomputes_the_warnings_of_what_it_changes(
+    client: httpx.AsyncClient,
+) -> None:
+    made = (await client.post(API, json=body({"every_seconds": 300}, overlap="skip"))).json()
+    assert [w["code"] for w in made["warnings"]] == ["overlap_skips"]  # default timeout 1 h
+    url = f"{API}/{made['id']}"
+    renamed = (await client.patch(url, json={"name": "renamed"})).json()
+    assert renamed["warnings"] == made["warnings"]
+    shorter = (await client.patch(url, json={"timeout_seconds": 300})).json()
+    assert shorter["warnings"] == []
+    longer = (await client.patch(url, json={"timeout_seconds": 301})).json()
+    assert [w["code"] for w in longer["warnings"]] == ["overlap_skips"]
+    allowed = (await client.patch(url, json={"overlap": "allow"})).json()
+    assert allowed["warnings"] == []
+    moved = (
+        await client.patch(url, json={"trigger": {"cron": "30 2 * * *", "timezone": NY}})
+    ).json()
+    assert [w["code"] for w in moved["warnings"]] == ["dst_gap"]
+    assert (await client.get(url)).json()["warnings"] == moved["warnings"]

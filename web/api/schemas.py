@@ -9,6 +9,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 
+class WarningOut(BaseModel):
+    code: str = Field(description="dst_gap | dst_repeat | overlap_skips | rare_day")
+    message: str
+    field: str = Field(description="the input the warning is about, e.g. trigger.dst_gap")
+
+
 class ScheduleOut(BaseModel):
     id: uuid.UUID
     owner: str
@@ -35,6 +41,12 @@ class ScheduleOut(BaseModel):
     last_run_id: uuid.UUID | None
     consecutive_failures: int
     retention_days: int | None
+    warnings: list[WarningOut] = Field(
+        description="what the last create or update found worth saying, not errors: a cron "
+        "time in a DST gap or repeated hour in the next two years (and what the schedule's "
+        "policy does then), a timeout longer than the time between due times under overlap "
+        "skip, a day of the month that rarely occurs; [] when there is nothing to say"
+    )
     created_at: datetime
     updated_at: datetime
 
