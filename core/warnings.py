@@ -34,6 +34,7 @@ DST_DATES_SHOWN: Final = 2
 OVERLAP_SAMPLE: Final = 50  # due times whose spacing the overlap check looks at
 RARE_YEARS: Final = 8  # two leap-year cycles, and every weekday on every date more than once
 RARE_DAYS_A_YEAR: Final = 12
+_LARGEST_SHIFT: Final = timedelta(hours=2)  # Antarctica/Troll; others shift by 1 h or less
 _LONGEST: Final = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # days, leap years included
 
 WarningItem = dict[str, str]
@@ -152,6 +153,8 @@ def _shortest_spacing(trigger: triggers.Trigger, now: datetime, longer_than: int
         return every if every < longer_than else None
     if isinstance(trigger, triggers.OneShotTrigger):
         return None
+    if longer_than <= _spacing_floor(trigger):
+        return None
     shortest: int | None = None
     previous = triggers.next_fire(trigger, now)
     for _ in range(OVERLAP_SAMPLE):
@@ -166,6 +169,21 @@ def _shortest_spacing(trigger: triggers.Trigger, now: datetime, longer_than: int
             break
         previous = following
     return shortest
+
+
+def _spacing_floor(trigger: triggers.CronTrigger) -> int:
+    """A lower bound, in seconds, of the time between two due times, read off the expression
+    alone, so the common case (a few fixed times a day, a timeout under an hour) needs no
+    search: the shortest wall-clock distance between two listed times of day (the last to
+    the next day's first included), less the largest DST shift in tzdata (2 h). No bound when
+    a repeated hour fires twice."""
+    if trigger.repeat_policy == "both":
+        return 0
+    spec = parse_cron(trigger.cron)
+    minutes = sorted(hour * 60 + minute for hour in spec.hours for minute in spec.minutes)
+    distances = [b - a for a, b in zip(minutes, minutes[1:], strict=False)]
+    distances.append(minutes[0] + 1440 - minutes[-1])
+    return min(distances) * 60 - int(_LARGEST_SHIFT.total_seconds())
 
 
 def _overlap_warning(
