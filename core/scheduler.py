@@ -75,6 +75,8 @@ class DuePlan:
     gap: Gap = field(default_factory=lambda: Gap([]))
     gap_reason: str = "missed"
     caught_up: datetime | None = None  # the missed due time catch-up ``latest`` runs
+    # The DST rule that decided each due time of ``run_at`` that one decided (cron only).
+    dst_rules: dict[datetime, str] = field(default_factory=dict)
 
 
 def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
@@ -116,8 +118,9 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
         room = max(0, schedule.max_runs - (schedule.scheduled_runs or 0))
         if len(run_at) >= room:
             run_at, due = run_at[:room], None
+    dst_rules = _dst_rules(trigger, run_at)
     if not late:
-        return DuePlan(run_at=run_at, missed=missed, next_run=due)
+        return DuePlan(run_at=run_at, missed=missed, next_run=due, dst_rules=dst_rules)
     # The gap ends before the caught-up run, which is the last due time before the boundary.
     gap_end = latest_missed if latest_missed is not None and run_at == [latest_missed] else boundary
     return DuePlan(
@@ -127,7 +130,17 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
         gap=find_gap(trigger, schedule.next_run, gap_end),
         gap_reason="coalesced" if schedule.catchup == "latest" and run_at else "missed",
         caught_up=gap_end if gap_end is latest_missed else None,
+        dst_rules=dst_rules,
     )
+
+
+def _dst_rules(trigger: triggers.Trigger, due_times: list[datetime]) -> dict[datetime, str]:
+    """``triggers.dst_rule`` of each due time that has one (cron triggers only: the others
+    follow real time)."""
+    if not isinstance(trigger, triggers.CronTrigger):
+        return {}
+    rules = {due: triggers.dst_rule(trigger, due) for due in due_times}
+    return {due: rule for due, rule in rules.items() if rule is not None}
 
 
 @dataclass
@@ -299,6 +312,8 @@ class Ledger:
                         "lease_owner": self.owner,
                         "lease_expires_at": until,
                         "cancel_requested": False,
+                        # Every row of the claim has this key: they share one executemany.
+                        "dst_rule": plan.dst_rules.get(due),
                     }
                     rows.append(row)
                     if independent:
@@ -940,6 +955,7 @@ def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
         # or null when it stopped counting (covers_until is the last due time either way).
         "covers": 1 if run.covers_until is None else run.covers,
         "covers_until": run.covers_until,
+        "dst_rule": run.dst_rule,
         "attempt": run.attempt,
         "task_id": run.task_id,
         "created_at": run.created_at,

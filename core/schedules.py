@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core import triggers
 from core.clock import Clock, utcnow
 from core.errors import Conflict, InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from core.logging import get_logger
 from core.notify import keep_masked_secrets, masked_channels, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
@@ -34,8 +35,13 @@ from core.timeline import (
     queue_under_way,
     queued_rows,
 )
+from core.warnings import schedule_warnings
+
+log = get_logger(__name__)
 
 WAKE_CHANNEL = "agentcron_schedules"
+# Fields whose change makes an update recompute the schedule's warnings.
+WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap"})
 
 
 def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:
@@ -81,6 +87,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "max_runs": schedule.max_runs,
         "scheduled_runs": schedule.scheduled_runs or 0,
         "jitter_seconds": schedule.jitter_seconds,
+        "warnings": schedule.warnings or [],
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
@@ -133,6 +140,18 @@ def _exhausted(schedule: Schedule) -> bool:
     return schedule.max_runs is not None and (schedule.scheduled_runs or 0) >= schedule.max_runs
 
 
+def _warnings(
+    trigger: triggers.Trigger, overlap: str, timeout_seconds: int, now: datetime
+) -> list[dict[str, str]]:
+    """``schedule_warnings``, which must never cost a user the write: a failure there is a
+    bug to log, and the schedule is saved without warnings."""
+    try:
+        return schedule_warnings(trigger, overlap=overlap, timeout_seconds=timeout_seconds, now=now)
+    except Exception:
+        log.exception("schedule_warnings_failed", trigger=triggers.trigger_to_dict(trigger))
+        return []
+
+
 def _next_run(trigger: triggers.Trigger, now: datetime) -> datetime | None:
     due = triggers.next_fire(trigger, now)
     return None if due is None else due.astimezone(UTC)
@@ -171,7 +190,8 @@ class ScheduleService:
             self.on_change()
 
     async def create(self, spec: ScheduleCreate, owner: str) -> Schedule:
-        """Validate ``spec`` and store a new schedule with its first ``next_run``.
+        """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
+        warnings (``core.warnings``: things worth knowing, never a reason to refuse).
 
         Raises ``InvalidSchedule`` (naming the field) for bad input and
         ``ScheduleCapacityExceeded`` when the active-schedule limit is reached; nothing is
@@ -206,6 +226,7 @@ class ScheduleService:
             max_runs=spec.max_runs,
             scheduled_runs=0,
             jitter_seconds=spec.jitter_seconds,
+            warnings=_warnings(trigger, overlap, spec.timeout_seconds, now),
             next_run=_next_run(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,
             consecutive_failures=0,
@@ -263,7 +284,8 @@ class ScheduleService:
     async def update(
         self, schedule_id: str | uuid.UUID, patch: ScheduleUpdate, owner: str | None
     ) -> Schedule:
-        """Replace each named field; recompute ``next_run`` if the timetable or state changed."""
+        """Replace each named field; recompute ``next_run`` if the timetable or state changed,
+        and the warnings if the trigger, ``timeout_seconds`` or ``overlap`` did."""
         changes = patch.changes()
         now = self.clock()
         async with self.db.session() as session:
@@ -292,6 +314,13 @@ class ScheduleService:
             timetable_changed = timetable_changed or "max_runs" in changes
             for name, value in changes.items():
                 setattr(schedule, name, value)
+            if WARNING_INPUTS & changes.keys():
+                schedule.warnings = _warnings(
+                    triggers.trigger_from_dict(schedule.trigger),
+                    schedule.overlap,
+                    schedule.timeout_seconds,
+                    now,
+                )
             if timetable_changed:
                 schedule.next_run = (
                     _next_run(triggers.trigger_from_dict(schedule.trigger), now)

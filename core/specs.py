@@ -49,8 +49,11 @@ BREAKER_DOC = (
 )
 
 TRIGGER_DOC = (
-    'Exactly one of {"cron": "<5 fields or @macro>", "timezone": "<IANA zone>"}, '
-    '{"every_seconds": 1..31536000, "start_at": "<datetime>"?} or {"at": "<datetime>"}.'
+    'Exactly one of {"cron": "<5 fields or @macro>", "timezone": "<IANA zone>", '
+    '"dst_gap": "shift|skip"?, "dst_repeat": "first|last|both"?}, '
+    '{"every_seconds": 1..31536000, "start_at": "<datetime>"?} or {"at": "<datetime>"}. '
+    "dst_gap / dst_repeat: what a cron time in a spring gap / a repeated autumn hour does "
+    "(default: shift and first for fixed-time jobs, skip and both for wildcard jobs)."
 )
 
 

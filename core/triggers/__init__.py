@@ -20,11 +20,15 @@ Cron meaning (Debian / Vixie cron):
 DST rules, given the naive local times ``L`` the expression matches in the trigger's zone:
 
 * ``L`` occurs once: fire at that instant;
-* ``L`` occurs twice (autumn fold): a fixed-time job fires at the first occurrence only, a
-  wildcard job (minute or hour field starting with ``*``) at both;
-* ``L`` does not occur (spring gap): a fixed-time job fires at the first instant after the
-  gap, a wildcard job does not fire for it;
-* the fire times are a set of instants: several skipped times collapse into one.
+* ``L`` occurs twice (autumn fold): by ``dst_repeat``: ``first`` fires at the first occurrence
+  only, ``last`` at the second only, ``both`` at both;
+* ``L`` does not occur (spring gap): by ``dst_gap``: ``shift`` fires at the first instant
+  after the gap, ``skip`` does not fire for it;
+* the fire times are a set of instants: several times shifted to one instant fire once.
+
+Without a policy of its own a trigger follows the contract: a fixed-time job ``shift`` and
+``first``, a wildcard job (minute or hour field starting with ``*``) ``skip`` and ``both``.
+``dst_rule`` says afterwards which of these rules decided a due time.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from zoneinfo import ZoneInfo
 from core.triggers.cron import is_wildcard_job
 from core.triggers.describe import describe
 from core.triggers.kinds import (
+    GAP_POLICIES,
     MAX_INTERVAL_SECONDS,
+    REPEAT_POLICIES,
     CronTrigger,
     IntervalTrigger,
     OneShotTrigger,
@@ -45,15 +51,19 @@ from core.triggers.kinds import (
     trigger_from_dict,
     trigger_to_dict,
 )
+from core.triggers.search import dst_rule as _cron_dst_rule
 from core.triggers.search import next_cron
 
 __all__ = [
+    "GAP_POLICIES",
     "MAX_INTERVAL_SECONDS",
     "CronTrigger",
     "IntervalTrigger",
     "OneShotTrigger",
+    "REPEAT_POLICIES",
     "Trigger",
     "describe",
+    "dst_rule",
     "is_wildcard_job",
     "next_fire",
     "parse_trigger",
@@ -95,6 +105,17 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
             return None
     at = trigger.at.astimezone(UTC)
     return at if at > moment else None
+
+
+def dst_rule(trigger: Trigger, due: datetime) -> str | None:
+    """Which DST rule decided the fire instant ``due`` of ``trigger``: ``gap_shift``,
+    ``repeat_first``, ``repeat_last``, ``repeat_both``, or ``None`` for an ordinary instant
+    (and always for interval and one-shot triggers). ``ValueError`` if ``due`` is naive.
+    Costs a few microseconds unless ``due`` is at a UTC-offset transition."""
+    moment = require_aware(due, "due")
+    if not isinstance(trigger, CronTrigger):
+        return None
+    return _cron_dst_rule(trigger, moment)
 
 
 def preview(trigger: Trigger, after: datetime, count: int) -> list[datetime]:

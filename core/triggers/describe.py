@@ -9,7 +9,7 @@ from typing import Final
 from core.triggers.cron import Cron, parse_cron
 from core.triggers.kinds import CronTrigger, IntervalTrigger, Trigger
 
-_WEEKDAY_NAMES: Final = (
+WEEKDAY_NAMES: Final = (
     "Sunday",
     "Monday",
     "Tuesday",
@@ -19,7 +19,7 @@ _WEEKDAY_NAMES: Final = (
     "Saturday",
 )
 # Spelled out rather than taken from ``calendar``, whose names follow the process locale.
-_MONTH_TITLES: Final = (
+MONTH_TITLES: Final = (
     "January",
     "February",
     "March",
@@ -65,9 +65,9 @@ def _weekday_phrase(weekdays: frozenset[int], conjunction: str = "and") -> str:
     """ "Monday through Friday" or "on Saturday and Sunday" ("or" when narrowing days)."""
     run = _cyclic_run(weekdays, 7, 0)
     if run is not None:
-        return f"{_WEEKDAY_NAMES[run[0]]} through {_WEEKDAY_NAMES[run[1]]}"
+        return f"{WEEKDAY_NAMES[run[0]]} through {WEEKDAY_NAMES[run[1]]}"
     # Read the week Monday first, so 0,6 reads as a weekend, not "Sunday and Saturday".
-    names = [_WEEKDAY_NAMES[d] for d in sorted(weekdays, key=lambda d: (d + 6) % 7)]
+    names = [WEEKDAY_NAMES[d] for d in sorted(weekdays, key=lambda d: (d + 6) % 7)]
     if len(names) == 1:
         return f"on {names[0]}"
     return f"on {', '.join(names[:-1])} {conjunction} {names[-1]}"
@@ -76,8 +76,8 @@ def _weekday_phrase(weekdays: frozenset[int], conjunction: str = "and") -> str:
 def _month_phrase(months: frozenset[int]) -> str:
     run = _cyclic_run(months, 12, 1)
     if run is not None:
-        return f"{_MONTH_TITLES[run[0] - 1]} through {_MONTH_TITLES[run[1] - 1]}"
-    return "in " + _join([_MONTH_TITLES[m - 1] for m in sorted(months)])
+        return f"{MONTH_TITLES[run[0] - 1]} through {MONTH_TITLES[run[1] - 1]}"
+    return "in " + _join([MONTH_TITLES[m - 1] for m in sorted(months)])
 
 
 def _progression(values: list[int]) -> int | None:
@@ -143,7 +143,34 @@ def _day_phrase(spec: Cron) -> str | None:
     return f"{day_part} that fall {_weekday_phrase(spec.weekdays, 'or')}"
 
 
+_GAP_PHRASES: Final = {
+    "shift": "times in a DST gap run when it ends",
+    "skip": "times in a DST gap are skipped",
+}
+_REPEAT_PHRASES: Final = {
+    "first": "a repeated hour runs once, first pass",
+    "last": "a repeated hour runs once, second pass",
+    "both": "a repeated hour runs twice",
+}
+
+
+def _dst_phrase(trigger: CronTrigger) -> str:
+    """ "; times in a DST gap are skipped" for each policy that differs from the job kind's
+    default, so the common case reads as before."""
+    default = CronTrigger(trigger.cron, trigger.timezone)
+    phrases = []
+    if trigger.gap_policy != default.gap_policy:
+        phrases.append(_GAP_PHRASES[trigger.gap_policy])
+    if trigger.repeat_policy != default.repeat_policy:
+        phrases.append(_REPEAT_PHRASES[trigger.repeat_policy])
+    return "".join(f"; {phrase}" for phrase in phrases)
+
+
 def _describe_cron(trigger: CronTrigger) -> str:
+    return _describe_timetable(trigger) + _dst_phrase(trigger)
+
+
+def _describe_timetable(trigger: CronTrigger) -> str:
     spec = parse_cron(trigger.cron)
     time_part = _time_phrase(spec)
     day_part = _day_phrase(spec)
@@ -154,7 +181,7 @@ def _describe_cron(trigger: CronTrigger) -> str:
     single_date = len(months) == 1 and len(spec.days) == 1 and len(spec.weekdays) == 7
     if single_date and not spec.dom_star:
         (month,), (day,) = months, spec.days
-        pieces.append(f"on {_MONTH_TITLES[month - 1]} {day}")
+        pieces.append(f"on {MONTH_TITLES[month - 1]} {day}")
     else:
         if day_part:
             pieces.append(day_part)
@@ -177,8 +204,10 @@ def describe(trigger: Trigger) -> str:
 
     Common cron shapes (fixed times, every N minutes/hours, weekday ranges and lists, days of
     the month, months, @macros) read naturally, followed by the zone; rarer shapes fall back to
-    ``Cron '<expr>' (<zone>)``. Intervals read "Every 90 seconds", one-shots
-    "Once at <ISO UTC>". Raises ``InvalidSchedule`` for an invalid cron expression.
+    ``Cron '<expr>' (<zone>)``. A DST policy other than the job kind's default is appended
+    ("At 02:30, America/New_York; times in a DST gap are skipped"). Intervals read
+    "Every 90 seconds", one-shots "Once at <ISO UTC>". Raises ``InvalidSchedule`` for an
+    invalid cron expression.
     """
     if isinstance(trigger, CronTrigger):
         return _describe_cron(trigger)

@@ -18,14 +18,38 @@ from core.errors import InvalidSchedule
 from core.triggers.cron import CRON_FIELD, parse_cron
 
 MAX_INTERVAL_SECONDS: Final = 31_536_000
+# DST policies (DESIGN.md contract point 2 gives the defaults, which depend on the job kind).
+GAP_POLICIES: Final = ("shift", "skip")
+REPEAT_POLICIES: Final = ("first", "last", "both")
 
 
 @dataclass(frozen=True)
 class CronTrigger:
-    """A validated cron expression (as the user wrote it, stripped) in an IANA zone."""
+    """A validated cron expression (as the user wrote it, stripped) in an IANA zone.
+
+    ``dst_gap`` (``shift`` | ``skip``) and ``dst_repeat`` (``first`` | ``last`` | ``both``)
+    override what happens to a local time in a spring gap or an autumn repeated hour; ``None``
+    means the contract's default for the job kind (``gap_policy`` / ``repeat_policy``).
+    """
 
     cron: str
     timezone: str = "UTC"
+    dst_gap: str | None = None
+    dst_repeat: str | None = None
+
+    @property
+    def gap_policy(self) -> str:
+        """The effective gap policy: fixed-time jobs shift, wildcard jobs skip by default."""
+        if self.dst_gap is not None:
+            return self.dst_gap
+        return "skip" if parse_cron(self.cron).wildcard else "shift"
+
+    @property
+    def repeat_policy(self) -> str:
+        """The effective repeat policy: fixed-time jobs fire the first pass, wildcard both."""
+        if self.dst_repeat is not None:
+            return self.dst_repeat
+        return "both" if parse_cron(self.cron).wildcard else "first"
 
 
 @dataclass(frozen=True)
@@ -46,7 +70,7 @@ class OneShotTrigger:
 Trigger = CronTrigger | IntervalTrigger | OneShotTrigger
 
 _KIND_KEYS: Final = {
-    "cron": frozenset({"cron", "timezone"}),
+    "cron": frozenset({"cron", "timezone", "dst_gap", "dst_repeat"}),
     "every_seconds": frozenset({"every_seconds", "start_at"}),
     "at": frozenset({"at"}),
 }
@@ -102,6 +126,19 @@ def _aware_utc(value: object, field: str) -> datetime:
         ) from None
 
 
+def _policy(data: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
+    """An optional DST policy value, or ``InvalidSchedule`` on ``trigger.<key>``."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value in allowed:
+        return value
+    choices = " or ".join(repr(choice) for choice in allowed)
+    # Echo short strings only: a hostile value must not come back in the error whole.
+    got = repr(value) if isinstance(value, str) and len(value) <= 40 else type(value).__name__
+    raise InvalidSchedule(f"{key} must be {choices}, got {got}", field=f"trigger.{key}")
+
+
 def require_aware(value: datetime, what: str) -> datetime:
     """``value`` as aware UTC; ``ValueError`` (a caller bug) if it is naive."""
     if value.tzinfo is None or value.utcoffset() is None:
@@ -139,7 +176,12 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
         timezone = "UTC" if timezone is None else timezone
         _zone(timezone)
         parse_cron(cron)
-        return CronTrigger(cron=cron.strip(), timezone=timezone)
+        return CronTrigger(
+            cron=cron.strip(),
+            timezone=timezone,
+            dst_gap=_policy(data, "dst_gap", GAP_POLICIES),
+            dst_repeat=_policy(data, "dst_repeat", REPEAT_POLICIES),
+        )
 
     if kind == "every_seconds":
         every = data["every_seconds"]
@@ -172,11 +214,13 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
 def parse_trigger(data: Mapping[str, Any], now: datetime) -> Trigger:
     """Validate user input (API.md "Trigger") into a ``Trigger``.
 
-    ``data`` holds exactly one of ``{"cron", "timezone"?}``, ``{"every_seconds", "start_at"?}``
-    or ``{"at"}``; ``now`` is an aware datetime. Datetimes may be given as ``datetime`` or as
-    ISO-8601 strings, and must carry an offset; they are stored as UTC. An interval's
-    ``start_at`` defaults to ``now`` truncated to the whole second; a one-shot ``at`` must lie
-    strictly after ``now``. A JSON null for an optional key counts as absent.
+    ``data`` holds exactly one of ``{"cron", "timezone"?, "dst_gap"?, "dst_repeat"?}``,
+    ``{"every_seconds", "start_at"?}`` or ``{"at"}``; ``now`` is an aware datetime. Datetimes
+    may be given as ``datetime`` or as ISO-8601 strings, and must carry an offset; they are
+    stored as UTC. A DST policy is ``shift`` | ``skip`` (gap) or ``first`` | ``last`` |
+    ``both`` (repeat), refused on the other kinds. An interval's ``start_at`` defaults to
+    ``now`` truncated to the whole second; a one-shot ``at`` must lie strictly after ``now``.
+    A JSON null for an optional key counts as absent.
 
     Raises ``InvalidSchedule`` whose ``field`` is ``trigger`` or ``trigger.<key>`` and whose
     message says what is wrong. Raises ``ValueError`` if ``now`` is naive (a caller bug).
@@ -188,7 +232,13 @@ def parse_trigger(data: Mapping[str, Any], now: datetime) -> Trigger:
 def trigger_to_dict(trigger: Trigger) -> dict[str, Any]:
     """The JSON-safe stored form; ``trigger_from_dict`` turns it back into an equal trigger."""
     if isinstance(trigger, CronTrigger):
-        return {"cron": trigger.cron, "timezone": trigger.timezone}
+        stored: dict[str, Any] = {"cron": trigger.cron, "timezone": trigger.timezone}
+        # Only when given: an absent policy keeps following the default for the job kind.
+        if trigger.dst_gap is not None:
+            stored["dst_gap"] = trigger.dst_gap
+        if trigger.dst_repeat is not None:
+            stored["dst_repeat"] = trigger.dst_repeat
+        return stored
     if isinstance(trigger, IntervalTrigger):
         return {
             "every_seconds": trigger.every_seconds,

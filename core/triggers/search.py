@@ -77,7 +77,13 @@ def _instants(wall: datetime, zone: ZoneInfo) -> tuple[datetime, list[datetime]]
 def next_cron(trigger: CronTrigger, after: datetime) -> datetime | None:
     """Smallest cron fire instant strictly after ``after`` (aware UTC)."""
     try:
-        return _search(parse_cron(trigger.cron), ZoneInfo(trigger.timezone), after)
+        return _search(
+            parse_cron(trigger.cron),
+            ZoneInfo(trigger.timezone),
+            after,
+            gap=trigger.gap_policy,
+            repeat=trigger.repeat_policy,
+        )
     except (OverflowError, ValueError):
         # Date arithmetic ran past year 9999: there is no representable next fire. Anywhere
         # else the same errors are bugs and must surface.
@@ -86,19 +92,34 @@ def next_cron(trigger: CronTrigger, after: datetime) -> datetime | None:
         return None
 
 
-def _search(spec: Cron, zone: ZoneInfo, after: datetime) -> datetime | None:
+def _fires_of(
+    first: datetime, occurrences: list[datetime], gap: str, repeat: str
+) -> list[datetime]:
+    """The fire instants of one matched wall time under the DST policies (see ``_instants``)."""
+    if not occurrences:
+        return [first] if gap == "shift" else []
+    if len(occurrences) == 1 or repeat == "both":
+        return occurrences
+    return [occurrences[0] if repeat == "first" else occurrences[-1]]
+
+
+def _search(
+    spec: Cron, zone: ZoneInfo, after: datetime, *, gap: str, repeat: str
+) -> datetime | None:
     """The search behind ``next_cron``: walk matched wall times, map them to instants."""
     now_wall = _wall(after, zone)
     start = now_wall
-    if spec.wildcard:
+    if repeat != "first":
         # A matched time at or before the current wall time can still be due if the clock is
         # about to fall back over it (the second pass). Find how far back it can fall: a probe
         # up to one step after a backward transition reads at most one step later than the
         # wall clock just after it. (This assumes no zone falls back and springs forward again
-        # within one hour; none in tzdata does.)
+        # within one hour; none in tzdata does.) Under ``first`` every fire of a wall time at
+        # or before now is its first instant, which is at or before ``after``.
         for step in range(1, int(_FOLD_LOOKAHEAD / _FOLD_PROBE_STEP) + 1):
             probe = _wall(after + step * _FOLD_PROBE_STEP, zone) - _FOLD_PROBE_STEP
             start = min(start, probe)
+    horizon = now_wall + timedelta(days=366 * _MAX_YEARS_BETWEEN_MATCHES)
     matches = croniter(
         spec.normalised,
         start,
@@ -110,19 +131,85 @@ def _search(spec: Cron, zone: ZoneInfo, after: datetime) -> datetime | None:
         while True:
             wall = matches.get_next(datetime)
             first, occurrences = _instants(wall, zone)
+            # Every fire of ``wall`` is at or after ``first``, which never decreases: nothing
+            # later can beat ``best``.
             if best is not None and first >= best:
                 return best
-            if not spec.wildcard:
-                # One fire per matched time, at ``first``; ``first`` is non-decreasing, so the
-                # first one after ``after`` is the answer. (A time at or before now_wall has
-                # first <= after, which is why the search starts at now_wall.)
-                if first > after:
-                    return first
-                continue
-            for instant in occurrences:
+            if wall > horizon:
+                # Only reachable under ``skip`` by a time that falls in a gap every time it
+                # matches: it never fires.
+                return best
+            for instant in _fires_of(first, occurrences, gap, repeat):
                 if instant > after and (best is None or instant < best):
                     best = instant
+            if best is not None and repeat == "first":
+                # Under ``first`` a wall time fires at ``first`` or not at all, so the first
+                # fire after ``after`` is the answer (no need to look at the next match).
+                return best
     except CroniterBadDateError:
         # No match within croniter's horizon (100 years): validation already rejects dates
         # that never occur, so only the end of representable time gets here.
         return best
+
+
+_SECOND: Final = timedelta(seconds=1)
+_RULE_OF_REPEAT: Final = {"first": "repeat_first", "last": "repeat_last", "both": "repeat_both"}
+
+
+def matched_walls(
+    trigger: CronTrigger, low: datetime, high: datetime, limit: int
+) -> tuple[list[datetime], bool]:
+    """The naive wall times in ``[low, high)`` the expression matches (at most ``limit``),
+    and whether there are more."""
+    spec = parse_cron(trigger.cron)
+    matches = croniter(
+        spec.normalised,
+        low.replace(second=0, microsecond=0) - timedelta(minutes=1),
+        day_or=spec.day_or,
+        max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
+    )
+    found: list[datetime] = []
+    try:
+        while True:
+            wall = matches.get_next(datetime)
+            if wall >= high:
+                return found, False
+            if wall >= low:
+                if len(found) == limit:
+                    return found, True
+                found.append(wall)
+    except CroniterBadDateError:
+        return found, False
+
+
+def dst_rule(trigger: CronTrigger, due: datetime) -> str | None:
+    """Which DST rule made ``due`` (a fire instant of ``trigger``, aware) a fire time, if any.
+
+    * ``gap_shift``: ``due`` is the end of a spring gap, and fires only because matched local
+      times inside the gap were shifted to it (a time that matches on its own gets ``None``);
+    * ``repeat_first`` / ``repeat_last``: ``due`` is that pass of a repeated local time, and
+      the other pass does not fire; ``repeat_both``: both passes fire;
+    * ``None``: an ordinary instant.
+
+    Cheap when no transition is at hand: a few ``utcoffset`` look-ups and no cron matching.
+    """
+    zone = ZoneInfo(trigger.timezone)
+    local = due.astimezone(zone)
+    wall = local.replace(tzinfo=None)
+    offset = local.utcoffset()
+    before = (due - _SECOND).astimezone(zone).utcoffset()
+    if before is not None and offset is not None and before < offset:
+        # ``due`` is the first instant after a forward shift: the wall times the clock jumped
+        # over are [due at the old offset, due at the new one).
+        if trigger.gap_policy != "shift":
+            return None
+        skipped, _ = matched_walls(trigger, wall - (offset - before), wall, 1)
+        own, _ = matched_walls(trigger, wall, wall + timedelta(minutes=1), 1)
+        return "gap_shift" if skipped and not own else None
+    if (
+        wall.replace(tzinfo=zone, fold=0).utcoffset()
+        == wall.replace(tzinfo=zone, fold=1).utcoffset()
+    ):
+        return None
+    # A real instant whose wall time has two offsets: a pass of a repeated time.
+    return _RULE_OF_REPEAT[trigger.repeat_policy]

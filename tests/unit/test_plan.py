@@ -252,3 +252,32 @@ def test_an_on_time_schedule_has_no_gap() -> None:
     plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 61 * S)
     assert plan.run_at == [T0 + 60 * S]
     assert not plan.gap
+
+
+def cron(expression: str, zone: str, **policy: str) -> dict[str, Any]:
+    return triggers.trigger_to_dict(triggers.CronTrigger(expression, zone, **policy))
+
+
+def test_plan_names_the_dst_rule_of_each_due_time() -> None:
+    # New York, 2025-03-09: 02:30 does not occur; the fixed-time job runs at 03:00 EDT (07:00Z).
+    gap = schedule(cron("30 2 * * *", "America/New_York"), datetime(2025, 3, 9, 7, tzinfo=UTC))
+    plan = plan_due_times(gap, datetime(2025, 3, 9, 7, 0, 5, tzinfo=UTC))
+    assert plan.run_at == [datetime(2025, 3, 9, 7, tzinfo=UTC)]
+    assert plan.dst_rules == {datetime(2025, 3, 9, 7, tzinfo=UTC): "gap_shift"}
+    # 2025-11-02: 01:30 occurs at 05:30Z and 06:30Z; claimed late, both are on time together.
+    both = cron("30 1 * * *", "America/New_York", dst_repeat="both")
+    first, second = (
+        datetime(2025, 11, 2, 5, 30, tzinfo=UTC),
+        datetime(2025, 11, 2, 6, 30, tzinfo=UTC),
+    )
+    plan = plan_due_times(schedule(both, first, grace=7200), second + S)
+    assert plan.run_at == [first, second]
+    assert plan.dst_rules == {first: "repeat_both", second: "repeat_both"}
+
+
+def test_plan_has_no_dst_rules_for_ordinary_due_times() -> None:
+    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 61 * S)
+    assert plan.run_at and plan.dst_rules == {}
+    june = datetime(2025, 6, 1, 6, 30, tzinfo=UTC)
+    plan = plan_due_times(schedule(cron("30 2 * * *", "America/New_York"), june), june + S)
+    assert plan.run_at == [june] and plan.dst_rules == {}

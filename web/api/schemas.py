@@ -9,6 +9,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 
+class WarningOut(BaseModel):
+    code: str = Field(description="dst_gap | dst_repeat | overlap_skips | rare_day")
+    message: str
+    field: str = Field(description="the input the warning is about, e.g. trigger.dst_gap")
+
+
 class ScheduleOut(BaseModel):
     id: uuid.UUID
     owner: str
@@ -39,6 +45,12 @@ class ScheduleOut(BaseModel):
     max_runs: int | None
     scheduled_runs: int = Field(description="due times the timetable has taken (see max_runs)")
     jitter_seconds: int | None
+    warnings: list[WarningOut] = Field(
+        description="what the last create or update found worth saying, not errors: a cron "
+        "time in a DST gap or repeated hour in the next two years (and what the schedule's "
+        "policy does then), a timeout longer than the time between due times under overlap "
+        "skip, a day of the month that rarely occurs; [] when there is nothing to say"
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -115,6 +127,12 @@ class RunOut(BaseModel):
     )
     covers_until: datetime | None = Field(
         description="the last due time a skipped gap row stands for; null on other runs"
+    )
+    dst_rule: str | None = Field(
+        description="the daylight saving time rule that decided this due time: gap_shift (a "
+        "local time in a spring gap, moved to the end of the gap), repeat_first / repeat_last "
+        "(that pass of a repeated autumn hour, the other did not run), repeat_both (both "
+        "passes ran); null for an ordinary due time and for runs that are not cron due times",
     )
     attempt: int
     task_id: uuid.UUID | None
