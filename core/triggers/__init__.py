@@ -92,17 +92,23 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
     """
     moment = require_aware(after, "after")
     if isinstance(trigger, CronTrigger):
+        if trigger.start_at is not None and moment < trigger.start_at:
+            moment = trigger.start_at - timedelta(microseconds=1)  # start_at itself may fire
         found = next_cron(trigger, moment)
-        return None if found is None else found.astimezone(ZoneInfo(trigger.timezone))
+        if found is None or (trigger.end_at is not None and found > trigger.end_at):
+            return None
+        return found.astimezone(ZoneInfo(trigger.timezone))
     if isinstance(trigger, IntervalTrigger):
         start = trigger.start_at.astimezone(UTC)
         if start > moment:
-            return start
-        every = timedelta(seconds=trigger.every_seconds)
-        try:
-            return start + ((moment - start) // every + 1) * every
-        except OverflowError:
-            return None
+            fire = start
+        else:
+            every = timedelta(seconds=trigger.every_seconds)
+            try:
+                fire = start + ((moment - start) // every + 1) * every
+            except OverflowError:
+                return None
+        return None if trigger.end_at is not None and fire > trigger.end_at else fire
     at = trigger.at.astimezone(UTC)
     return at if at > moment else None
 

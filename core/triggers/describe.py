@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Final
 
 from core.triggers.cron import Cron, parse_cron
@@ -210,7 +210,17 @@ def describe(trigger: Trigger) -> str:
     invalid cron expression.
     """
     if isinstance(trigger, CronTrigger):
-        return _describe_cron(trigger)
+        return _describe_cron(trigger) + _bounds(trigger.start_at, trigger.end_at)
     if isinstance(trigger, IntervalTrigger):
-        return _describe_interval(trigger.every_seconds)
+        return _describe_interval(trigger.every_seconds) + _bounds(None, trigger.end_at)
     return f"Once at {trigger.at.astimezone(UTC).isoformat()}"
+
+
+def _bounds(start_at: datetime | None, end_at: datetime | None) -> str:
+    """ ", from <UTC> until <UTC>" for the bounds that are set."""
+    text = ""
+    if start_at is not None:
+        text += f", from {start_at.astimezone(UTC).isoformat()}"
+    if end_at is not None:
+        text += f", until {end_at.astimezone(UTC).isoformat()}"
+    return text

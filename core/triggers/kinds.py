@@ -36,6 +36,9 @@ class CronTrigger:
     timezone: str = "UTC"
     dst_gap: str | None = None
     dst_repeat: str | None = None
+    # Bounds (aware UTC): no fire before ``start_at`` or after ``end_at``.
+    start_at: datetime | None = None
+    end_at: datetime | None = None
 
     @property
     def gap_policy(self) -> str:
@@ -58,6 +61,7 @@ class IntervalTrigger:
 
     every_seconds: int
     start_at: datetime
+    end_at: datetime | None = None  # no fire after it
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,8 @@ class OneShotTrigger:
 Trigger = CronTrigger | IntervalTrigger | OneShotTrigger
 
 _KIND_KEYS: Final = {
-    "cron": frozenset({"cron", "timezone", "dst_gap", "dst_repeat"}),
-    "every_seconds": frozenset({"every_seconds", "start_at"}),
+    "cron": frozenset({"cron", "timezone", "dst_gap", "dst_repeat", "start_at", "end_at"}),
+    "every_seconds": frozenset({"every_seconds", "start_at", "end_at"}),
     "at": frozenset({"at"}),
 }
 _ALL_KEYS: Final = frozenset().union(*_KIND_KEYS.values())
@@ -163,9 +167,11 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
     kind = kinds[0]
     for key in data:
         if key not in _KIND_KEYS[kind]:
+            why = " (it fires once, at 'at')" if kind == "at" and key.endswith("_at") else ""
             raise InvalidSchedule(
-                f"{key!r} does not apply to a {kind!r} trigger", field=f"trigger.{key}"
+                f"{key!r} does not apply to a {kind!r} trigger{why}", field=f"trigger.{key}"
             )
+    end_at = _end_at(data, now)
 
     if kind == "cron":
         cron = data["cron"]
@@ -176,11 +182,16 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
         timezone = "UTC" if timezone is None else timezone
         _zone(timezone)
         parse_cron(cron)
+        start = data.get("start_at")
+        cron_start = None if start is None else _aware_utc(start, "trigger.start_at")
+        _ordered(cron_start, end_at)
         return CronTrigger(
             cron=cron.strip(),
             timezone=timezone,
             dst_gap=_policy(data, "dst_gap", GAP_POLICIES),
             dst_repeat=_policy(data, "dst_repeat", REPEAT_POLICIES),
+            start_at=cron_start,
+            end_at=end_at,
         )
 
     if kind == "every_seconds":
@@ -200,7 +211,8 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
             start_at = require_aware(now, "now").replace(microsecond=0)
         else:
             raise InvalidSchedule("stored interval trigger lacks start_at", "trigger.start_at")
-        return IntervalTrigger(every_seconds=every, start_at=start_at)
+        _ordered(start_at, end_at)
+        return IntervalTrigger(every_seconds=every, start_at=start_at, end_at=end_at)
 
     at = _aware_utc(data["at"], "trigger.at")
     if now is not None and at <= require_aware(now, "now"):
@@ -209,6 +221,28 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
             field="trigger.at",
         )
     return OneShotTrigger(at=at)
+
+
+def _end_at(data: Mapping[str, Any], now: datetime | None) -> datetime | None:
+    """The optional ``end_at`` bound; on input (``now`` given) it must still lie ahead."""
+    value = data.get("end_at")
+    if value is None:
+        return None
+    end_at = _aware_utc(value, "trigger.end_at")
+    if now is not None and end_at <= require_aware(now, "now"):
+        raise InvalidSchedule(
+            f"end_at {end_at.isoformat()} has passed: the schedule would never run",
+            field="trigger.end_at",
+        )
+    return end_at
+
+
+def _ordered(start_at: datetime | None, end_at: datetime | None) -> None:
+    if start_at is not None and end_at is not None and end_at <= start_at:
+        raise InvalidSchedule(
+            f"end_at {end_at.isoformat()} is not after start_at {start_at.isoformat()}",
+            field="trigger.end_at",
+        )
 
 
 def parse_trigger(data: Mapping[str, Any], now: datetime) -> Trigger:
@@ -238,12 +272,19 @@ def trigger_to_dict(trigger: Trigger) -> dict[str, Any]:
             stored["dst_gap"] = trigger.dst_gap
         if trigger.dst_repeat is not None:
             stored["dst_repeat"] = trigger.dst_repeat
+        if trigger.start_at is not None:
+            stored["start_at"] = trigger.start_at.astimezone(UTC).isoformat()
+        if trigger.end_at is not None:
+            stored["end_at"] = trigger.end_at.astimezone(UTC).isoformat()
         return stored
     if isinstance(trigger, IntervalTrigger):
-        return {
+        interval: dict[str, Any] = {
             "every_seconds": trigger.every_seconds,
             "start_at": trigger.start_at.astimezone(UTC).isoformat(),
         }
+        if trigger.end_at is not None:
+            interval["end_at"] = trigger.end_at.astimezone(UTC).isoformat()
+        return interval
     return {"at": trigger.at.astimezone(UTC).isoformat()}
 
 

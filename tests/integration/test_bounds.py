@@ -127,3 +127,46 @@ async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:
     cleared = await client.patch(url, json={"max_runs": None, "jitter_seconds": None})
     assert cleared.status_code == 200
     assert (cleared.json()["max_runs"], cleared.json()["jitter_seconds"]) == (None, None)
+
+
+async def test_a_timetable_ends_at_its_end_at(engine: Engine, fake: FakeRunnerType) -> None:
+    start = datetime.now(UTC) + timedelta(seconds=0.1)
+    end = start + timedelta(seconds=2.5)
+    trigger = {"every_seconds": 1, "start_at": start.isoformat(), "end_at": end.isoformat()}
+    schedule = await engine.create(spec(fake.config(), trigger))
+
+    async def ended() -> bool:
+        return (await fetch_schedule(engine.db, schedule.id)).next_run is None
+
+    await wait_for(ended, within=10, what="the timetable to end at end_at")
+
+    async def three_done() -> list[Run] | None:
+        runs = await runs_of(engine.db, schedule.id)
+        done = [run for run in runs if run.status == "succeeded"]
+        return runs if len(done) == 3 else None
+
+    runs = await wait_for(three_done, within=10, what="the three runs before end_at")
+    assert all(run.due_at is not None and run.due_at <= end for run in runs)
+    assert len(runs) == 3
+
+
+async def test_bounds_on_the_trigger_through_the_api(client: httpx.AsyncClient) -> None:
+    now = datetime.now(UTC)
+    body = {
+        "name": "a campaign",
+        "prompt": "p",
+        "trigger": {
+            "cron": "0 9 * * *",
+            "timezone": "Europe/Paris",
+            "start_at": (now + timedelta(days=2)).isoformat(),
+            "end_at": (now + timedelta(days=5)).isoformat(),
+        },
+        "runner": {"type": "command", "argv": ["true"]},
+    }
+    created = await client.post("/api/v1/schedules", json=body)
+    assert created.status_code == 201, created.text
+    assert "until" in created.json()["description"]
+    assert created.json()["next_run"] >= body["trigger"]["start_at"][:10]
+    past = {**body["trigger"], "end_at": (now - timedelta(days=1)).isoformat()}
+    refused = await client.post("/api/v1/schedules", json={**body, "trigger": past})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "trigger.end_at"

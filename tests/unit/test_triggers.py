@@ -262,7 +262,8 @@ def test_timezone_defaults_to_utc() -> None:
         ({"cron": "@daily", "at": "2030-01-01T00:00:00Z"}, "trigger"),
         ({"cron": "@daily", "every_seconds": 60}, "trigger"),
         ({"cron": "@daily", "colour": "red"}, "trigger.colour"),
-        ({"cron": "@daily", "start_at": "2030-01-01T00:00:00Z"}, "trigger.start_at"),
+        # start_at/end_at bound cron and interval triggers; a one-shot fires once, at "at".
+        ({"at": "2030-01-01T00:00:00Z", "start_at": "2029-01-01T00:00:00Z"}, "trigger.start_at"),
         ({"every_seconds": 60, "timezone": "UTC"}, "trigger.timezone"),
         ({"timezone": "UTC"}, "trigger"),
         ({"cron": 5}, "trigger.cron"),
