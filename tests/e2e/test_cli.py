@@ -312,6 +312,41 @@ def test_cancel_a_running_run_and_wait_for_a_failing_one(server: Server) -> None
 
 
 @pytest.mark.slow
+def test_skip_backfill_and_resume_with_catch_up(server: Server) -> None:
+    # The timeline commands (issue 8): skip one upcoming due time and put it back, backfill a
+    # past range (dry run first), resume with a catch-up choice.
+    env = client_env(server)
+    created = ok_json(env, "schedules", "add", *DIGEST)
+    schedule_id = created["id"]
+    upcoming = created["next_run"]
+
+    skipped = ok_json(env, "schedules", "skip", schedule_id, upcoming)
+    assert (skipped["status"], skipped["reason"]) == ("skipped", "occurrence_skipped")
+    assert "will run" in ok(env, "schedules", "skip", schedule_id, upcoming, "--undo")
+    wrong = failed(env, "schedules", "skip", schedule_id, "2030-01-01T09:30:00+08:00")
+    assert "HTTP 422" in wrong and "(field: due_at)" in wrong
+
+    hourly = ok_json(
+        env, "schedules", "add", "--name", "hourly", "--prompt", "p",
+        "--every", "3600", "--start-at", "2026-01-01T00:00:00Z", "--command", "true",
+    )  # fmt: skip
+    window = ("--start", "2026-01-01T00:00:00Z", "--end", "2026-01-01T03:00:00Z")
+    dry = ok_json(env, "schedules", "backfill", hourly["id"], *window, "--dry-run")
+    assert dry["dry_run"] is True and len(dry["due_times"]) == 3
+    text = ok(env, "schedules", "backfill", hourly["id"], *window)
+    assert "queued 3 run(s)" in text
+    again = ok_json(env, "schedules", "backfill", hourly["id"], *window)
+    assert (again["due_times"], again["kept"]) == ([], 3)  # nothing runs twice
+
+    ok(env, "schedules", "pause", schedule_id)
+    plan = ok_json(env, "schedules", "resume", schedule_id, "--catchup", "latest", "--dry-run")
+    assert plan["catchup"] == "latest" and plan["run"] == []
+    assert "would run" in ok(env, "schedules", "resume", schedule_id, "--dry-run")
+    assert ok_json(env, "schedules", "resume", schedule_id, "--catchup", "all")["enabled"] is True
+    bad_choice = cli(env, "schedules", "resume", schedule_id, "--catchup", "sometimes")
+    assert bad_choice.returncode == 2 and "--catchup" in bad_choice.stderr
+
+
 def test_readme_command_line_example_works(server: Server) -> None:
     env = client_env(server)
     lines = readme_block("cli").strip().splitlines()

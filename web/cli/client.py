@@ -8,6 +8,7 @@ machine that has no access to its database.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -171,3 +172,11 @@ def print_json(text: str) -> None:
     """Write one JSON document to stdout as the API sent it."""
     sys.stdout.write(text if text.endswith("\n") else f"{text}\n")
     sys.stdout.flush()
+
+
+def answer(response: httpx.Response, as_json: bool, show: Callable[[dict[str, Any]], None]) -> None:
+    """Print one answer of the API: unchanged with ``--json``, else as ``show`` renders it."""
+    if as_json:
+        print_json(response.text)
+    else:
+        show(response.json())

@@ -10,7 +10,16 @@ import typer
 from rich.text import Text
 
 from web.cli import render
-from web.cli.client import DEFAULT_URL, Api, CliError, JsonOption, KeyOption, UrlOption, print_json
+from web.cli.client import (
+    DEFAULT_URL,
+    Api,
+    CliError,
+    JsonOption,
+    KeyOption,
+    UrlOption,
+    answer,
+    print_json,
+)
 
 app = typer.Typer(help="A schedule's runs: list, show, replay, cancel.", no_args_is_help=True)
 
@@ -89,11 +98,7 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """One run with its deliveries, output and error."""
-    response = Api.connect(url, key).get(f"/api/v1/runs/{run_id}")
-    if as_json:
-        print_json(response.text)
-        return
-    show_run(response.json())
+    answer(Api.connect(url, key).get(f"/api/v1/runs/{run_id}"), as_json, show_run)
 
 
 @app.command("replay")
@@ -117,8 +122,4 @@ def cancel(
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a pending run or stop a running one (a finished run: HTTP 409, exit 1)."""
-    response = Api.connect(url, key).post(f"/api/v1/runs/{run_id}/cancel")
-    if as_json:
-        print_json(response.text)
-        return
-    show_run(response.json())
+    answer(Api.connect(url, key).post(f"/api/v1/runs/{run_id}/cancel"), as_json, show_run)

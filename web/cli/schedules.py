@@ -22,12 +22,14 @@ from web.cli.client import (
     JsonOption,
     KeyOption,
     UrlOption,
+    answer,
     print_json,
 )
 from web.cli.runs import AllOption, LimitOption, WaitOption, finish
 
 app = typer.Typer(
-    help="Schedules: list, show, add, pause, resume, run now, delete.", no_args_is_help=True
+    help="Schedules: list, show, add, pause, resume, run now, delete, skip, backfill.",
+    no_args_is_help=True,
 )
 
 
@@ -46,6 +48,12 @@ class Overlap(StrEnum):
 class Catchup(StrEnum):
     skip = "skip"
     latest = "latest"
+
+
+class ResumeCatchup(StrEnum):
+    skip = "skip"
+    latest = "latest"
+    all = "all"
 
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="the schedule's id")]
@@ -146,11 +154,7 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """One schedule: trigger in words, next run (local and in its zone), last run, policy."""
-    response = Api.connect(url, key).get(f"/api/v1/schedules/{schedule_id}")
-    if as_json:
-        print_json(response.text)
-        return
-    show_schedule(response.json())
+    answer(Api.connect(url, key).get(f"/api/v1/schedules/{schedule_id}"), as_json, show_schedule)
 
 
 @app.command("add")
@@ -239,11 +243,7 @@ def add(
     ]
     if missing:
         raise CliError(f"missing {', '.join(missing)} (or give them in --file)", USAGE)
-    response = api.post("/api/v1/schedules", body)
-    if as_json:
-        print_json(response.text)
-        return
-    show_schedule(response.json())
+    answer(api.post("/api/v1/schedules", body), as_json, show_schedule)
 
 
 def _env(pairs: list[str] | None) -> dict[str, Any]:
@@ -268,26 +268,114 @@ def pause(
 ) -> None:
     """Stop new runs at once (a run claimed but not started is skipped)."""
     api = Api.connect(url, key)
-    response = api.post(f"/api/v1/schedules/{schedule_id}/pause", {"note": note} if note else None)
-    if as_json:
-        print_json(response.text)
-        return
-    show_schedule(response.json())
+    answer(
+        api.post(f"/api/v1/schedules/{schedule_id}/pause", {"note": note} if note else None),
+        as_json,
+        show_schedule,
+    )
 
 
 @app.command("resume")
 def resume(
     schedule_id: IdArgument,
+    catchup: Annotated[
+        ResumeCatchup,
+        typer.Option(
+            "--catchup",
+            help="the due times the pause covered: skip them (default), run the latest, or all",
+        ),
+    ] = ResumeCatchup.skip,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="only show which due times would run")
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Resume from the next due time after now (missed ones are not run late)."""
-    response = Api.connect(url, key).post(f"/api/v1/schedules/{schedule_id}/resume")
-    if as_json:
-        print_json(response.text)
+    """Resume from the next due time after now; --catchup says what the pause's due times get."""
+    body = {"catchup": catchup.value, "dry_run": dry_run}
+    response = Api.connect(url, key).post(f"/api/v1/schedules/{schedule_id}/resume", body)
+    if dry_run:
+        answer(response, as_json, show_resume_plan)
+    else:
+        answer(response, as_json, show_schedule)
+
+
+def show_resume_plan(plan: dict[str, Any]) -> None:
+    out = render.console()
+    skipped = plan["skipped"]
+    out.print(
+        Text(
+            f"catch-up {plan['catchup']}: {len(plan['run'])} due time(s) would run, "
+            f"{'more than 30' if skipped is None else skipped} would be skipped (paused)"
+        )
+    )
+    for due in plan["run"]:
+        out.print(Text(f"  run {render.local(due)}"))
+
+
+@app.command("skip")
+def skip(
+    schedule_id: IdArgument,
+    due_at: Annotated[str, typer.Argument(metavar="DUE_AT", help="an upcoming due time, ISO 8601")],
+    undo: Annotated[bool, typer.Option("--undo", help="put a skipped due time back")] = False,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Skip one upcoming due time of the schedule (and only it); --undo puts it back."""
+    api = Api.connect(url, key)
+    if undo:
+        api.post(f"/api/v1/schedules/{schedule_id}/unskip", {"due_at": due_at})
+        if as_json:
+            print_json(json.dumps({"due_at": due_at, "skipped": False}))
+        else:
+            render.console().print(Text(f"{due_at} will run"))
         return
-    show_schedule(response.json())
+    response = api.post(f"/api/v1/schedules/{schedule_id}/skip", {"due_at": due_at})
+    answer(response, as_json, lambda run: render.emit(render.console(), render.run_detail(run)))
+
+
+@app.command("backfill")
+def backfill(
+    schedule_id: IdArgument,
+    start: Annotated[str, typer.Option("--start", metavar="ISO8601", help="from (inclusive)")],
+    end: Annotated[
+        str, typer.Option("--end", metavar="ISO8601", help="to (exclusive), not future")
+    ],
+    all_at_once: Annotated[
+        bool,
+        typer.Option("--all-at-once", help="start them together (default: one at a time)"),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="only list the due times; queue nothing")
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the past due times in [--start, --end) that did not run, once each."""
+    body = {
+        "start": start,
+        "end": end,
+        "overlap": "allow" if all_at_once else "buffer_all",
+        "dry_run": dry_run,
+    }
+    response = Api.connect(url, key).post(f"/api/v1/schedules/{schedule_id}/backfill", body)
+    answer(response, as_json, show_backfill)
+
+
+def show_backfill(plan: dict[str, Any]) -> None:
+    out = render.console()
+    verb = "would queue" if plan["dry_run"] else "queued"
+    out.print(
+        Text(
+            f"{verb} {len(plan['due_times'])} run(s); {plan['kept']} due time(s) in the range "
+            "left alone (they ran, are running, or were skipped on purpose)"
+        )
+    )
+    for due in plan["due_times"]:
+        out.print(Text(f"  {render.local(due)}"))
 
 
 @app.command("run")
