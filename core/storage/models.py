@@ -119,7 +119,7 @@ class Run(Base):
     due_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # SET NULL: a replay outlives the pruning of the run it replayed (it has its own payload).
     replay_of: Mapped[uuid.UUID | None] = mapped_column(
-        Uuid, ForeignKey("runs.id", ondelete="SET NULL")
+        Uuid, ForeignKey("runs.id", ondelete="SET NULL"), index=True
     )
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(String(64))
