@@ -20,7 +20,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, text, update
 
 from bench.infra import scratch
 from core.retention import RetentionPolicy, prune_runs
@@ -128,6 +128,11 @@ async def measure(dsn: str, how: str, schedules: int, runs: int) -> dict[str, An
     try:
         await asyncio.to_thread(upgrade, async_url(dsn))
         ids = await fill(db, schedules, runs)
+        # A ledger that grew over months has planner statistics (autovacuum's ANALYZE); one
+        # bulk-loaded a second ago has none, and PostgreSQL then picks a sequential scan for
+        # every batch's DELETE. Measure the ledger users have.
+        async with db.session() as session:
+            await session.execute(text("ANALYZE"))
         stop = asyncio.Event()
         probing = asyncio.create_task(probe(db, ids[0], stop))
         await asyncio.sleep(0.2)
