@@ -428,3 +428,21 @@ async def test_the_run_history_shows_the_timeline(live_app: FastAPI) -> None:
     assert "occurrence skipped" in page
     assert "by bob" in page and "by alice" in page
     assert f'data-run="{skipped.id}"' in page
+
+
+async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAPI) -> None:
+    key = await new_key(live_app, "alice")
+    schedule = await make_schedule(
+        live_app,
+        "alice",
+        trigger={"cron": "30 2 * * *", "timezone": "America/New_York"},
+        pause_after_failures=3,
+        max_runs=10,
+        jitter_seconds=30,
+    )
+    assert schedule.warnings  # 02:30 falls in New York's spring gap
+    async with browser(live_app, key) as http:
+        page = (await http.get(f"/schedules/{schedule.id}")).text
+    assert 'data-code="dst_gap"' in page and "does not occur in America/New_York" in page
+    assert "pauses after 3 failures in a row" in page
+    assert "0 of at most 10 due times taken" in page and "up to 30 s late" in page
