@@ -517,7 +517,8 @@ def test_next_fire_is_pure(cron: str, zone: str, day: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _matches(cron: str, wall: datetime) -> bool:
+def cron_matches(cron: str, wall: datetime) -> bool:
+    """Whether the wall clock ``wall`` matches ``cron`` by Debian's field rules."""
     spec = parse_cron(cron)
     dom = wall.day in spec.days
     dow = (wall.weekday() + 1) % 7 in spec.weekdays
@@ -545,12 +546,12 @@ def _oracle(cron: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[d
         instant += timedelta(minutes=1)
         wall = instant.astimezone(zone).replace(tzinfo=None)
         if wildcard:
-            fired = _matches(cron, wall)
+            fired = cron_matches(cron, wall)
         else:
             fired = False
             probe = high_water + timedelta(minutes=1)
             while probe <= wall:  # every wall time reached for the first time at `instant`
-                fired = fired or _matches(cron, probe)
+                fired = fired or cron_matches(cron, probe)
                 probe += timedelta(minutes=1)
             high_water = max(high_water, wall)
         if fired and start < instant <= end:

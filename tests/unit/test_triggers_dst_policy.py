@@ -36,6 +36,7 @@ from core.triggers import (
     trigger_to_dict,
 )
 from core.triggers.cron import parse_cron
+from tests.unit.test_triggers_dst import cron_matches
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -403,19 +404,6 @@ def test_describe_mentions_a_policy_that_is_not_the_default(
 # --------------------------------------------------------------------------------------------
 
 
-def _matches(spec_cron: str, wall: datetime) -> bool:
-    spec = parse_cron(spec_cron)
-    dom = wall.day in spec.days
-    dow = (wall.weekday() + 1) % 7 in spec.weekdays
-    day = (dom or dow) if not (spec.dom_star or spec.dow_star) else (dom and dow)
-    return (
-        wall.minute in spec.minutes
-        and wall.hour in spec.hours
-        and wall.month in spec.months
-        and day
-    )
-
-
 def _oracle(
     cron: str, zone: ZoneInfo, gap: str, repeat: str, start: datetime, end: datetime
 ) -> list[datetime]:
@@ -436,7 +424,7 @@ def _oracle(
     fires = []
     for index, (instant, wall) in enumerate(zip(instants, walls, strict=True)):
         fired = False
-        if _matches(cron, wall):
+        if cron_matches(cron, wall):
             if readings[wall] == 1:
                 fired = True
             elif wall in seen:
@@ -446,7 +434,7 @@ def _oracle(
         if index and wall - walls[index - 1] > timedelta(minutes=1) and gap == "shift":
             probe = walls[index - 1] + timedelta(minutes=1)
             while probe < wall:
-                fired = fired or _matches(cron, probe)
+                fired = fired or cron_matches(cron, probe)
                 probe += timedelta(minutes=1)
         seen.add(wall)
         if fired and start < instant <= end:
