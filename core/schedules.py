@@ -24,7 +24,13 @@ from core.logging import get_logger
 from core.notify import keep_masked_secrets, masked_channels, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
-from core.specs import BackfillRequest, ScheduleCreate, ScheduleUpdate, reject_nul
+from core.specs import (
+    BackfillRequest,
+    ScheduleCreate,
+    ScheduleUpdate,
+    reject_nul,
+    reject_oversized,
+)
 from core.storage import Database, Run, Schedule
 from core.storage import queries as q
 from core.timeline import (
@@ -200,7 +206,9 @@ class ScheduleService:
         now = self.clock()
         for name in ("trigger", "runner"):
             reject_nul(getattr(spec, name), name)
+            reject_oversized(getattr(spec, name), name)
         reject_nul(spec.notify, "notify")
+        reject_oversized(spec.notify, "notify")
         trigger = triggers.parse_trigger(spec.trigger, now)
         runner = validate_runner(spec.runner)
         notify = validate_channels(spec.notify, allow_private=self.allow_private)
@@ -293,14 +301,17 @@ class ScheduleService:
             timetable_changed = False
             if "trigger" in changes:
                 reject_nul(changes["trigger"], "trigger")
+                reject_oversized(changes["trigger"], "trigger")
                 trigger = triggers.parse_trigger(changes["trigger"], now)
                 changes["trigger"] = triggers.trigger_to_dict(trigger)
                 timetable_changed = True
             if "runner" in changes:
                 reject_nul(changes["runner"], "runner")
+                reject_oversized(changes["runner"], "runner")
                 changes["runner"] = validate_runner(changes["runner"])
             if "notify" in changes:
                 reject_nul(changes["notify"], "notify")
+                reject_oversized(changes["notify"], "notify")
                 merged = keep_masked_secrets(changes["notify"], schedule.notify)
                 changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
             if "enabled" in changes and changes["enabled"] != schedule.enabled:

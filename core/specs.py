@@ -8,6 +8,7 @@ module and raises ``InvalidSchedule`` naming the field.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -69,6 +70,20 @@ def reject_nul(value: Any, field: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             reject_nul(item, f"{field}.{index}")
+
+
+MAX_CONFIG_BYTES = 65_536
+
+
+def reject_oversized(value: Any, field: str, limit: int = MAX_CONFIG_BYTES) -> None:
+    """Refuse a trigger, runner or notify configuration larger than ``limit`` bytes as JSON:
+    it is stored on the schedule and copied into every run's payload, so a megabyte of
+    ``argv`` or ``env`` would be a megabyte per run."""
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > limit:
+        raise InvalidSchedule(
+            f"{field} is {size:,} bytes as JSON; at most {limit:,} are stored", field=field
+        )
 
 
 def _no_nul(value: str | None) -> str | None:

@@ -117,6 +117,28 @@ async def test_one_megabyte_prompt_and_name_are_refused(
     await unchanged(client, existing)
 
 
+async def test_one_megabyte_runner_notify_or_trigger_is_refused(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    # They are copied into every run's payload: a megabyte here would be a megabyte per run.
+    existing = await create(client)
+    megabyte = "x" * 1_000_000
+    oversized = {
+        "runner": {"type": "command", "argv": ["cat", megabyte]},
+        "notify": [{"type": "file", "path": "out.jsonl", "notify_on": ["succeeded"] * 40_000}],
+        "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London", "x": megabyte},
+    }
+    for field, value in oversized.items():
+        refused = assert_error(await client.post(API, json=body(**{field: value})), 422, field)
+        assert "bytes as JSON" in refused["message"], refused
+        response = await client.patch(f"{API}/{existing['id']}", json={field: value})
+        assert_error(response, 422, field)
+    env = {"type": "command", "argv": ["cat"], "env": {f"K{i}": "v" * 100 for i in range(1000)}}
+    assert_error(await client.post(API, json=body(runner=env)), 422, "runner")
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
 async def test_largest_prompt_is_stored_verbatim(client: httpx.AsyncClient) -> None:
     """The limit counts characters: 100,000 four-byte characters (400 KB) fit, exactly."""
     prompt = ("\U0001f916a\u00e9\u4e2d" * 25_000)[:100_000]
