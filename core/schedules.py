@@ -664,7 +664,7 @@ async def _trim_summaries(
                 await session.execute(q.insert_runs(db.capabilities.dialect), rows)
 
 
-def _instant(value: str, field: str) -> datetime:
+def _instant(value: str, field: str, *, min_year: int = 1) -> datetime:
     """An ISO 8601 datetime with an offset, in UTC; ``InvalidSchedule`` naming ``field``."""
     try:
         parsed = datetime.fromisoformat(value)
@@ -673,9 +673,14 @@ def _instant(value: str, field: str) -> datetime:
     if parsed.tzinfo is None:
         raise InvalidSchedule(f"{field} must carry a UTC offset", field=field)
     try:
-        return parsed.astimezone(UTC)
+        moment: datetime | None = parsed.astimezone(UTC)
     except OverflowError:
-        raise InvalidSchedule(f"{field} is out of range", field=field) from None
+        moment = None
+    if moment is None or moment.year < min_year:
+        raise InvalidSchedule(
+            f"{field} must lie between the years {min_year} and 9999 in UTC", field=field
+        )
+    return moment
 
 
 def _upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetime:
@@ -698,18 +703,6 @@ def check_preview_after(after: str | None) -> datetime | None:
     """Parse the optional ``after`` of a preview request (must carry an offset)."""
     if after is None:
         return None
-    try:
-        value = datetime.fromisoformat(after)
-    except ValueError:
-        raise InvalidSchedule("after must be an ISO 8601 datetime", field="after") from None
-    if value.tzinfo is None:
-        raise InvalidSchedule("after must carry a UTC offset", field="after")
-    try:
-        in_utc = value.astimezone(UTC)
-    except OverflowError:
-        in_utc = None
     # Due times are searched in local time on either side of `after`: keep a year of margin
     # from the start of representable time (the end is handled: no due time is found).
-    if in_utc is None or in_utc.year < 2:
-        raise InvalidSchedule("after must lie between the years 2 and 9999 in UTC", field="after")
-    return value
+    return _instant(after, "after", min_year=2)
