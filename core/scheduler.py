@@ -232,6 +232,9 @@ class Ledger:
     data_dir: Path = Path("./var")
     clock: Clock = utcnow
     on_change: Callable[[], None] | None = None
+    # Stops an attempt of the given run if it executes in this process (the loop's
+    # cancel_local); other replicas hear of a cancel through their heartbeat.
+    on_cancel: Callable[[uuid.UUID], None] | None = None
     _tasks_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -789,6 +792,8 @@ class Ledger:
                 if run.origin in QUEUED_ORIGINS:
                     await promote_next(session, run.schedule_id, now)  # woken just below
         self._changed()
+        if self.on_cancel is not None:
+            self.on_cancel(run.id)
         return run
 
     async def get_run(

@@ -101,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     retention_interval=settings.retention_interval_seconds,
                 )
                 service.on_change = ledger.on_change = loop.wake
+                ledger.on_cancel = loop.cancel_local
             app.state.settings = settings
             app.state.db = db
             app.state.schedules = service

@@ -13,7 +13,6 @@ from core.keys import Principal, authenticate
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database
-from web.scheduler import SchedulerLoop
 
 # Declares the bearer scheme in the OpenAPI document. auto_error=False: a missing or non-Bearer
 # header comes through as None so the answer is our 401 error body, not FastAPI's own.
@@ -33,11 +32,6 @@ def get_schedules(request: Request) -> ScheduleService:
 def get_ledger(request: Request) -> Ledger:
     ledger: Ledger = request.app.state.ledger
     return ledger
-
-
-def get_engine(request: Request) -> SchedulerLoop | None:
-    engine: SchedulerLoop | None = request.app.state.loop
-    return engine
 
 
 async def get_principal(
@@ -66,7 +60,6 @@ def get_owner(principal: Annotated[Principal, Depends(get_principal)]) -> str | 
 
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
 LedgerDep = Annotated[Ledger, Depends(get_ledger)]
-EngineDep = Annotated[SchedulerLoop | None, Depends(get_engine)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 OwnerDep = Annotated[str | None, Depends(get_owner)]
 # For routers: every route under them needs a valid key, whether or not its handler reads it.

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from core.scheduler import run_view
-from web.api.deps import AuthDep, EngineDep, LedgerDep, OwnerDep, PrincipalDep
+from web.api.deps import AuthDep, LedgerDep, OwnerDep, PrincipalDep
 from web.api.schedules import ERRORS
 from web.api.schemas import RunOut, RunPage
 
@@ -56,9 +56,6 @@ async def replay_run(
 
 
 @router.post("/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
-async def cancel_run(run_id: str, ledger: LedgerDep, engine: EngineDep, owner: OwnerDep) -> RunOut:
+async def cancel_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
     """Cancel a pending run, or stop a running one cooperatively (409 if already finished)."""
-    run = await ledger.cancel(run_id, owner)
-    if engine is not None:
-        engine.cancel_local(run.id)
-    return RunOut.model_validate(run_view(run))
+    return RunOut.model_validate(run_view(await ledger.cancel(run_id, owner)))

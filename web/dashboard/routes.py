@@ -49,7 +49,6 @@ from web.dashboard.session import (
     sign_out,
 )
 from web.dashboard.views import ZONES, render, zone_of
-from web.scheduler import SchedulerLoop
 
 SCHEDULES_PER_PAGE = 50
 RUNS_PER_PAGE = 25
@@ -323,9 +322,6 @@ async def replay(request: Request, run_id: str, viewer: ViewerDep) -> Response:
 async def cancel(request: Request, run_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
     run = await _ledger(request).cancel(run_id, viewer.scope)
-    engine: SchedulerLoop | None = request.app.state.loop
-    if engine is not None:
-        engine.cancel_local(run.id)
     return _back(posted, f"/schedules/{run.schedule_id}", "cancelled")
 
 
