@@ -23,6 +23,7 @@ from web.clockwatch import ClockWatch
 from web.dashboard import install as install_dashboard
 from web.metrics import EngineMetrics
 from web.scheduler import EngineProperties, SchedulerLoop
+from web.supervisor import Supervisor
 
 log = get_logger(__name__)
 
@@ -57,6 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         watch: ClockWatch | None = None
         metrics = EngineMetrics()
         app.state.metrics = metrics
+        # One supervisor for every long-lived task of this app, so /readyz sees them all.
+        supervisor = Supervisor(metrics)
+        app.state.supervisor = supervisor
         # On PostgreSQL every "now" of the engine (due times, leases, next_run, available_at)
         # is the database's: replicas on hosts whose clocks disagree would otherwise claim
         # early or late relative to each other, and one whose clock runs fast would find a
@@ -64,7 +68,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         clock: Clock = utcnow
         if db.capabilities.database_clock:
             clock = DatabaseClock(warn_seconds=settings.clock_skew_warn_seconds)
-            watch = ClockWatch(clock, db, instance_id=settings.instance_id, metrics=metrics)
+            watch = ClockWatch(
+                clock,
+                db,
+                instance_id=settings.instance_id,
+                metrics=metrics,
+                supervisor=supervisor,
+            )
         try:
             try:
                 await check_schema(db)
@@ -99,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         days=settings.retention_days, keep_last=settings.retention_keep_last
                     ),
                     retention_interval=settings.retention_interval_seconds,
+                    supervisor=supervisor,
                 )
                 service.on_change = ledger.on_change = loop.wake
                 ledger.on_cancel = loop.cancel_local

@@ -18,6 +18,7 @@ from core.clock import DatabaseClock
 from core.logging import get_logger
 from core.storage import Database
 from web.metrics import EngineMetrics
+from web.supervisor import Supervisor
 
 log = get_logger("agentcron.clock")
 
@@ -36,6 +37,7 @@ class ClockWatch:
         instance_id: str,
         metrics: EngineMetrics,
         interval: float = SYNC_SECONDS,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.clock = clock
         self.db = db
@@ -46,7 +48,7 @@ class ClockWatch:
         self._warned = False
         self._failing = False
         self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.supervisor = supervisor or Supervisor(metrics)
 
     async def measure(self) -> None:
         """Measure the skew once; update the gauge; log a crossing of the threshold."""
@@ -98,15 +100,13 @@ class ClockWatch:
 
     async def start(self) -> None:
         """Measure now (returns once done, so what starts next uses the database's time),
-        then every ``interval`` on a task of its own until ``stop``."""
+        then every ``interval`` on a supervised task of its own (``clock``) until ``stop``."""
         await self.measure()
-        self._task = asyncio.create_task(self._run(), name="agentcron-clock")
+        self.supervisor.spawn("clock", self._run)
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self.supervisor.stop("clock")
 
     async def _run(self) -> None:
         while not self._stop.is_set():

@@ -85,3 +85,16 @@ class EngineMetrics:
         self.errors = Counter(
             "agentcron_loop_errors", "Wake-ups of the loop that ended in an error.", registry=r
         )
+        self.task_restarts = Counter(
+            "agentcron_task_restarts",
+            "Crashes of the engine's long-lived tasks (loop, heartbeat, listen, retention, "
+            "clock), each followed by a restart, by task.",
+            ["task"],
+            registry=r,
+        )
+        self.leases_lost = Counter(
+            "agentcron_leases_lost",
+            "Attempts stopped here because their lease was taken over or could not be renewed "
+            "before it ran out.",
+            registry=r,
+        )

@@ -8,7 +8,16 @@ again at once. Each run executes under the concurrency semaphore: admit the atte
 cancel token, record the outcome, then deliver it. A heartbeat renews the leases this process
 holds (on runs, and on the deliveries it is making) and relays cancel requests. Deliveries
 whose lease ran out (their process died before it was done) are taken over when the loop
-wakes for them. The loop survives every exception and keeps ticking.
+wakes for them. The loop survives every exception and keeps ticking; the loop, heartbeat,
+listener and retention tasks run under a ``web.supervisor.Supervisor``, which restarts any of
+them that dies and reports it unready meanwhile.
+
+A run is never executing in two places at once: an attempt whose lease was taken over
+(the heartbeat's renewal no longer finds it ours) is stopped at once, and so is one whose
+lease could not be confirmed until shortly before it runs out (``fence_margin`` ahead of it:
+the database is unreachable, or the renewal is stuck), before any other replica may take it
+over. Stopping is ``CancelToken.cancel(..., at_once=True)``: a command's process group gets
+SIGKILL, not SIGTERM and a grace period.
 
 Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
 (``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
@@ -21,7 +30,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -56,6 +65,7 @@ from core.scheduler import (
 from core.schedules import WAKE_CHANNEL
 from core.storage import Run
 from web.metrics import EngineMetrics
+from web.supervisor import Supervisor
 
 log = get_logger("agentcron.engine")
 Item = TypeVar("Item")
@@ -70,6 +80,10 @@ HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their canc
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
 WRITE_TRIES = 3  # a batched write that fails (a deadlock, a blip) is tried this many times
 DELIVERY_BATCH = 100  # the most runs whose deliveries one look takes over
+SERVICES = ("loop", "heartbeat", "listen", "retention")  # the loop's supervised tasks
+# Cancel reasons of an attempt stopped because its lease is, or is about to be, another's.
+LEASE_LOST = "lease_lost"  # the renewal no longer found the run ours: taken over
+LEASE_UNCONFIRMED = "lease_unconfirmed"  # no renewal confirmed before the lease runs out
 
 
 @dataclass(frozen=True)
@@ -103,10 +117,13 @@ class Verdict:
     cancelled: str | None = None  # the cancel token's reason, if it was cancelled
 
 
-def _prepared_decision(run: Run, workdir: str, started: datetime) -> StartDecision:
+def _prepared_decision(
+    run: Run, workdir: str, started: datetime, lease_seconds: float
+) -> StartDecision:
     """The in-memory twin of a prepared run that ``admit_batch`` marked running."""
     run.status, run.reason, run.started_at = "running", None, run.started_at or started
     run.attempt += 1
+    run.lease_expires_at = started + timedelta(seconds=lease_seconds)
     assert run.task_id is not None
     return StartDecision("run", run, PreparedTask(run.task_id, workdir), True)
 
@@ -128,6 +145,7 @@ class SchedulerLoop:
         metrics: EngineMetrics | None = None,
         retention: RetentionPolicy | None = None,
         retention_interval: float = 3600.0,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.ledger = ledger
         self.retention = retention
@@ -145,11 +163,17 @@ class SchedulerLoop:
         self._tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
         self._delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
         self._runs: set[asyncio.Task[None]] = set()
-        self._services: list[asyncio.Task[None]] = []
+        self._loop_task: asyncio.Task[None] | None = None
+        # Each executing attempt's stop, armed ``fence_margin`` before its confirmed lease runs
+        # out and moved on by every renewal (see the module docstring).
+        self._fences: dict[uuid.UUID, asyncio.TimerHandle] = {}
+        lease = ledger.lease_seconds
+        self.fence_margin = min(max(1.0, lease / 6), lease / 4)
         self._healthy: bool | None = None
         self.iterations = 0
         self.running = False
         self.metrics = metrics or EngineMetrics()
+        self.supervisor = supervisor or Supervisor(self.metrics)
         self.metrics.in_flight.set_function(lambda: len(self._tokens))
         self._admissions = GroupCommit(
             self._retrying(ledger.admit_batch), name="agentcron-admissions"
@@ -168,26 +192,21 @@ class SchedulerLoop:
 
     def start(self) -> None:
         self.running = True
-        self._services = [
-            self._spawn(self._run_loop(), "loop"),
-            self._spawn(self._heartbeat(), "heartbeat"),
-        ]
+        self._loop_task = self.supervisor.spawn("loop", self._run_loop)
+        self.supervisor.spawn("heartbeat", self._heartbeat)
         if self.ledger.db.capabilities.listen_notify:
-            self._services.append(self._spawn(self._listen(), "listen"))
+            self.supervisor.spawn("listen", self._listen)
         if self.retention is not None:
-            self._services.append(self._spawn(self._prune(self.retention), "retention"))
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        return asyncio.create_task(coro, name=f"agentcron-{name}")
+            retention = self.retention
+            self.supervisor.spawn("retention", lambda: self._prune(retention))
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight runs finish up to the drain timeout, then cancel the
         rest and release their leases so another replica continues them at once."""
         self._stop.set()
         self.wake()
-        loop_task = self._services[0] if self._services else None
-        if loop_task is not None:
-            await asyncio.wait({loop_task}, timeout=10)
+        if self._loop_task is not None:
+            await asyncio.wait({self._loop_task}, timeout=10)
         queued = [run_id for run_id in self._held if run_id not in self._tokens]
         with contextlib.suppress(AgentcronError):
             await self.ledger.release(queued)
@@ -200,9 +219,10 @@ class SchedulerLoop:
                 await asyncio.wait(pending, timeout=HARD_STOP_GRACE)
                 for task in pending:
                     task.cancel()
-        for task in self._services:
-            task.cancel()
-        await asyncio.gather(*self._services, return_exceptions=True)
+        await self.supervisor.stop(*SERVICES)
+        for fence in self._fences.values():
+            fence.cancel()
+        self._fences.clear()
         self.running = False
 
     @property
@@ -212,7 +232,9 @@ class SchedulerLoop:
 
     @property
     def healthy(self) -> bool:
-        return self.running and self._healthy is not False
+        """Running, the last look at the database worked, and none of its tasks is down."""
+        down = set(self.supervisor.down).intersection(SERVICES)
+        return self.running and self._healthy is not False and not down
 
     def _set_health(self, healthy: bool, error: BaseException | None = None) -> None:
         # Log once per state change, not once per tick, so an outage is one line.
@@ -340,7 +362,9 @@ class SchedulerLoop:
                     if prepared is not None:
                         started = await self._admissions.submit((run.id, run.schedule_id))
                         if started is not None:
-                            decision = _prepared_decision(run, prepared, started)
+                            decision = _prepared_decision(
+                                run, prepared, started, self.ledger.lease_seconds
+                            )
                     if decision is None:
                         prepared = None
                         decision = await self.ledger.start_attempt(run.id)
@@ -385,6 +409,8 @@ class SchedulerLoop:
         bound = bound.bind(attempt=run.attempt, task_id=str(task.id))
         token = CancelToken()
         self._tokens[run.id] = token
+        assert run.lease_expires_at is not None  # set by the admission
+        self._fence(run.id, run.lease_expires_at)
         timeout = float(payload["timeout_seconds"])
         timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
         verdict = Verdict(run, task.workdir, timeout, bound, batch)
@@ -434,6 +460,9 @@ class SchedulerLoop:
         finally:
             timer.cancel()
             self._tokens.pop(run.id, None)
+            fence = self._fences.pop(run.id, None)
+            if fence is not None:
+                fence.cancel()
         verdict.cancelled = token.reason if token.cancelled else None
         return verdict
 
@@ -495,8 +524,20 @@ class SchedulerLoop:
             await self.ledger.release_for_takeover(run.id)
             bound.info("run_released", reason="shutdown")
             return
-        if reason == "lease_lost":
-            bound.warning("run_lease_lost")
+        if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
+            # The one line that says this replica stopped an attempt it could no longer vouch
+            # for; the run goes on elsewhere (or here) as a new attempt.
+            self.metrics.leases_lost.inc()
+            bound.warning(
+                "run_lease_lost",
+                cause="taken over" if reason == LEASE_LOST else "renewal not confirmed in time",
+                action="attempt stopped",
+            )
+            if reason == LEASE_UNCONFIRMED:
+                # Still ours if the database only answered late: give it back at once rather
+                # than let it wait out the lease. Unreachable, the lease simply runs out.
+                with contextlib.suppress(Exception):
+                    await self.ledger.release_for_takeover(run.id)
             return
         if reason == "timeout":
             # The attempt's half-finished output is not saved, so channels that ask for
@@ -652,17 +693,45 @@ class SchedulerLoop:
                 ids = list(self._tokens)
             if not ids:
                 continue
-            asked = set(ids)
+            renewed_at = self.clock()
             try:
-                leases = await self.ledger.renew_leases(self.clock(), ids)
+                leases = await self.ledger.renew_leases(renewed_at, ids)
             except Exception as exc:
                 self._set_health(False, exc)
                 continue
-            for run_id, token in list(self._tokens.items()):
-                if run_id in asked and run_id not in leases:
-                    token.cancel("lease_lost")
-                elif leases[run_id]:
+            until = renewed_at + timedelta(seconds=self.ledger.lease_seconds)
+            # Only the runs asked about: an attempt that started while the renewal was awaited
+            # is not in the answer, and not lost (its admission wrote its lease).
+            for run_id in ids:
+                token = self._tokens.get(run_id)
+                if token is None:  # not executing (backlog), or its attempt ended meanwhile
+                    continue
+                if run_id not in leases:
+                    token.cancel(LEASE_LOST, at_once=True)
+                    continue
+                self._fence(run_id, until)
+                if leases[run_id]:
                     token.cancel("cancel")
+
+    def _fence(self, run_id: uuid.UUID, until: datetime) -> None:
+        """Arm (again) the stop of the attempt of ``run_id``, ``fence_margin`` before ``until``,
+        the end of the lease last confirmed for it."""
+        previous = self._fences.pop(run_id, None)
+        if previous is not None:
+            previous.cancel()
+        if run_id not in self._tokens:
+            return
+        delay = (until - self.clock()).total_seconds() - self.fence_margin
+        self._fences[run_id] = asyncio.get_running_loop().call_later(
+            max(0.0, delay), self._lease_running_out, run_id
+        )
+
+    def _lease_running_out(self, run_id: uuid.UUID) -> None:
+        self._fences.pop(run_id, None)
+        token = self._tokens.get(run_id)
+        if token is not None:
+            # A graceful stop already under way (a timeout's SIGTERM) is hurried too.
+            token.cancel(LEASE_UNCONFIRMED, at_once=True)
 
     async def _listen(self) -> None:
         """LISTEN for schedule changes made by other replicas; reconnect after failures."""

@@ -20,16 +20,27 @@ class CancelToken:
 
     The engine sets it on timeout, on a user's cancel and on shutdown; a runner must stop its
     work promptly once ``cancelled`` is true (or ``wait()`` returns) and then raise or return.
+    ``at_once`` says no grace period is allowed: the engine is about to lose (or has lost) the
+    run's lease and another replica may start the run, so a runner that can stop its work by
+    force (the ``command`` runner's SIGKILL of the process group) must do so immediately.
     """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._urgent = asyncio.Event()
         self.reason: str | None = None
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, reason: str, *, at_once: bool = False) -> None:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+        if at_once:
+            # A later, more urgent cancel still hurries a graceful stop already under way.
+            self._urgent.set()
+
+    @property
+    def at_once(self) -> bool:
+        return self._urgent.is_set()
 
     @property
     def cancelled(self) -> bool:
@@ -37,6 +48,10 @@ class CancelToken:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+    async def wait_at_once(self) -> None:
+        """Return once a cancel without grace (``at_once``) was asked for."""
+        await self._urgent.wait()
 
 
 @dataclass(frozen=True)

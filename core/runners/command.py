@@ -2,7 +2,8 @@
 
 Exit 0 succeeds; 75 (EX_TEMPFAIL) is transient; any other exit code is permanent; death by a
 signal the engine did not send is transient. The child gets its own process group so a timeout
-or cancel reaches every process it started (SIGTERM, then SIGKILL after a grace period).
+or cancel reaches every process it started (SIGTERM, then SIGKILL after a grace period; SIGKILL
+at once when the engine is losing the run's lease, ``CancelToken.at_once``).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class CommandRunner:
         try:
             await asyncio.wait({waiter, cancelled}, return_when=asyncio.FIRST_COMPLETED)
             if not waiter.done():
-                await self._terminate(proc.pid, waiter)
+                await self._terminate(proc.pid, waiter, cancel)
             # The leader is gone; anything it left in its group must not outlive the run
             # (and must not keep our pipes open).
             _signal_group(proc.pid, signal.SIGKILL)
@@ -169,10 +170,18 @@ class CommandRunner:
             stdin.close()
             await stdin.wait_closed()
 
-    async def _terminate(self, pid: int, waiter: asyncio.Future[int]) -> None:
-        _signal_group(pid, signal.SIGTERM)
-        done, _ = await asyncio.wait({waiter}, timeout=self.grace)
-        if not done:
+    async def _terminate(self, pid: int, waiter: asyncio.Future[int], cancel: CancelToken) -> None:
+        # SIGTERM and a grace period, unless the engine is losing the run's lease: then another
+        # replica may start the run any moment, and this attempt must be gone first.
+        if not cancel.at_once:
+            _signal_group(pid, signal.SIGTERM)
+            hurry = asyncio.ensure_future(cancel.wait_at_once())
+            waits: set[asyncio.Future[Any]] = {waiter, hurry}
+            try:
+                await asyncio.wait(waits, timeout=self.grace, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                hurry.cancel()
+        if not waiter.done():
             _signal_group(pid, signal.SIGKILL)
             await waiter
 

@@ -38,8 +38,9 @@ async def make_engine(
         tick: float = TICK,
         start: bool = True,
         allow_private: bool = False,
+        lease: float = LEASE,
     ) -> Engine:
-        ledger = Ledger(db, owner=owner, lease_seconds=LEASE, data_dir=tmp_path / "data")
+        ledger = Ledger(db, owner=owner, lease_seconds=lease, data_dir=tmp_path / "data")
         loop = SchedulerLoop(
             ledger,
             concurrency=concurrency,

@@ -203,7 +203,7 @@ async def test_skew_past_the_threshold_warns_once_and_recovers_once(
     response = await client.get("/readyz")
     body = response.json()
     assert response.status_code == 200 and body["status"] == "ok"  # still works: DB clock
-    assert body["checks"] == {"database": "ok"}
+    assert body["checks"] == {"database": "ok", "tasks": "ok"}
     (warning,) = body["warnings"]
     assert warning["check"] == "clock_skew" and warning["threshold_seconds"] == 2.0
     assert abs(warning["skew_seconds"] - 30) < TOLERANCE

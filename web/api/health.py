@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from core.errors import SchedulerUnavailable
 from core.storage import Database
 from web.clockwatch import ClockWatch
+from web.supervisor import Supervisor
 
 router = APIRouter(tags=["service"])
 
@@ -21,7 +22,9 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when the database answers and the scheduler loop (unless disabled) is running.
+    """Ready when the database answers, the scheduler loop (unless disabled) is running, and
+    none of the engine's long-lived tasks is down (``down`` names those that crashed and wait
+    for their restart).
 
     ``warnings`` lists what needs attention without making the service unready: a clock skew
     past ``AGENTCRON_CLOCK_SKEW_WARN_SECONDS`` (the engine uses the database's clock, so it
@@ -36,12 +39,16 @@ async def readyz(request: Request) -> JSONResponse:
     loop = request.app.state.loop
     if loop is not None:
         checks["scheduler"] = "ok" if loop.healthy else "unavailable"
+    supervisor: Supervisor = request.app.state.supervisor
+    down = supervisor.down
+    checks["tasks"] = "ok" if not down else "unavailable"
     ready = all(value == "ok" for value in checks.values())
     watch: ClockWatch | None = request.app.state.clock_watch
     warning = watch.warning if watch is not None else None
     body = {
         "status": "ok" if ready else "unavailable",
         "checks": checks,
+        "down": down,
         "warnings": [warning] if warning is not None else [],
     }
     return JSONResponse(body, 200 if ready else 503)
