@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -70,7 +71,7 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     return text.encode("utf-8")
 
 
-def check_keys(channel: Mapping[str, Any], allowed: set[str], field: str) -> None:
+def check_keys(channel: Mapping[str, Any], allowed: AbstractSet[str], field: str) -> None:
     """Refuse keys a channel type does not know (``type`` and ``notify_on`` are common)."""
     unknown = set(channel) - allowed - {"type", "notify_on"}
     if unknown:

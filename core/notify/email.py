@@ -61,6 +61,8 @@ from core.notify.base import ENV_NAME, DeliveryRequest, check_keys, required_str
 
 log = get_logger(__name__)
 
+# A channel's own keys, besides the "type" and "notify_on" every channel has.
+FIELDS = frozenset({"to", "smtp_url_env", "from"})
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _DEFAULT_PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
 DEFAULT_TIMEOUT = 30.0
@@ -177,7 +179,7 @@ class EmailNotifier:
         self, channel: Mapping[str, Any], field: str, *, allow_private: bool
     ) -> dict[str, Any]:
         """The normalised channel, or ``InvalidSchedule`` naming ``<field>.<key>``."""
-        check_keys(channel, {"to", "smtp_url_env", "from"}, field)
+        check_keys(channel, FIELDS, field)
         to = channel.get("to")
         if not isinstance(to, list) or not to or len(to) > 50:
             raise InvalidSchedule("to must be a list of 1-50 addresses", field=f"{field}.to")

@@ -10,6 +10,9 @@ from typing import Any
 from core.errors import InvalidSchedule, RunPermanentError
 from core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
 
+# A channel's own keys, besides the "type" and "notify_on" every channel has.
+FIELDS = frozenset({"path", "mode"})
+
 
 class FileNotifier:
     """``{"type": "file", "path": "relative/path", "mode": "append" | "replace"}``.
@@ -23,7 +26,7 @@ class FileNotifier:
     def validate(
         self, channel: Mapping[str, Any], field: str, *, allow_private: bool
     ) -> dict[str, Any]:
-        check_keys(channel, {"path", "mode"}, field)
+        check_keys(channel, FIELDS, field)
         path = required_string(channel, "path", field, max_len=500)
         if path.startswith(("/", "\\")) or ".." in path.replace("\\", "/").split("/"):
             raise InvalidSchedule(

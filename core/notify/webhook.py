@@ -35,6 +35,9 @@ from core.notify.ssrf import (
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
+# A channel's own keys, besides the "type" and "notify_on" every channel has.
+FIELDS = frozenset({"url", "secret"})
+
 # Tried in the resolver's order after a failed connect (nothing was sent yet), so an AAAA
 # record without IPv6 routing does not fail every delivery; bounded so a name with many
 # records cannot stretch one attempt much beyond its connect timeout.
@@ -116,7 +119,7 @@ class WebhookNotifier:
         ``<field>.secret``. Without ``allow_private``, a host that is ``localhost`` (or under
         it) or a non-public IP literal is refused here; names are judged at delivery, when
         they are resolved."""
-        check_keys(channel, {"url", "secret"}, field)
+        check_keys(channel, FIELDS, field)
         url = required_string(channel, "url", field)
         try:
             parts = urlsplit(url)

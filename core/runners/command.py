@@ -24,6 +24,7 @@ OUTPUT_LIMIT = 64 * 1024
 STDERR_LIMIT = 8 * 1024
 STDERR_LINES = 20
 KILL_GRACE_SECONDS = 5.0
+FIELDS = frozenset({"type", "argv", "env", "kill_grace_seconds"})
 EXIT_POLL_SECONDS = 0.002
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -192,7 +193,7 @@ class CommandRunnerType:
     name = "command"
 
     def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(config) - {"type", "argv", "env", "kill_grace_seconds"}
+        unknown = set(config) - FIELDS
         if unknown:
             field = sorted(unknown)[0]
             raise InvalidSchedule(f"unknown field {field!r}", field=f"runner.{field}")

@@ -58,6 +58,7 @@ from core.runners.base import (
 
 log = get_logger(__name__)
 
+FIELDS = frozenset({"type", "target"})
 TARGET_LIMIT = 500
 CANCEL_GRACE_SECONDS = 5.0  # how long a cancelled async target may take to unwind
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -222,7 +223,7 @@ class PythonRunnerType:
         ``runner.target`` when it is missing, not of the ``module:function`` form, or does not
         import to a callable (the module is imported here, in this process).
         """
-        unknown = set(config) - {"type", "target"}
+        unknown = set(config) - FIELDS
         if unknown:
             key = sorted(unknown)[0]
             raise InvalidSchedule(f"unknown field {key!r}", field=f"runner.{key}")

@@ -40,6 +40,7 @@ from core.triggers.cron import is_wildcard_job
 from core.triggers.describe import describe
 from core.triggers.kinds import (
     GAP_POLICIES,
+    KIND_KEYS,
     MAX_INTERVAL_SECONDS,
     REPEAT_POLICIES,
     CronTrigger,
@@ -56,6 +57,7 @@ from core.triggers.search import next_cron
 
 __all__ = [
     "GAP_POLICIES",
+    "KIND_KEYS",
     "MAX_INTERVAL_SECONDS",
     "CronTrigger",
     "IntervalTrigger",

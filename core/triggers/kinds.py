@@ -73,12 +73,14 @@ class OneShotTrigger:
 
 Trigger = CronTrigger | IntervalTrigger | OneShotTrigger
 
-_KIND_KEYS: Final = {
+# The keys each kind accepts, keyed by the key that names the kind. A caller that rewrites part
+# of a stored trigger (the dashboard form) keeps the keys it does not own from this table.
+KIND_KEYS: Final = {
     "cron": frozenset({"cron", "timezone", "dst_gap", "dst_repeat", "start_at", "end_at"}),
     "every_seconds": frozenset({"every_seconds", "start_at", "end_at"}),
     "at": frozenset({"at"}),
 }
-_ALL_KEYS: Final = frozenset().union(*_KIND_KEYS.values())
+_ALL_KEYS: Final = frozenset().union(*KIND_KEYS.values())
 # "+08:00", "UTC+8", "GMT-5", "8": offsets, which do not follow DST; IANA names never match.
 _OFFSET_LIKE = re.compile(r"^\s*(?:utc|gmt|z)?\s*[+\-\u2212]?\s*\d", re.IGNORECASE)
 
@@ -157,7 +159,7 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
     for key in data:
         if key not in _ALL_KEYS:
             raise InvalidSchedule(f"unknown trigger field {key!r}", field=f"trigger.{key}")
-    kinds = [kind for kind in _KIND_KEYS if kind in data]
+    kinds = [kind for kind in KIND_KEYS if kind in data]
     if len(kinds) != 1:
         found = " and ".join(repr(k) for k in kinds) if kinds else "none"
         raise InvalidSchedule(
@@ -166,7 +168,7 @@ def _build(data: Mapping[str, Any], now: datetime | None) -> Trigger:
         )
     kind = kinds[0]
     for key in data:
-        if key not in _KIND_KEYS[kind]:
+        if key not in KIND_KEYS[kind]:
             why = " (it fires once, at 'at')" if kind == "at" and key.endswith("_at") else ""
             raise InvalidSchedule(
                 f"{key!r} does not apply to a {kind!r} trigger{why}", field=f"trigger.{key}"

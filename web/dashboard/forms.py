@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from core.errors import InvalidSchedule
+from core.triggers import KIND_KEYS, trigger_from_dict, trigger_to_dict
 from web.api.errors import field_path
 
 TRIGGER_KINDS = ("cron", "every", "at")
@@ -181,6 +182,20 @@ class ScheduleForm:
             body["overlap"] = values["overlap"]
         return body
 
+    def changes(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The PATCH of an edit of the stored schedule whose view is ``current``: the fields
+        whose submitted value differs from the stored one, and no other (``FormInvalid`` as
+        ``body``). The trigger and a command runner typed one argument per line are merged
+        onto the stored ones first: the form shows only some of their keys, and the keys it
+        does not show (a trigger's DST policies and bounds, a command's env) are kept, never
+        reset. Fields the form has no input for are never in the PATCH, and notify is compared
+        as shown (masked), so an untouched webhook secret is never sent back."""
+        body = self.body()
+        body["trigger"] = merged_trigger(body["trigger"], current["trigger"])
+        if self.values["runner_kind"] == "command":
+            body["runner"] = merged_command(body["runner"], current["runner"])
+        return {name: value for name, value in body.items() if not _same(name, value, current)}
+
     def _runner(self) -> dict[str, Any]:
         if self.values["runner_kind"] == "json":
             runner = _json(self.values, "runner_json", "runner")
@@ -200,26 +215,48 @@ class ScheduleForm:
         return channels
 
 
-def changes(body: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """The fields of ``body`` that differ from the stored schedule's view ``current``: the
-    PATCH of an edit. Leaving a field alone never rewrites it, so an untouched interval keeps
-    its grid and an untouched masked webhook secret is never sent back."""
-    patch = {name: value for name, value in body.items() if current.get(name) != value}
-    if "trigger" in patch and _same_trigger(patch["trigger"], current["trigger"]):
-        del patch["trigger"]
-    return patch
+def merged_trigger(typed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The trigger the form describes on top of the ``stored`` one. The form owns only the
+    keys saying when (cron and timezone, every_seconds, or at); every other stored key that
+    applies to the typed kind (dst_gap, dst_repeat, start_at, end_at) is kept, so changing
+    the expression keeps a campaign's end and an interval keeps its grid."""
+    kind = next(key for key in KIND_KEYS if key in typed)
+    kept = {key: value for key, value in stored.items() if key in KIND_KEYS[kind]}
+    return {**kept, **typed}
+
+
+def merged_command(typed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The argv typed one argument per line on top of a stored command runner: the other
+    keys of the command (env, kill_grace_seconds) have no input here and are kept."""
+    if stored.get("type") != typed["type"]:
+        return typed
+    return {**stored, **typed}
+
+
+def _same(name: str, value: Any, current: dict[str, Any]) -> bool:
+    if name == "trigger":
+        return _same_trigger(value, current["trigger"])
+    if name == "prompt" and isinstance(value, str):
+        # Browsers send every line break of a textarea as CRLF: a prompt saved untouched
+        # differs from the stored one only in those and is not rewritten.
+        return _line_breaks(value) == _line_breaks(current["prompt"])
+    return bool(current.get(name) == value)
 
 
 def _same_trigger(typed: dict[str, Any], stored: dict[str, Any]) -> bool:
-    # The form has no start_at: the same interval keeps its stored grid.
-    if "every_seconds" in typed:
-        return bool(stored.get("every_seconds") == typed["every_seconds"])
-    if "at" in typed and "at" in stored:
-        try:
-            return datetime.fromisoformat(typed["at"]) == datetime.fromisoformat(stored["at"])
-        except (ValueError, TypeError):
-            return False
-    return False
+    # Compared in the stored form, so a cron typed with spaces around it or an instant written
+    # with another offset is the same trigger; an invalid one differs and is sent, so its
+    # error comes back at its input.
+    try:
+        return trigger_to_dict(trigger_from_dict(typed)) == trigger_to_dict(
+            trigger_from_dict(stored)
+        )
+    except InvalidSchedule:
+        return False
+
+
+def _line_breaks(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _integer(values: dict[str, str], name: str) -> int:

@@ -32,7 +32,6 @@ from web.dashboard.forms import (
     OVERLAPS,
     FormInvalid,
     ScheduleForm,
-    changes,
     invalid_schedule_errors,
     validation_errors,
 )
@@ -268,7 +267,7 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
     view = schedule_view(await service.get(schedule_id, viewer.scope))
     form = ScheduleForm.from_post(await read_form(request))
     try:
-        patch = changes(form.body(), view)
+        patch = form.changes(view)
         if not patch:
             return RedirectResponse(f"/schedules/{view['id']}?done=unchanged", 303)
         await service.update(view["id"], ScheduleUpdate.model_validate(patch), viewer.scope)

@@ -1,0 +1,547 @@
+"""An edit changes only the fields it names: through the dashboard's form, ``PATCH`` and the
+command line, on SQLite and PostgreSQL.
+
+Each schedule of ``LOADED`` carries a value other than the default in every field a request
+may set (``ScheduleCreate``) and every key of its trigger kind, runner type and notify
+channels. ``test_the_loaded_schedules_cover_every_field`` derives those fields from the code
+(the request model, ``core.triggers.KIND_KEYS``, the runners' and channels' ``FIELDS``), so a
+field added later fails here until it is added to ``LOADED``, and is then checked by every
+edit path below instead of being silently dropped by one of them.
+
+The dashboard is driven as a browser drives it: the edit page is fetched, its form read from
+the HTML, one input changed, and the form posted back whole, with the line breaks of its
+textareas as browsers send them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Set
+from contextlib import asynccontextmanager
+from html.parser import HTMLParser
+from pprint import pformat
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic.fields import FieldInfo
+from sqlalchemy import select
+
+from core.notify import NOTIFY_ON
+from core.notify import email as email_channel
+from core.notify import file as file_channel
+from core.notify import webhook as webhook_channel
+from core.runners import command, openai, python
+from core.specs import ScheduleCreate, ScheduleUpdate
+from core.storage import Database, Schedule
+from core.triggers import KIND_KEYS
+from tests.conftest import app_client, issue_key
+from tests.integration.test_dashboard import ORIGIN, browser
+from web.api.schemas import ScheduleOut
+from web.cli import main as cli_main
+
+API = "/api/v1/schedules"
+OWNER = "alice"
+SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+NOTIFY = [
+    {
+        "type": "webhook",
+        "url": "https://hooks.example.com/agentcron",
+        "secret": SECRET,
+        "notify_on": ["failed", "timed_out"],
+    },
+    {
+        "type": "email",
+        "to": ["ops@example.com", "oncall@example.com"],
+        "from": "agentcron@example.com",
+        "smtp_url_env": "SMTP_URL",
+        "notify_on": ["succeeded", "failed"],
+    },
+    {"type": "file", "path": "log/runs.jsonl", "mode": "replace", "notify_on": ["timed_out"]},
+]
+# Every request field but the trigger and the runner, away from its default.
+SETTINGS: dict[str, Any] = {
+    "enabled": False,
+    "mode": "persistent",
+    "overlap": "buffer_one",
+    "catchup": "latest",
+    "catchup_window_seconds": 7200,
+    "misfire_grace_seconds": 120,
+    "timeout_seconds": 900,
+    "max_attempts": 5,
+    "notify": NOTIFY,
+    "retention_days": 30,
+    "pause_after_failures": 4,
+    "max_runs": 50,
+    "jitter_seconds": 15,
+}
+# One per trigger kind, each with another runner type; between them every key of each.
+LOADED: dict[str, dict[str, Any]] = {
+    "cron-command": {
+        "name": "campaign",
+        "prompt": "Summarise the news.\n\nKeep it short.\n",
+        "trigger": {
+            "cron": "30 2 * * *",
+            "timezone": "America/New_York",
+            "dst_gap": "skip",
+            "dst_repeat": "both",
+            "start_at": "2020-01-01T00:00:00+00:00",
+            "end_at": "2099-12-31T00:00:00+00:00",
+        },
+        "runner": {
+            "type": "command",
+            "argv": ["sh", "-c", "cat"],
+            "env": {"AGENT_MODE": "campaign"},
+            "kill_grace_seconds": 2.5,
+        },
+        **SETTINGS,
+    },
+    "every-python": {
+        "name": "poller",
+        # A textarea drops one newline right after its start tag: this one must survive.
+        "prompt": "\nPoll the feed.",
+        "trigger": {
+            "every_seconds": 900,
+            "start_at": "2030-01-01T00:00:00+00:00",
+            "end_at": "2098-01-01T00:00:00+00:00",
+        },
+        "runner": {"type": "python", "target": "tests.agents_fixture:greet"},
+        **SETTINGS,
+    },
+    "at-openai": {
+        "name": "reminder",
+        "prompt": "Remind me.",
+        "trigger": {"at": "2097-06-01T12:00:00+00:00"},
+        "runner": {
+            "type": "openai",
+            "base_url": "https://llm.example.com/v1",
+            "model": "small",
+            "api_key_env": "LLM_KEY",
+            "system": "Be brief.",
+            "temperature": 0.2,
+            "max_tokens": 100,
+        },
+        **SETTINGS,
+    },
+}
+# The keys of each built-in runner type and notify channel type (a channel also has "type"
+# and "notify_on").
+RUNNER_FIELDS = {"command": command.FIELDS, "python": python.FIELDS, "openai": openai.FIELDS}
+CHANNEL_FIELDS = {
+    "webhook": webhook_channel.FIELDS,
+    "email": email_channel.FIELDS,
+    "file": file_channel.FIELDS,
+}
+# What the service sets, never a request: an edit of a field keeps these unless it says so.
+SERVER_SET = frozenset(
+    {
+        "id",
+        "owner",
+        "next_run",
+        "description",
+        "paused_at",
+        "paused_note",
+        "last_run_at",
+        "last_status",
+        "last_error",
+        "last_run_id",
+        "consecutive_failures",
+        "scheduled_runs",
+        "warnings",
+        "created_at",
+        "updated_at",
+    }
+)
+# Columns the API does not show, and what it shows that no column holds (the trigger in words).
+HIDDEN_COLUMNS = frozenset({"task_id", "deleted_at"})
+SHOWN_ONLY = frozenset({"description"})
+# What every edit moves: the time of the last change. Nothing else may change unless the
+# edit names it.
+EDITED = frozenset({"updated_at"})
+# What a new timetable legitimately recomputes (core.schedules: next_run and the warnings;
+# the description is the trigger in words).
+RETIMED = frozenset({"next_run", "description", "warnings"})
+
+
+def _default(info: FieldInfo) -> Any:
+    return info.get_default(call_default_factory=True)
+
+
+def test_the_loaded_schedules_cover_every_field() -> None:
+    request_fields = set(ScheduleCreate.model_fields)
+    assert set(ScheduleUpdate.model_fields) == request_fields, (
+        "PATCH names exactly the fields a create can set"
+    )
+    assert set(ScheduleOut.model_fields) == request_fields | SERVER_SET, (
+        "every field a schedule shows is set by a request (LOADED) or by the service"
+    )
+    assert {column.key for column in Schedule.__table__.columns} == (
+        request_fields | SERVER_SET - SHOWN_ONLY | HIDDEN_COLUMNS
+    ), "every column is set by a request (LOADED), by the service, or not shown"
+    for label, body in LOADED.items():
+        for name, info in ScheduleCreate.model_fields.items():
+            assert name in body, f"{label} does not set {name}: add it to LOADED"
+            if not info.is_required():
+                assert body[name] != _default(info), f"{label}: {name} is its default"
+        ScheduleCreate.model_validate(body)
+
+    triggers = [body["trigger"] for body in LOADED.values()]
+    for kind, keys in KIND_KEYS.items():
+        assert any(set(trigger) == keys for trigger in triggers if kind in trigger), (
+            f"no loaded {kind!r} trigger sets all of {sorted(keys)}"
+        )
+    runners = [body["runner"] for body in LOADED.values()]
+    for kind, keys in RUNNER_FIELDS.items():
+        assert any(runner["type"] == kind and set(runner) == keys for runner in runners), kind
+    for kind, keys in CHANNEL_FIELDS.items():
+        assert any(
+            channel["type"] == kind and set(channel) == keys | {"type", "notify_on"}
+            for channel in NOTIFY
+        ), kind
+    assert all(channel["notify_on"] != ["succeeded"] for channel in NOTIFY)
+    assert {item for channel in NOTIFY for item in channel["notify_on"]} == set(NOTIFY_ON)
+
+
+# -- what is stored ----------------------------------------------------------------------------
+
+
+async def stored(app: FastAPI, api: httpx.AsyncClient, id: str) -> dict[str, dict[str, Any]]:
+    """The schedule as the API shows it and as its row holds it (the row has the webhook
+    secret unmasked, which the API never shows)."""
+    response = await api.get(f"{API}/{id}")
+    assert response.status_code == 200, response.text
+    db: Database = app.state.db
+    async with db.session(write=False) as session:
+        row = await session.scalar(select(Schedule).where(Schedule.id == uuid.UUID(id)))
+    assert row is not None
+    columns = {column.key: getattr(row, column.key) for column in Schedule.__table__.columns}
+    return {"api": response.json(), "row": columns}
+
+
+def only_moved(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], allowed: Set[str]
+) -> None:
+    """Fail naming every field outside ``allowed`` whose value moved, in the API document or
+    the row, with its value before and after."""
+    moved: dict[str, tuple[Any, Any]] = {}
+    for view in ("api", "row"):
+        for name in sorted(before[view].keys() | after[view].keys()):
+            old, new = before[view].get(name), after[view].get(name)
+            if name not in allowed and old != new:
+                moved[f"{view}.{name}"] = (old, new)
+    assert not moved, f"fields that moved (before, after):\n{pformat(moved, width=100)}"
+
+
+@asynccontextmanager
+async def clients(app: FastAPI) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """An API client and a signed-in dashboard browser, both as ``OWNER``."""
+    key = await issue_key(app, OWNER)
+    async with app_client(app, key) as api, browser(app, key) as http:
+        yield api, http
+
+
+async def create(api: httpx.AsyncClient, body: dict[str, Any], *, note: bool = False) -> str:
+    """A schedule made over the API; with ``note`` it is paused with a note too, so the
+    note is a stored value an edit must keep."""
+    response = await api.post(API, json=body)
+    assert response.status_code == 201, response.text
+    id: str = response.json()["id"]
+    if note:
+        response = await api.post(f"{API}/{id}/pause", json={"note": "waiting for launch"})
+        assert response.status_code == 200, response.text
+    return id
+
+
+def variants(body: dict[str, Any]) -> Iterator[tuple[dict[str, Any], bool]]:
+    """``body`` as loaded (paused, with a note) and enabled: an enabled schedule has a
+    ``next_run``, which an edit of another field must not move."""
+    yield body, True
+    yield {**body, "enabled": True}, False
+
+
+# -- the dashboard, as a browser uses it -------------------------------------------------------
+
+
+class _FormReader(HTMLParser):
+    """The successful controls of the schedule form, as a browser would submit them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: list[tuple[str, str]] = []
+        self.textareas: set[str] = set()
+        self._in_form = False
+        self._textarea: str | None = None
+        self._text: list[str] = []
+        self._select: str | None = None
+        self._options: list[tuple[str, bool]] = []
+        self._option: tuple[str | None, bool] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attr = dict(attrs)
+        if tag == "form" and attr.get("id") == "schedule-form":
+            self._in_form = True
+        if not self._in_form:
+            return
+        name = attr.get("name")
+        if tag == "input" and name:
+            kind = attr.get("type", "text")
+            if kind in ("radio", "checkbox"):
+                if "checked" in attr:
+                    self.entries.append((name, attr.get("value") or "on"))
+            elif kind not in ("submit", "button", "reset"):
+                self.entries.append((name, attr.get("value") or ""))
+        elif tag == "textarea" and name:
+            self._textarea, self._text = name, []
+        elif tag == "select" and name:
+            self._select, self._options = name, []
+        elif tag == "option" and self._select is not None:
+            self._option = (attr.get("value"), "selected" in attr)
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea is not None or self._option is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._in_form = False
+        elif tag == "textarea" and self._textarea is not None:
+            text = "".join(self._text)
+            # HTML: a newline right after the start tag is not part of the value.
+            self.entries.append((self._textarea, text.removeprefix("\n")))
+            self.textareas.add(self._textarea)
+            self._textarea = None
+        elif tag == "option" and self._option is not None:
+            value, selected = self._option
+            self._options.append((value if value is not None else "".join(self._text), selected))
+            self._option = None
+        elif tag == "select" and self._select is not None:
+            chosen = [value for value, selected in self._options if selected]
+            self.entries.append((self._select, (chosen or [self._options[0][0]])[0]))
+            self._select = None
+
+
+def _browser_line_breaks(value: str) -> str:
+    # HTML form submission sends every line break of a textarea as CRLF.
+    return value.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\r\n")
+
+
+async def edit_in_dashboard(http: httpx.AsyncClient, id: str, **typed: str) -> httpx.Response:
+    """Open the edit page, type ``typed`` into its inputs and save, as a browser does."""
+    page = await http.get(f"/schedules/{id}/edit")
+    assert page.status_code == 200, page.text
+    reader = _FormReader()
+    reader.feed(page.text)
+    form = dict(reader.entries)
+    assert len(form) == len(reader.entries), "a form input appears twice"
+    missing = typed.keys() - form.keys()
+    assert not missing, f"the form has no input {missing}"
+    form.update(typed)
+    posted = {
+        name: _browser_line_breaks(value) if name in reader.textareas else value
+        for name, value in form.items()
+    }
+    return await http.post(
+        f"/schedules/{id}/edit",
+        content=urlencode(posted),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+
+
+@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
+async def test_a_rename_in_the_dashboard_keeps_every_other_field(
+    live_app: FastAPI, body: dict[str, Any]
+) -> None:
+    async with clients(live_app) as (api, http):
+        for variant, note in variants(body):
+            id = await create(api, variant, note=note)
+            before = await stored(live_app, api, id)
+            response = await edit_in_dashboard(http, id, name="renamed")
+            assert response.status_code == 303, response.text
+            assert response.headers["location"].endswith("?done=updated")
+            after = await stored(live_app, api, id)
+            assert after["api"]["name"] == "renamed"
+            only_moved(before, after, EDITED | {"name"})
+
+
+@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
+async def test_saving_the_dashboard_form_unchanged_changes_nothing(
+    live_app: FastAPI, body: dict[str, Any]
+) -> None:
+    async with clients(live_app) as (api, http):
+        id = await create(api, body, note=True)
+        before = await stored(live_app, api, id)
+        response = await edit_in_dashboard(http, id)
+        assert response.headers["location"].endswith("?done=unchanged")
+        only_moved(before, await stored(live_app, api, id), frozenset())
+
+
+# One form input changed; what the stored schedule must then hold (the trigger: the stored
+# one with only that key changed), and what else may move with it.
+LATER = "2096-01-01T00:00:00+00:00"
+ONE_INPUT = [
+    ("cron-command", {"prompt": "Only this."}, {"prompt": "Only this."}, EDITED),
+    ("cron-command", {"timeout_seconds": "60"}, {"timeout_seconds": 60}, EDITED | {"warnings"}),
+    ("cron-command", {"cron": "0 9 * * 1-5"}, {"trigger": {"cron": "0 9 * * 1-5"}}, RETIMED),
+    ("cron-command", {"timezone": "Asia/Tokyo"}, {"trigger": {"timezone": "Asia/Tokyo"}}, RETIMED),
+    ("every-python", {"prompt": "Only this."}, {"prompt": "Only this."}, EDITED),
+    ("every-python", {"every_seconds": "600"}, {"trigger": {"every_seconds": 600}}, RETIMED),
+    ("at-openai", {"at": LATER}, {"trigger": {"at": LATER}}, RETIMED),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "typed", "expected", "moves"),
+    ONE_INPUT,
+    ids=[f"{label}-{'-'.join(typed)}" for label, typed, _, _ in ONE_INPUT],
+)
+async def test_one_input_changed_in_the_dashboard_changes_only_its_field(
+    live_app: FastAPI,
+    label: str,
+    typed: dict[str, str],
+    expected: dict[str, Any],
+    moves: frozenset[str],
+) -> None:
+    async with clients(live_app) as (api, http):
+        id = await create(api, {**LOADED[label], "enabled": True})
+        before = await stored(live_app, api, id)
+        response = await edit_in_dashboard(http, id, **typed)
+        assert response.status_code == 303, response.text
+        after = await stored(live_app, api, id)
+        for name, value in expected.items():
+            if name == "trigger":
+                value = {**before["api"]["trigger"], **value}
+            assert after["api"][name] == value
+            assert after["row"][name] == value
+        only_moved(before, after, moves | EDITED | expected.keys())
+
+
+async def test_the_command_input_keeps_the_rest_of_a_command_runner(live_app: FastAPI) -> None:
+    # A runner with env shows as JSON; switching to the one-argument-per-line input rewrites
+    # argv only, as the trigger inputs rewrite only their keys.
+    async with clients(live_app) as (api, http):
+        id = await create(api, LOADED["cron-command"])
+        before = await stored(live_app, api, id)
+        response = await edit_in_dashboard(http, id, runner_kind="command", argv="cat\n-n\n")
+        assert response.status_code == 303, response.text
+        after = await stored(live_app, api, id)
+        runner = {**LOADED["cron-command"]["runner"], "argv": ["cat", "-n"]}
+        assert after["api"]["runner"] == after["row"]["runner"] == runner
+        only_moved(before, after, EDITED | {"runner"})
+
+
+async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(
+    live_app: FastAPI,
+) -> None:
+    # Bounds apply to a cron and an interval alike and are kept across the switch; the DST
+    # policies apply only to a cron and a one-shot takes nothing but its time.
+    trigger = LOADED["cron-command"]["trigger"]
+    async with clients(live_app) as (api, http):
+        id = await create(api, LOADED["cron-command"])
+        response = await edit_in_dashboard(http, id, trigger_kind="every", every_seconds="600")
+        assert response.status_code == 303, response.text
+        bounds = {"start_at": trigger["start_at"], "end_at": trigger["end_at"]}
+        assert (await stored(live_app, api, id))["row"]["trigger"] == {
+            "every_seconds": 600,
+            **bounds,
+        }
+        response = await edit_in_dashboard(http, id, trigger_kind="at", at=LATER)
+        assert response.status_code == 303, response.text
+        assert (await stored(live_app, api, id))["row"]["trigger"] == {"at": LATER}
+
+
+# -- the API -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
+async def test_a_patch_of_the_name_keeps_every_other_field(
+    live_app: FastAPI, body: dict[str, Any]
+) -> None:
+    async with clients(live_app) as (api, _):
+        for variant, note in variants(body):
+            id = await create(api, variant, note=note)
+            before = await stored(live_app, api, id)
+            response = await api.patch(f"{API}/{id}", json={"name": "renamed"})
+            assert response.status_code == 200, response.text
+            after = await stored(live_app, api, id)
+            assert after["api"]["name"] == "renamed"
+            only_moved(before, after, EDITED | {"name"})
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+class _AppTransport(httpx.BaseTransport):
+    """The command line's (synchronous) requests, answered by ``app`` on the test's event
+    loop: the command runs in a worker thread while the loop serves it."""
+
+    def __init__(self, app: FastAPI, loop: asyncio.AbstractEventLoop) -> None:
+        self.app = app
+        self.loop = loop
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        future = asyncio.run_coroutine_threadsafe(self._answer(request), self.loop)
+        return future.result(timeout=60)
+
+    async def _answer(self, request: httpx.Request) -> httpx.Response:
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport) as http:
+            answer = await http.request(
+                request.method, request.url, headers=request.headers, content=request.read()
+            )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+RunCli = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+async def run_cli(
+    live_app: FastAPI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> RunCli:
+    """``await run_cli(key, *args)``: ``agentcron ARGS --url ... --key KEY --json`` run
+    in-process against ``live_app``; its exit code must be 0."""
+    transport = _AppTransport(live_app, asyncio.get_running_loop())
+    monkeypatch.setattr(httpx, "Client", functools.partial(httpx.Client, transport=transport))
+
+    async def run(key: str, *args: str) -> None:
+        argv = [*args, "--url", ORIGIN, "--key", key, "--json"]
+        code = await asyncio.to_thread(cli_main, argv)
+        assert code == 0, (argv, capsys.readouterr())
+
+    return run
+
+
+@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
+async def test_the_command_lines_resume_and_pause_keep_every_other_field(
+    live_app: FastAPI, body: dict[str, Any], run_cli: RunCli
+) -> None:
+    # `schedules resume` and `schedules pause` are the command line's only edits of an
+    # existing schedule (it has no `edit`): each may change the state it names and nothing
+    # else. `skip` and `run` act on a schedule's runs and must leave the schedule as it is.
+    state = frozenset({"enabled", "paused_at", "paused_note", "next_run"})
+    key = await issue_key(live_app, OWNER)
+    async with app_client(live_app, key) as api:
+        id = await create(api, body, note=True)
+        before = await stored(live_app, api, id)
+
+        await run_cli(key, "schedules", "resume", id)
+        resumed = await stored(live_app, api, id)
+        assert resumed["api"]["enabled"] is True and resumed["api"]["paused_at"] is None
+        assert resumed["api"]["paused_note"] is None and resumed["api"]["next_run"]
+        only_moved(before, resumed, EDITED | state)
+
+        await run_cli(key, "schedules", "skip", id, resumed["api"]["next_run"])
+        await run_cli(key, "schedules", "run", id)
+        only_moved(resumed, await stored(live_app, api, id), frozenset())
+
+        await run_cli(key, "schedules", "pause", id, "--note", "again")
+        paused = await stored(live_app, api, id)
+        assert paused["api"]["enabled"] is False and paused["api"]["paused_note"] == "again"
+        assert paused["api"]["next_run"] is None
+        only_moved(resumed, paused, EDITED | state)
