@@ -12,12 +12,14 @@ wakes for them. The loop survives every exception and keeps ticking; the loop, h
 listener and retention tasks run under a ``web.supervisor.Supervisor``, which restarts any of
 them that dies and reports it unready meanwhile.
 
-A run is never executing in two places at once: an attempt whose lease was taken over
-(the heartbeat's renewal no longer finds it ours) is stopped at once, and so is one whose
-lease could not be confirmed until shortly before it runs out (``fence_margin`` ahead of it:
-the database is unreachable, or the renewal is stuck), before any other replica may take it
-over. Stopping is ``CancelToken.cancel(..., at_once=True)``: a command's process group gets
-SIGKILL, not SIGTERM and a grace period.
+A run is never executing in two places at once. An attempt whose lease could not be
+confirmed until shortly before it runs out (``fence_margin`` ahead of it: the database is
+unreachable, or the renewal is stuck) is frozen before any other replica may take it over: a
+``command`` agent's process group gets SIGSTOP (``CancelToken.suspend``), and SIGCONT once a
+renewal confirms the lease is still ours, so a database outage costs no work; a runner that
+cannot freeze is stopped instead. An attempt whose lease was taken over (a renewal no longer
+finds it ours) is stopped at once, frozen or not: ``CancelToken.cancel(..., at_once=True)``,
+SIGKILL of the process group, no grace period.
 
 Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
 (``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
@@ -167,6 +169,7 @@ class SchedulerLoop:
         # Each executing attempt's stop, armed ``fence_margin`` before its confirmed lease runs
         # out and moved on by every renewal (see the module docstring).
         self._fences: dict[uuid.UUID, asyncio.TimerHandle] = {}
+        self._suspendable: set[uuid.UUID] = set()  # attempts whose runner can freeze
         lease = ledger.lease_seconds
         self.fence_margin = min(max(1.0, lease / 6), lease / 4)
         self._healthy: bool | None = None
@@ -427,6 +430,8 @@ class SchedulerLoop:
                 runner = build_runner(payload["runner"])
             except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
                 raise TargetUnavailable(exc.message) from exc
+            if getattr(runner, "suspendable", False):
+                self._suspendable.add(run.id)
             request = RunRequest(
                 run_id=run.id,
                 schedule_id=run.schedule_id,
@@ -460,6 +465,7 @@ class SchedulerLoop:
         finally:
             timer.cancel()
             self._tokens.pop(run.id, None)
+            self._suspendable.discard(run.id)
             fence = self._fences.pop(run.id, None)
             if fence is not None:
                 fence.cancel()
@@ -710,6 +716,9 @@ class SchedulerLoop:
                     token.cancel(LEASE_LOST, at_once=True)
                     continue
                 self._fence(run_id, until)
+                if token.suspended and not token.cancelled:
+                    token.resume()
+                    log.info("run_resumed", run_id=str(run_id), instance_id=self.ledger.owner)
                 if leases[run_id]:
                     token.cancel("cancel")
 
@@ -729,7 +738,17 @@ class SchedulerLoop:
     def _lease_running_out(self, run_id: uuid.UUID) -> None:
         self._fences.pop(run_id, None)
         token = self._tokens.get(run_id)
-        if token is not None:
+        if token is None:
+            return
+        if run_id in self._suspendable and not token.cancelled:
+            token.suspend()
+            log.warning(
+                "run_suspended",
+                run_id=str(run_id),
+                instance_id=self.ledger.owner,
+                cause="renewal not confirmed in time",
+            )
+        else:
             # A graceful stop already under way (a timeout's SIGTERM) is hurried too.
             token.cancel(LEASE_UNCONFIRMED, at_once=True)
 

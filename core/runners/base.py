@@ -23,18 +23,28 @@ class CancelToken:
     ``at_once`` says no grace period is allowed: the engine is about to lose (or has lost) the
     run's lease and another replica may start the run, so a runner that can stop its work by
     force (the ``command`` runner's SIGKILL of the process group) must do so immediately.
+
+    A runner that can freeze its work and thaw it later (``Runner.suspendable``) is also told
+    to ``suspend`` while the engine cannot vouch for the run's lease (the database did not
+    confirm it in time) and to ``resume`` once it can again: frozen, the attempt executes
+    nothing, so no other replica's attempt can overlap it, yet a short database outage does
+    not cost the work done so far. A cancel that arrives while suspended is always at once:
+    a frozen attempt is never thawed to wind down without a confirmed lease.
     """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._urgent = asyncio.Event()
+        self._frozen = asyncio.Event()
+        self._thawed = asyncio.Event()
+        self._thawed.set()
         self.reason: str | None = None
 
     def cancel(self, reason: str, *, at_once: bool = False) -> None:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
-        if at_once:
+        if at_once or self.suspended:
             # A later, more urgent cancel still hurries a graceful stop already under way.
             self._urgent.set()
 
@@ -52,6 +62,26 @@ class CancelToken:
     async def wait_at_once(self) -> None:
         """Return once a cancel without grace (``at_once``) was asked for."""
         await self._urgent.wait()
+
+    def suspend(self) -> None:
+        """Freeze the attempt until ``resume`` (see the class docstring)."""
+        if not self.cancelled:
+            self._thawed.clear()
+            self._frozen.set()
+
+    def resume(self) -> None:
+        self._frozen.clear()
+        self._thawed.set()
+
+    @property
+    def suspended(self) -> bool:
+        return self._frozen.is_set()
+
+    async def wait_suspended(self) -> None:
+        await self._frozen.wait()
+
+    async def wait_resumed(self) -> None:
+        await self._thawed.wait()
 
 
 @dataclass(frozen=True)
@@ -106,7 +136,12 @@ class Runner(Protocol):
       cannot help (bad configuration, target gone, input rejected); any other exception is
       transient and the engine retries while attempts remain.
     - It watches ``cancel`` and stops promptly once it is set (timeout, user cancel, shutdown);
-      the engine records the run as ``timed_out`` or ``cancelled`` and delivers nothing.
+      the engine records the run as ``timed_out`` or ``cancelled`` and delivers nothing. With
+      ``cancel.at_once`` it stops by force, without a grace period, if it can.
+    - ``suspendable`` (optional, default false): it freezes its work while
+      ``cancel.suspended`` and thaws it on ``resume``. The engine then suspends rather than
+      cancels an attempt whose lease it cannot confirm in time; an unsuspendable one is
+      cancelled at once instead.
     """
 
     async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome: ...

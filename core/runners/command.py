@@ -3,7 +3,9 @@
 Exit 0 succeeds; 75 (EX_TEMPFAIL) is transient; any other exit code is permanent; death by a
 signal the engine did not send is transient. The child gets its own process group so a timeout
 or cancel reaches every process it started (SIGTERM, then SIGKILL after a grace period; SIGKILL
-at once when the engine is losing the run's lease, ``CancelToken.at_once``).
+at once when the engine is losing the run's lease, ``CancelToken.at_once``). While the engine
+cannot confirm the run's lease the group is frozen with SIGSTOP, and thawed with SIGCONT once
+it can (``CancelToken.suspend``/``resume``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+async def _follow_suspension(pid: int, cancel: CancelToken) -> None:
+    """SIGSTOP the group while the engine suspends the attempt, SIGCONT when it resumes it; a
+    cancelled attempt is never thawed (it is killed frozen)."""
+    while not cancel.cancelled:
+        await cancel.wait_suspended()
+        _signal_group(pid, signal.SIGSTOP)
+        await cancel.wait_resumed()
+        if cancel.cancelled:
+            return
+        _signal_group(pid, signal.SIGCONT)
+
+
 async def _exited(proc: asyncio.subprocess.Process) -> int:
     """The leader's exit status as soon as it exits. ``Process.wait()`` also waits for the
     pipes to close, which a background child holding stdout can delay for as long as it runs.
@@ -85,6 +99,8 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
 
 class CommandRunner:
     """Runs ``argv`` once per attempt; see the module docstring for the exit-code contract."""
+
+    suspendable = True  # SIGSTOP and SIGCONT of the process group
 
     def __init__(self, argv: list[str], env: Mapping[str, str], grace: float) -> None:
         self.argv = argv
@@ -129,6 +145,7 @@ class CommandRunner:
         feeder = asyncio.ensure_future(self._feed(proc.stdin, request.prompt))
         waiter = asyncio.ensure_future(_exited(proc))
         cancelled = asyncio.ensure_future(cancel.wait())
+        freezer = asyncio.ensure_future(_follow_suspension(proc.pid, cancel))
         try:
             await asyncio.wait({waiter, cancelled}, return_when=asyncio.FIRST_COMPLETED)
             if not waiter.done():
@@ -140,7 +157,7 @@ class CommandRunner:
             with contextlib.suppress(TimeoutError):  # let the transport see its pipes close
                 await asyncio.wait_for(proc.wait(), 2.0)
         finally:
-            for fut in (*readers, feeder, waiter, cancelled):
+            for fut in (*readers, feeder, waiter, cancelled, freezer):
                 fut.cancel()
             if proc.returncode is None:
                 _signal_group(proc.pid, signal.SIGKILL)
@@ -173,7 +190,8 @@ class CommandRunner:
 
     async def _terminate(self, pid: int, waiter: asyncio.Future[int], cancel: CancelToken) -> None:
         # SIGTERM and a grace period, unless the engine is losing the run's lease: then another
-        # replica may start the run any moment, and this attempt must be gone first.
+        # replica may start the run any moment, and this attempt must be gone first. A frozen
+        # group is never thawed to wind down (the cancel is then at once).
         if not cancel.at_once:
             _signal_group(pid, signal.SIGTERM)
             hurry = asyncio.ensure_future(cancel.wait_at_once())

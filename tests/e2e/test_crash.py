@@ -231,11 +231,16 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
 ) -> None:
     """The outcome of an attempt cannot be recorded (the database is gone when the agent ends).
     Once the database is back, the run's lease must lapse so it is continued (contract 7), even
-    while the same process keeps renewing the leases of its other runs."""
+    while the same process keeps renewing the leases of its other runs. The long run's agent,
+    still going when its lease could no longer be confirmed, is frozen (SIGSTOP) rather than
+    left executing where another replica could take the run over, and thawed afterwards: it
+    is still this process's run, with no work lost."""
     marker = f"agentcron-outage-{uuid.uuid4().hex}"
     log = tmp_path / "attempts.log"
     probe = probe_factory(pg_url)
-    env = engine_env(pg_url, tmp_path / "data", "outage-a", LEASE_SECONDS="2")
+    # A lease long enough that the short agent (2 s) ends before its lease would need a renewal
+    # the outage prevents; the 40-s one does not.
+    env = engine_env(pg_url, tmp_path / "data", "outage-a", LEASE_SECONDS="6")
     # Another database's session, which the outage does not touch.
     admin = await asyncpg.connect(
         make_url(PG_URL).set(drivername="postgresql").render_as_string(False)
@@ -263,7 +268,7 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
         await wait_for(
             lambda: asyncio.sleep(0, ended in attempt_lines(log)), "attempt 1 to end", within=20
         )
-        await asyncio.sleep(3)  # the attempt's outcome cannot be saved; its lease runs out
+        await asyncio.sleep(7)  # the attempt's outcome cannot be saved; its lease runs out
         await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
         assert json_events(a.log(), "run_interrupted")
 
@@ -271,6 +276,13 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
         assert done.status == "succeeded" and done.attempt == 2, (done.status, done.attempt)
         still = await probe.run(long_run.id)
         assert still.status == "running" and still.lease_owner == "outage-a"
+        suspended = json_events(a.log(), "run_suspended")
+        assert [e["run_id"] for e in suspended] == [str(long_run.id)], suspended
+        resumed = await wait_for(
+            lambda: asyncio.sleep(0, json_events(a.log(), "run_resumed")), "the long run thawed"
+        )
+        assert [e["run_id"] for e in resumed] == [str(long_run.id)], resumed
+        assert json_events(a.log(), "run_lease_lost") == []
         assert [r.id for r in await probe.runs(short_id)] == [run.id]
     finally:
         await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')

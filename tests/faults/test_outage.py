@@ -206,8 +206,15 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     await asyncio.to_thread(pg_proxy.restore)
     recovery = await wait_ready(server, within=30)
 
-    # The agent of the long run ended during the outage; its outcome could not be written.
-    assert [line[2] for line in log_lines(long_log)[:2]] == ["start", "end"]
+    # The long run's agent was frozen (SIGSTOP) once its lease could not be confirmed, before
+    # it could end: no replica could vouch for the run, so it must execute nothing. Thawed
+    # once the database confirms the lease again, it finishes its attempt.
+    assert [line[2] for line in log_lines(long_log)] == ["start"]
+
+    async def long_ended() -> bool:
+        return [line[2] for line in log_lines(long_log)] == ["start", "end"]
+
+    await wait_for(long_ended, "the thawed agent to end", within=20, interval=0.05)
 
     async def long_done() -> Run | None:
         run = await probe.run(long_run.id)
@@ -250,6 +257,10 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     # -- the run that was executing: recorded once, same run and task -----------------------
     assert done.status == "succeeded", (done.status, done.error)
     assert done.task_id == long_run.task_id
+    assert done.attempt == 1, done.attempt  # frozen and thawed: the same attempt finished
+    assert [e["run_id"] for e in json_events(log, "run_suspended")] == [str(long_run.id)]
+    assert [e["run_id"] for e in json_events(log, "run_resumed")] == [str(long_run.id)]
+    assert json_events(log, "run_lease_lost") == []
     assert [r.id for r in await probe.runs(long_id)] == [long_run.id]
 
     # -- the ticking schedule --------------------------------------------------------------

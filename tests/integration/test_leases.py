@@ -23,6 +23,7 @@ from core.runners.fake import FakeRunnerType, sleep
 from core.storage import Run
 from tests.integration.engine_kit import (
     HOURLY,
+    Engine,
     MakeEngine,
     fetch_run,
     process_alive,
@@ -142,44 +143,145 @@ async def wait_dead(pid: int, within: float) -> datetime:
     return datetime.now(UTC)
 
 
-async def test_a_lease_that_cannot_be_renewed_stops_the_attempt_before_it_runs_out(
+class FailingRenewal:
+    """Wraps ``Ledger.renew_leases``: raises as an unreachable database would while
+    ``failing``."""
+
+    def __init__(self, real: Callable[..., Awaitable[dict[uuid.UUID, bool]]]) -> None:
+        self.real = real
+        self.failing = True
+
+    async def __call__(
+        self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
+    ) -> dict[uuid.UUID, bool]:
+        if self.failing:
+            raise ConnectionError("database unreachable")
+        return await self.real(now, run_ids)
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def wait_state(pid: int, state: str, within: float) -> datetime:
+    deadline = time.monotonic() + within
+    while process_state(pid) != state:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} not in state {state} after {within} s")
+        await asyncio.sleep(0.02)
+    return datetime.now(UTC)
+
+
+# A command that runs 3 s of real work in steps, noting each step, so a freeze shows as a gap.
+STEPS = (
+    'echo $$ > "pid.$AGENTCRON_ATTEMPT"; '
+    "for i in 1 2 3 4 5 6; do sleep 0.5; echo $i >> steps; done; echo done"
+)
+
+
+async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_confirmed(
     make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The database stops answering renewals: before the lease runs out (when another replica
-    could take the run over) the attempt is killed, process group and all, with one log line;
-    once renewals work again the run goes on as attempt 2 and succeeds."""
+    could take the run over) the agent's process group is frozen (SIGSTOP), with one log line,
+    and does nothing while it stays unconfirmed; once a renewal confirms the lease it is thawed
+    (SIGCONT) and the same attempt finishes: an outage costs no work."""
     engine = make_engine(start=False, lease=LEASE)
-    real = engine.ledger.renew_leases
-    failing = True
-
-    async def unreachable(
-        now: datetime, run_ids: Sequence[uuid.UUID] | None = None
-    ) -> dict[uuid.UUID, bool]:
-        if failing:
-            raise ConnectionError("database unreachable")
-        return await real(now, run_ids)
-
-    monkeypatch.setattr(engine.ledger, "renew_leases", unreachable)
-    schedule = await engine.create(spec(command(STUBBORN), HOURLY, timeout_seconds=300))
+    renewal = FailingRenewal(engine.ledger.renew_leases)
+    monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
+    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
     workdir = engine.data_dir / "tasks" / str(schedule.id)
     with structlog.testing.capture_logs() as lines:
         engine.loop.start()
         queued = await engine.run_now(schedule.id)
         pid = await wait_pid(workdir / "pid.1")
         started = await fetch_run(engine.db, queued.id)
-        assert started.status == "running" and started.lease_expires_at is not None
-        dead_at = await wait_dead(pid, within=2 * LEASE)
-        failing = False
+        assert started.lease_expires_at is not None
+        frozen_at = await wait_state(pid, "T", within=2 * LEASE)
+        steps = read_steps(workdir)
+        # Frozen while the lease would let another replica in: no step is taken.
+        await asyncio.sleep(LEASE)
+        assert process_state(pid) == "T" and read_steps(workdir) == steps
+        renewal.failing = False
         ended = await wait_status(engine.db, queued.id, "succeeded", "failed", within=10)
 
-    # Killed before the lease it last confirmed ran out, not after the 120 s grace.
-    assert dead_at < started.lease_expires_at, (dead_at, started.lease_expires_at)
-    assert (ended.status, ended.attempt, ended.output) == ("succeeded", 2, "done\n")
+    assert frozen_at < started.lease_expires_at, (frozen_at, started.lease_expires_at)
+    assert (ended.status, ended.attempt, ended.output) == ("succeeded", 1, "done\n")
+    assert read_steps(workdir) == ["1", "2", "3", "4", "5", "6"]
+    events = [line["event"] for line in lines if line["event"].startswith("run_")]
+    assert events.count("run_suspended") == 1 and events.count("run_resumed") == 1, events
+    assert "run_lease_lost" not in events
+
+
+async def test_an_unconfirmed_lease_stops_a_runner_that_cannot_freeze(
+    make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner that cannot freeze (a ``python`` target, a model call) is stopped instead, at
+    once, before the lease runs out; the run goes on as attempt 2 once renewals work."""
+    engine = make_engine(start=False, lease=LEASE)
+    renewal = FailingRenewal(engine.ledger.renew_leases)
+    monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
+    runner = fake.script("long", [sleep(60), sleep(0)], per_attempt=True)
+    schedule = await engine.create(spec(fake.config("long"), HOURLY))
+    with structlog.testing.capture_logs() as lines:
+        engine.loop.start()
+        queued = await engine.run_now(schedule.id)
+        started = await wait_status(engine.db, queued.id, "running")
+        assert started.lease_expires_at is not None
+
+        async def stopped() -> datetime | None:
+            return datetime.now(UTC) if runner.cancelled else None
+
+        stopped_at = await wait_for(stopped, 2 * LEASE, "the attempt stopped")
+        renewal.failing = False
+        ended = await wait_status(engine.db, queued.id, "succeeded", "failed", within=10)
+
+    assert stopped_at < started.lease_expires_at
+    assert runner.cancelled == [(queued.id, "lease_unconfirmed")]
+    assert (ended.status, ended.attempt) == ("succeeded", 2)
     lost = [line for line in lines if line["event"] == "run_lease_lost"]
-    assert len(lost) == 1, lost
-    assert lost[0]["cause"] == "renewal not confirmed in time"
+    assert len(lost) == 1 and lost[0]["cause"] == "renewal not confirmed in time", lost
     assert lost[0]["action"] == "attempt stopped" and lost[0]["run_id"] == str(queued.id)
     assert engine.loop.metrics.leases_lost._value.get() == 1
+
+
+async def test_a_frozen_attempt_whose_lease_was_taken_over_is_killed(
+    make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frozen while the database was unreachable, and meanwhile another replica took the run
+    over: the first renewal that answers says so, and the frozen group is killed, never
+    thawed."""
+    engine = make_engine(start=False, lease=LEASE)
+    renewal = FailingRenewal(engine.ledger.renew_leases)
+    monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
+    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
+    workdir = engine.data_dir / "tasks" / str(schedule.id)
+    engine.loop.start()
+    queued = await engine.run_now(schedule.id)
+    pid = await wait_pid(workdir / "pid.1")
+    await wait_state(pid, "T", within=2 * LEASE)
+    steps = read_steps(workdir)
+    await take_over(engine, queued.id)
+    renewal.failing = False
+    await wait_dead(pid, within=LEASE)
+    assert read_steps(workdir) == steps  # never thawed
+    run = await fetch_run(engine.db, queued.id)
+    assert (run.status, run.lease_owner, run.finished_at) == ("running", "engine-z", None)
+
+
+def read_steps(workdir: Path) -> list[str]:
+    path = workdir / "steps"
+    return path.read_text().split() if path.exists() else []
+
+
+async def take_over(engine: Engine, run_id: uuid.UUID) -> None:
+    """Make the run another replica's, as that replica's claim of an expired lease would."""
+    async with engine.db.session() as session:
+        run = await session.get(Run, run_id)
+        assert run is not None
+        run.lease_owner = "engine-z"
+        run.lease_expires_at = datetime.now(UTC) + timedelta(seconds=60)
 
 
 async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEngine) -> None:
@@ -191,11 +293,7 @@ async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEng
     with structlog.testing.capture_logs() as lines:
         queued = await engine.run_now(schedule.id)
         pid = await wait_pid(workdir / "pid.1")
-        async with engine.db.session() as session:
-            run = await session.get(Run, queued.id)
-            assert run is not None
-            run.lease_owner = "engine-z"
-            run.lease_expires_at = datetime.now(UTC) + timedelta(seconds=60)
+        await take_over(engine, queued.id)
         taken_at = datetime.now(UTC)
         dead_at = await wait_dead(pid, within=LEASE)
 
