@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     # logged and /readyz says so (the engine itself uses the database's clock either way).
     clock_skew_warn_seconds: float = Field(default=2.0, gt=0)
     instance_id: str = Field(default_factory=_default_instance_id)
+    # What tenants (non-admin keys of untrusted owners) may run: core.policy. Lists are
+    # comma-separated names.
+    trusted_owners: str = "local"
+    tenant_runners: str = "openai"
+    tenant_env: str = ""
+    tenant_endpoints: str = ""
+    agents_file: Path | None = None
 
 
 @lru_cache(maxsize=1)

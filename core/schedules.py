@@ -23,6 +23,8 @@ from core.errors import Conflict, InvalidSchedule, NotFound, ScheduleCapacityExc
 from core.logging import get_logger
 from core.notify import keep_masked_secrets, masked_channels, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from core.policy import ExecutionPolicy
+from core.policy import current as current_policy
 from core.runners import validate_runner
 from core.specs import (
     BackfillRequest,
@@ -180,8 +182,11 @@ class ScheduleService:
         clock: Clock = utcnow,
         on_change: Callable[[], None] | None = None,
         allow_private: bool = False,
+        policy: ExecutionPolicy | None = None,
     ) -> None:
         self.db = db
+        # What tenants may run (core.policy); checked for callers that are not trusted.
+        self.policy = policy or current_policy()
         self.max_active = max_active
         # AGENTCRON_ALLOW_PRIVATE_WEBHOOKS: notify targets on loopback/private networks.
         self.allow_private = allow_private
@@ -195,9 +200,10 @@ class ScheduleService:
         if self.on_change is not None:
             self.on_change()
 
-    async def create(self, spec: ScheduleCreate, owner: str) -> Schedule:
+    async def create(self, spec: ScheduleCreate, owner: str, *, trusted: bool = True) -> Schedule:
         """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
         warnings (``core.warnings``: things worth knowing, never a reason to refuse).
+        ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
 
         Raises ``InvalidSchedule`` (naming the field) for bad input and
         ``ScheduleCapacityExceeded`` when the active-schedule limit is reached; nothing is
@@ -212,6 +218,8 @@ class ScheduleService:
         trigger = triggers.parse_trigger(spec.trigger, now)
         runner = validate_runner(spec.runner)
         notify = validate_channels(spec.notify, allow_private=self.allow_private)
+        if not trusted:
+            runner = self.policy.check_tenant(runner, notify) or runner
         overlap = spec.overlap or ("skip" if spec.mode == "persistent" else "allow")
         schedule = Schedule(
             id=uuid.uuid4(),
@@ -290,10 +298,16 @@ class ScheduleService:
         return Page(rows, next_cursor)
 
     async def update(
-        self, schedule_id: str | uuid.UUID, patch: ScheduleUpdate, owner: str | None
+        self,
+        schedule_id: str | uuid.UUID,
+        patch: ScheduleUpdate,
+        owner: str | None,
+        *,
+        trusted: bool = True,
     ) -> Schedule:
         """Replace each named field; recompute ``next_run`` if the timetable or state changed,
-        and the warnings if the trigger, ``timeout_seconds`` or ``overlap`` did."""
+        and the warnings if the trigger, ``timeout_seconds`` or ``overlap`` did. ``trusted``
+        false checks a changed runner or notify list against the tenant rules."""
         changes = patch.changes()
         now = self.clock()
         async with self.db.session() as session:
@@ -309,11 +323,15 @@ class ScheduleService:
                 reject_nul(changes["runner"], "runner")
                 reject_oversized(changes["runner"], "runner")
                 changes["runner"] = validate_runner(changes["runner"])
+                if not trusted:
+                    changes["runner"] = self.policy.check_tenant(changes["runner"], None)
             if "notify" in changes:
                 reject_nul(changes["notify"], "notify")
                 reject_oversized(changes["notify"], "notify")
                 merged = keep_masked_secrets(changes["notify"], schedule.notify)
                 changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
+                if not trusted:
+                    self.policy.check_tenant(None, changes["notify"])
             if "enabled" in changes and changes["enabled"] != schedule.enabled:
                 timetable_changed = True
                 if changes["enabled"]:

@@ -40,6 +40,10 @@ RUN_TAG = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
 os.environ["AGENTCRON_PYTHON_MODULES"] = "tests,agentcron_tmp_*"
 
 
+# The agents every test app declares (core.policy): tests/agents.toml.
+TEST_AGENTS = Path(__file__).parent / "agents.toml"
+
+
 def _dsn(url: str) -> str:
     """The asyncpg DSN of a SQLAlchemy URL."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -153,6 +157,8 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
         disable_scheduler=True,
         data_dir=tmp_path / "data",
         log_format="console",
+        agents_file=TEST_AGENTS,
+        tenant_env="SMTP_URL",  # a variable of the service tenants' email channels may name
     )
 
 

@@ -11,6 +11,8 @@ from core.clock import Clock, DatabaseClock, utcnow
 from core.config import Settings, get_settings
 from core.errors import SchedulerUnavailable
 from core.logging import configure_logging, get_logger
+from core.policy import ExecutionPolicy
+from core.policy import configure as configure_policy
 from core.retention import RetentionPolicy
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
@@ -49,6 +51,8 @@ def engine_properties(settings: Settings, db: Database) -> EngineProperties:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for ``settings`` (default: from the environment)."""
     settings = settings or get_settings()
+    # Read (and the agents file parsed) before anything starts: a bad one refuses the start.
+    policy = ExecutionPolicy.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -58,6 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         watch: ClockWatch | None = None
         metrics = EngineMetrics()
         app.state.metrics = metrics
+        # The command runner resolves declared agents through the process's policy.
+        configure_policy(policy)
         # One supervisor for every long-lived task of this app, so /readyz sees them all.
         supervisor = Supervisor(metrics)
         app.state.supervisor = supervisor
@@ -93,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 clock=clock,
                 max_active=settings.max_active_schedules,
                 allow_private=settings.allow_private_webhooks,
+                policy=policy,
             )
             if not settings.disable_scheduler:
                 if not db.capabilities.multi_process:

@@ -18,6 +18,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
+from core import policy
 from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
 from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
 
@@ -26,7 +27,7 @@ OUTPUT_LIMIT = 64 * 1024
 STDERR_LIMIT = 8 * 1024
 STDERR_LINES = 20
 KILL_GRACE_SECONDS = 5.0
-FIELDS = frozenset({"type", "argv", "env", "kill_grace_seconds"})
+FIELDS = frozenset({"type", "argv", "agent", "params", "env", "kill_grace_seconds"})
 EXIT_POLL_SECONDS = 0.002
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -206,7 +207,10 @@ class CommandRunner:
 
 
 class CommandRunnerType:
-    """``{"type": "command", "argv": [str, ...], "env": {str: str}?}``."""
+    """``{"type": "command", "argv": [str, ...], "env": {str: str}?}``, or an agent the
+    operator declared in place of ``argv``: ``{"type": "command", "agent": NAME,
+    "params": {str: str}?, "env": ...}`` (``core.policy``; its argv is the operator's template,
+    filled with ``params``, and resolved again at each attempt)."""
 
     name = "command"
 
@@ -215,14 +219,13 @@ class CommandRunnerType:
         if unknown:
             field = sorted(unknown)[0]
             raise InvalidSchedule(f"unknown field {field!r}", field=f"runner.{field}")
-        argv = config.get("argv")
-        if not isinstance(argv, list) or not argv:
-            raise InvalidSchedule("argv must be a non-empty list of strings", field="runner.argv")
-        if len(argv) > 1000:
-            raise InvalidSchedule("argv has more than 1000 items", field="runner.argv")
-        for index, item in enumerate(argv):
-            if not isinstance(item, str) or (index == 0 and not item):
-                raise InvalidSchedule("must be a non-empty string", field=f"runner.argv.{index}")
+        normalised: dict[str, Any] = {"type": self.name}
+        if "agent" in config:
+            normalised.update(_agent_form(config))
+        else:
+            if "params" in config:
+                raise InvalidSchedule("params go with an agent", field="runner.params")
+            normalised["argv"] = _checked_argv(config.get("argv"))
         env = config.get("env", {})
         if not isinstance(env, dict):
             raise InvalidSchedule("env must be an object of strings", field="runner.env")
@@ -237,7 +240,6 @@ class CommandRunnerType:
                 "kill_grace_seconds must be a number in (0, 300]",
                 field="runner.kill_grace_seconds",
             )
-        normalised: dict[str, Any] = {"type": self.name, "argv": list(argv)}
         if env:
             normalised["env"] = dict(env)
         if "kill_grace_seconds" in config:
@@ -245,8 +247,38 @@ class CommandRunnerType:
         return normalised
 
     def build(self, config: Mapping[str, Any]) -> Runner:
+        argv: list[str] = list(config.get("argv", ()))
+        env = dict(config.get("env", {}))
+        if "agent" in config:
+            agent = policy.current().agent(str(config["agent"]))
+            argv = agent.command(config.get("params", {}))
+            env = {**agent.env, **env}
         return CommandRunner(
-            list(config["argv"]),
-            config.get("env", {}),
-            float(config.get("kill_grace_seconds", KILL_GRACE_SECONDS)),
+            list(argv), env, float(config.get("kill_grace_seconds", KILL_GRACE_SECONDS))
         )
+
+
+def _checked_argv(argv: object) -> list[str]:
+    if not isinstance(argv, list) or not argv:
+        raise InvalidSchedule("argv must be a non-empty list of strings", field="runner.argv")
+    if len(argv) > 1000:
+        raise InvalidSchedule("argv has more than 1000 items", field="runner.argv")
+    for index, item in enumerate(argv):
+        if not isinstance(item, str) or (index == 0 and not item):
+            raise InvalidSchedule("must be a non-empty string", field=f"runner.argv.{index}")
+    return list(argv)
+
+
+def _agent_form(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``agent`` and ``params`` of a declared agent, checked against its declaration."""
+    if "argv" in config:
+        raise InvalidSchedule("give either argv or agent, not both", field="runner.argv")
+    name = config["agent"]
+    agents = policy.current().agents
+    if not isinstance(name, str) or name not in agents:
+        declared = ", ".join(sorted(agents)) or "none (AGENTCRON_AGENTS_FILE)"
+        raise InvalidSchedule(
+            f"no agent {name!r} is declared; declared: {declared}", "runner.agent"
+        )
+    params = agents[name].check_params(config.get("params"), "runner.params")
+    return {"agent": name, **({"params": params} if params else {})}

@@ -34,10 +34,20 @@ from urllib.parse import urlsplit
 import httpx
 
 from core.errors import InvalidSchedule, RunPermanentError
+from core.notify.ssrf import classify, literal_host_kind, resolve
 from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
 
 FIELDS = frozenset(
-    {"type", "base_url", "model", "api_key_env", "system", "temperature", "max_tokens"}
+    {
+        "type",
+        "base_url",
+        "model",
+        "api_key_env",
+        "system",
+        "temperature",
+        "max_tokens",
+        "private_endpoints",
+    }
 )
 URL_LIMIT = 2048
 MODEL_LIMIT = 256
@@ -142,6 +152,12 @@ class OpenAIRunnerType:
                     f"max_tokens must be an integer in [1, {MAX_TOKENS_LIMIT}]", "max_tokens"
                 )
             normalised["max_tokens"] = max_tokens
+        if "private_endpoints" in config:
+            # False: the host must resolve to public addresses only, checked at each attempt
+            # (the tenants' guard, core.policy; the webhooks' rule, core.notify.ssrf).
+            if not isinstance(config["private_endpoints"], bool):
+                raise _invalid("private_endpoints must be true or false", "private_endpoints")
+            normalised["private_endpoints"] = config["private_endpoints"]
         return normalised
 
     def build(self, config: Mapping[str, Any]) -> Runner:
@@ -153,6 +169,7 @@ class OpenAIRunnerType:
             system=config.get("system"),
             temperature=config.get("temperature"),
             max_tokens=config.get("max_tokens"),
+            public_only=config.get("private_endpoints") is False,
         )
 
 
@@ -186,6 +203,7 @@ class OpenAIRunner:
         temperature: float | None = None,
         max_tokens: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        public_only: bool = False,
     ) -> None:
         self.endpoint = f"{base_url.rstrip('/')}/chat/completions"
         self.model = model
@@ -194,6 +212,7 @@ class OpenAIRunner:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self._transport = transport
+        self.public_only = public_only
 
     def __repr__(self) -> str:
         return f"OpenAIRunner(endpoint={self.endpoint!r}, model={self.model!r})"
@@ -242,6 +261,8 @@ class OpenAIRunner:
         and closes its connection at once). No call lasts longer than
         ``request.timeout_seconds``.
         """
+        if self.public_only:
+            await self._check_public()
         key = self._api_key()
         redact = _Redactor(key)
         body: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
@@ -277,6 +298,26 @@ class OpenAIRunner:
                 {"role": "assistant", "content": reply, "run_id": run_id},
             ),
         )
+
+    async def _check_public(self) -> None:
+        """``RunPermanentError`` unless the endpoint's host resolves to public addresses only.
+        (The connection then resolves the name again: a rebinding in between is not caught,
+        unlike the webhooks, which connect to the address they checked.)"""
+        parts = urlsplit(self.endpoint)
+        host = parts.hostname or ""
+        kind = literal_host_kind(host)
+        if kind is None:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                addresses = await resolve(host, port)
+            except OSError as exc:
+                raise TransientRunError(f"cannot resolve {host} ({exc})") from exc
+            kind = next((k for k in map(classify, addresses) if k is not None), None)
+        if kind is not None:
+            raise RunPermanentError(
+                f"{host} is a {kind} address, which this schedule may not reach (an operator "
+                "can allow the endpoint with AGENTCRON_TENANT_ENDPOINTS)"
+            )
 
     async def _exchange(
         self, body: dict[str, Any], key: str, limit: float, redact: _Redactor

@@ -39,7 +39,8 @@ SCHEDULE = {
     "name": "digest",
     "prompt": "Summarise today's headlines.",
     "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
-    "runner": {"type": "command", "argv": ["true"]},
+    # A declared agent (tests/agents.toml): what an ordinary tenant key may run (core.policy).
+    "runner": {"type": "command", "agent": "digest"},
 }
 PREVIEW = {"trigger": {"every_seconds": 60}}
 _NOW = datetime.now(UTC)
@@ -422,7 +423,12 @@ async def test_notify_secrets_are_masked_for_owners_and_admins(world: World) -> 
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     notify = [
         {"type": "webhook", "url": "https://hooks.example.org/x", "secret": secret},
-        {"type": "email", "to": ["a@example.org"], "from": "b@example.org", "smtp_url_env": "S"},
+        {
+            "type": "email",
+            "to": ["a@example.org"],
+            "from": "b@example.org",
+            "smtp_url_env": "SMTP_URL",
+        },
     ]
     created = await create_schedule(world.alice, notify=notify)
     answers = [

@@ -255,12 +255,13 @@ async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
 
 
 async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    # The local owner: the form's own command runner is for trusted owners (core.policy).
+    key = await new_key(live_app, "local")
     async with browser(live_app, key) as http:
         response = await http.post("/schedules/new", data=FORM)
         assert response.status_code == 303
         id = schedule_id(response)
-        created = await service(live_app).get(id, "alice")
+        created = await service(live_app).get(id, "local")
         assert created.trigger == {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"}
         assert created.runner == {"type": "command", "argv": ["sh", "-c", "echo hello"]}
         assert (created.timeout_seconds, created.max_attempts, created.overlap) == (600, 2, "allow")

@@ -46,7 +46,7 @@ from web.api.schemas import ScheduleOut
 from web.cli import main as cli_main
 
 API = "/api/v1/schedules"
-OWNER = "alice"
+OWNER = "local"  # a trusted owner: every runner type (core.policy)
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 NOTIFY = [
     {
@@ -125,6 +125,20 @@ LOADED: dict[str, dict[str, Any]] = {
             "system": "Be brief.",
             "temperature": 0.2,
             "max_tokens": 100,
+            "private_endpoints": True,
+        },
+        **SETTINGS,
+    },
+    "cron-agent": {
+        "name": "declared agent",
+        "prompt": "Digest.",
+        "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": {
+            "type": "command",
+            "agent": "digest",  # tests/agents.toml
+            "params": {"topic": "ai news"},
+            "env": {"STYLE": "terse"},
+            "kill_grace_seconds": 4,
         },
         **SETTINGS,
     },
@@ -197,7 +211,10 @@ def test_the_loaded_schedules_cover_every_field() -> None:
         )
     runners = [body["runner"] for body in LOADED.values()]
     for kind, keys in RUNNER_FIELDS.items():
-        assert any(runner["type"] == kind and set(runner) == keys for runner in runners), kind
+        # Between them, the loaded runners of a type set each of its keys (a command's argv
+        # and agent exclude each other).
+        used = set().union(*(set(runner) for runner in runners if runner["type"] == kind))
+        assert used == keys, (kind, sorted(keys - used))
     for kind, keys in CHANNEL_FIELDS.items():
         assert any(
             channel["type"] == kind and set(channel) == keys | {"type", "notify_on"}

@@ -42,7 +42,8 @@ async def create_schedule(
     spec: ScheduleCreate, schedules: SchedulesDep, principal: PrincipalDep
 ) -> ScheduleOut:
     # Owned by the key's owner, admin or not: an admin key sees everything but acts as someone.
-    schedule = await schedules.create(spec, principal.owner)
+    trusted = schedules.policy.trusts(principal.owner, admin=principal.admin)
+    schedule = await schedules.create(spec, principal.owner, trusted=trusted)
     return ScheduleOut.model_validate(schedule_view(schedule))
 
 
@@ -71,9 +72,10 @@ async def get_schedule(schedule_id: str, schedules: SchedulesDep, owner: OwnerDe
 
 @router.patch("/{schedule_id}")
 async def update_schedule(
-    schedule_id: str, patch: ScheduleUpdate, schedules: SchedulesDep, owner: OwnerDep
+    schedule_id: str, patch: ScheduleUpdate, schedules: SchedulesDep, principal: PrincipalDep
 ) -> ScheduleOut:
-    schedule = await schedules.update(schedule_id, patch, owner)
+    trusted = schedules.policy.trusts(principal.owner, admin=principal.admin)
+    schedule = await schedules.update(schedule_id, patch, principal.scope, trusted=trusted)
     return ScheduleOut.model_validate(schedule_view(schedule))
 
 

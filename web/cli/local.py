@@ -232,6 +232,7 @@ def _preflight() -> str | None:
     import asyncio
 
     from core.errors import SchedulerUnavailable, StartupError
+    from core.policy import ExecutionPolicy
     from core.storage import Database
     from core.storage.lock import EngineLock
     from core.storage.migrate import check_schema
@@ -248,6 +249,7 @@ def _preflight() -> str | None:
             await db.dispose()
 
     try:
+        ExecutionPolicy.from_settings(settings)  # a bad agents file or policy setting
         asyncio.run(schema())
         if not settings.disable_scheduler and "sqlite" in settings.database_url.split(":", 1)[0]:
             lock = EngineLock(settings.database_url)

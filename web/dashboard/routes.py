@@ -209,7 +209,9 @@ async def create_schedule(request: Request, viewer: ViewerDep) -> Response:
     try:
         spec = ScheduleCreate.model_validate(form.body())
         # Owned by the viewer's owner, admin or not, as through the API.
-        schedule = await _schedules(request).create(spec, viewer.owner)
+        service = _schedules(request)
+        trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
+        schedule = await service.create(spec, viewer.owner, trusted=trusted)
     except (FormInvalid, ValidationError, InvalidSchedule, ScheduleCapacityExceeded) as exc:
         form.errors = _form_errors(exc)
         return render(request, "form.html", 422, **_form_page(viewer, form, None))
@@ -270,7 +272,10 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
         patch = form.changes(view)
         if not patch:
             return RedirectResponse(f"/schedules/{view['id']}?done=unchanged", 303)
-        await service.update(view["id"], ScheduleUpdate.model_validate(patch), viewer.scope)
+        trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
+        await service.update(
+            view["id"], ScheduleUpdate.model_validate(patch), viewer.scope, trusted=trusted
+        )
     except (FormInvalid, ValidationError, InvalidSchedule, ScheduleCapacityExceeded) as exc:
         form.errors = _form_errors(exc)
         return render(request, "form.html", 422, **_form_page(viewer, form, view))
