@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, TypeVar
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from core.storage import Database, Run, Schedule
@@ -280,6 +280,18 @@ class RunProbe:
             query = query.where(Run.schedule_id == uuid.UUID(str(schedule_id)))
         async with self.db.session(write=False) as session:
             return list((await session.execute(query)).scalars())
+
+    async def statuses(self, due_from: datetime, due_to: datetime) -> Counter[str]:
+        """How many scheduled runs due in [due_from, due_to] are in each status: one small
+        aggregate, for polling a table of many thousand runs without loading them."""
+        query = (
+            select(Run.status, func.count())
+            .where(Run.trigger == "schedule", Run.due_at.between(due_from, due_to))
+            .group_by(Run.status)
+        )
+        async with self.db.session(write=False) as session:
+            rows = (await session.execute(query)).all()
+        return Counter({str(status): int(count) for status, count in rows})
 
     async def run(self, run_id: uuid.UUID) -> Run:
         async with self.db.session(write=False) as session:

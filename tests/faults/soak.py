@@ -174,7 +174,11 @@ class Replicas:
         return killed_at, datetime.now(UTC)
 
     async def stop_all(self) -> list[int]:
-        return list(await asyncio.gather(*(asyncio.to_thread(stop_server, s) for s in self.live)))
+        # A replica's shutdown may take its loop's stop (10 s), the drain (5 s) and the hard stop
+        # of the agents still going (15 s), then a write per run handed back: many long agents
+        # on a busy host take more than stop_server's default 30 s.
+        stopping = (asyncio.to_thread(stop_server, s, 60) for s in self.live)
+        return list(await asyncio.gather(*stopping))
 
     def kill_all(self) -> None:
         for server in self.live:
@@ -286,9 +290,11 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         long_wait = 2 * config.long_seconds if config.long_fraction > 0 else 0.0
         deadline = time.monotonic() + 60 + config.lease_seconds * 4 + long_wait
         while True:
-            runs = [r for r in await probe.runs() if in_window(r)]
-            unfinished = sum(1 for r in runs if r.status in ("pending", "running"))
-            if (len(runs) >= want and unfinished == 0) or time.monotonic() > deadline:
+            # Counted in the database: loading every run twice a second, thousands of them
+            # after a minute, loads the database the replicas need.
+            progress = await probe.statuses(window_start, window_end)
+            unfinished = progress["pending"] + progress["running"]
+            if (progress.total() >= want and unfinished == 0) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)
         codes = await fleet.stop_all()
