@@ -13,18 +13,21 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+import asyncpg
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 
 from core.storage import Database, Run, Schedule
-from tests.conftest import PgServer, bearer, clone_pg
+from tests.conftest import PG_URL, PgServer, bearer, clone_pg, pg_url_for
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 T = TypeVar("T")
@@ -192,6 +195,36 @@ async def pg_url(pg_server: PgServer | None) -> str:
     return await clone_pg(pg_server)
 
 
+async def _pg_admin(statement: str) -> None:
+    dsn = make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def scratch_pg_database(
+    prefix: str, workdir: Path, *, keep: bool = False
+) -> AsyncIterator[str]:
+    """A new database on ``AGENTCRON_TEST_PG_URL``'s server, migrated by ``agentcron migrate``,
+    for the scripts run outside pytest (the soak, reproductions); dropped at the end unless
+    ``keep``. Yields its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    await _pg_admin(f'CREATE DATABASE "{name}"')
+    database_url = pg_url_for(name)
+    try:
+        env = engine_env(database_url, workdir / "data", f"{prefix}-migrate")
+        await asyncio.to_thread(
+            subprocess.run, [AGENTCRON, "migrate"], env=env, check=True, capture_output=True
+        )
+        yield database_url
+    finally:
+        if not keep:
+            await _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def engine_env(database_url: str, data_dir: Path, instance_id: str, **extra: str) -> dict[str, str]:
     """The environment of one engine process: JSON logs, its own instance id and data dir.
 
@@ -247,6 +280,18 @@ class RunProbe:
             query = query.where(Run.schedule_id == uuid.UUID(str(schedule_id)))
         async with self.db.session(write=False) as session:
             return list((await session.execute(query)).scalars())
+
+    async def statuses(self, due_from: datetime, due_to: datetime) -> Counter[str]:
+        """How many scheduled runs due in [due_from, due_to] are in each status: one small
+        aggregate, for polling a table of many thousand runs without loading them."""
+        query = (
+            select(Run.status, func.count())
+            .where(Run.trigger == "schedule", Run.due_at.between(due_from, due_to))
+            .group_by(Run.status)
+        )
+        async with self.db.session(write=False) as session:
+            rows = (await session.execute(query)).all()
+        return Counter({str(status): int(count) for status, count in rows})
 
     async def run(self, run_id: uuid.UUID) -> Run:
         async with self.db.session(write=False) as session:
@@ -315,3 +360,74 @@ def command_runner(script: str, *args: str) -> dict[str, Any]:
 
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
+
+
+# -- agents that log when they start and when they end -----------------------------------------
+
+# $1: the log; $2: how many seconds the agent works. "$0" is free for a marker. Each line is one
+# O_APPEND write (one ``echo``), so the lines of many agents writing at once never interleave;
+# `date +%s%N` is the wall clock in nanoseconds, comparable across the replicas of one host.
+TIMED_AGENT = """
+echo "START $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT $AGENTCRON_INSTANCE_ID $(date +%s%N)" >> "$1"
+sleep "$2"
+echo "END $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT $AGENTCRON_INSTANCE_ID $(date +%s%N)" >> "$1"
+"""
+
+
+def timed_agent(log: Path, seconds: float, marker: str = "agent") -> dict[str, Any]:
+    """A ``command`` runner spec whose agent works ``seconds`` and logs START and END lines
+    ("<START|END> <run id> <attempt> <instance id> <epoch ns>") to ``log``."""
+    return command_runner(TIMED_AGENT, marker, str(log), f"{seconds:g}")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One execution of an agent, as the agent itself logged it."""
+
+    run_id: str
+    attempt: int
+    instance: str
+    started_ns: int
+    ended_ns: int | None  # None: it never logged its END (stopped, killed, or still going)
+
+    def overlaps(self, other: Execution) -> bool:
+        # An execution without an END may still be going: it overlaps whatever came after it.
+        never = float("inf")
+        mine = self.ended_ns if self.ended_ns is not None else never
+        theirs = other.ended_ns if other.ended_ns is not None else never
+        return self.started_ns < theirs and other.started_ns < mine
+
+
+def read_executions(log: Path) -> list[Execution]:
+    """The executions logged by ``TIMED_AGENT`` agents in ``log``, in the order they started.
+
+    An END closes the earliest open START of the same run, attempt and instance."""
+    if not log.exists():
+        return []
+    started: list[tuple[str, int, str, int]] = []
+    ends: dict[tuple[str, int, str], list[int]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        phase, run, attempt_text, who, ns_text = line.split()
+        if phase == "START":
+            started.append((run, int(attempt_text), who, int(ns_text)))
+        else:
+            ends[(run, int(attempt_text), who)].append(int(ns_text))
+    executions = []
+    for run_id, attempt, instance, ns in sorted(started, key=lambda start: start[3]):
+        closing = ends.get((run_id, attempt, instance))
+        ended = closing.pop(0) if closing else None
+        executions.append(Execution(run_id, attempt, instance, ns, ended))
+    return executions
+
+
+def overlapping(executions: Iterable[Execution]) -> list[tuple[Execution, Execution]]:
+    """Pairs (earlier, later) of executions of one run whose times intersect."""
+    by_run: dict[str, list[Execution]] = defaultdict(list)
+    for execution in executions:
+        by_run[execution.run_id].append(execution)
+    pairs: list[tuple[Execution, Execution]] = []
+    for runs in by_run.values():
+        runs.sort(key=lambda execution: execution.started_ns)
+        for index, earlier in enumerate(runs):
+            pairs.extend((earlier, later) for later in runs[index + 1 :] if earlier.overlaps(later))
+    return pairs

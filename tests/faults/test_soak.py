@@ -1,8 +1,10 @@
-"""Short versions of ``make soak`` in the suite: replicas killed at random under load, and
-replicas killed while a burst's claims are in flight (contract points 3, 4, 7)."""
+"""Short versions of ``make soak`` in the suite: replicas killed at random under load, some runs
+longer than the lease, and replicas killed while a burst's claims are in flight (contract
+points 3, 4, 7)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,17 +14,31 @@ from tests.faults.soak import SoakConfig, soak
 
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 async def test_soak_replicas_killed_at_random_lose_and_double_nothing(
     pg_url: str, tmp_path: Path
 ) -> None:
-    config = SoakConfig(replicas=3, schedules=200, seconds=20, kill_every=7, every=5, seed=6)
+    """One schedule in ten runs a 6 s command agent, two 3 s leases, beside the instant ones:
+    its lease is renewed while runs keep starting, and a kill leaves it running orphaned."""
+    config = SoakConfig(
+        replicas=3,
+        schedules=200,
+        seconds=20,
+        kill_every=7,
+        every=5,
+        seed=6,
+        # Enough slots that the long runs, and those taken over after a kill, delay no start.
+        concurrency=64,
+        long_fraction=0.1,
+        long_seconds=6,
+    )
     result = await soak(config, pg_url, tmp_path)
     print(f"\nsoak: {result.summary}")
-    assert result.violations == []
+    assert result.violations == [], json.dumps(result.summary, default=str)
     assert result.summary["kills"] >= 2
     assert result.summary["duplicates"] == result.summary["missed"] == 0
     assert result.summary["window_runs"] == result.summary["due_times_checked"] > 0
+    assert result.summary["long_schedules"] == 20
 
 
 @pytest.mark.pg
