@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     # logged and /readyz says so (the engine itself uses the database's clock either way).
     clock_skew_warn_seconds: float = Field(default=2.0, gt=0)
     instance_id: str = Field(default_factory=_default_instance_id)
+    # The operator's key(s) for tenants' stored secrets (core.secrets): comma-separated Fernet
+    # keys, the first encrypts and all decrypt. Unset: storing a secret is refused. SecretStr
+    # so that printing or logging the settings never shows it.
+    secrets_key: SecretStr | None = None
 
 
 @lru_cache(maxsize=1)
