@@ -24,6 +24,7 @@ from core.logging import get_logger
 from core.notify import keep_masked_secrets, masked_channels, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
+from core.secrets import check_references
 from core.specs import (
     BackfillRequest,
     ScheduleCreate,
@@ -199,9 +200,9 @@ class ScheduleService:
         """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
         warnings (``core.warnings``: things worth knowing, never a reason to refuse).
 
-        Raises ``InvalidSchedule`` (naming the field) for bad input and
-        ``ScheduleCapacityExceeded`` when the active-schedule limit is reached; nothing is
-        written in either case.
+        Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
+        ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
+        active-schedule limit is reached; nothing is written in either case.
         """
         now = self.clock()
         for name in ("trigger", "runner"):
@@ -242,6 +243,8 @@ class ScheduleService:
             updated_at=now,
         )
         async with self.db.session() as session:
+            # Every secret the configs refer to must be one the owner has stored.
+            await check_references(session, owner, runner, notify)
             if spec.enabled:
                 await self._check_capacity(session)
             session.add(schedule)
@@ -314,6 +317,11 @@ class ScheduleService:
                 reject_oversized(changes["notify"], "notify")
                 merged = keep_masked_secrets(changes["notify"], schedule.notify)
                 changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
+            # The schedule's owner's secrets (an admin may edit another owner's schedule); only
+            # what this update changes, so a rename never fails on a secret deleted since.
+            await check_references(
+                session, schedule.owner, changes.get("runner"), changes.get("notify")
+            )
             if "enabled" in changes and changes["enabled"] != schedule.enabled:
                 timetable_changed = True
                 if changes["enabled"]:
