@@ -70,10 +70,6 @@ _PLAINTEXT_VERSION = b"v1"
 _SEP = b"\x00"
 
 
-class SecretsDisabled(Conflict):
-    """No ``AGENTCRON_SECRETS_KEY`` is configured, so no secret can be stored (409)."""
-
-
 class SecretUnreadable(RunPermanentError):
     """A stored token does not decrypt under the configured keys for its owner and name."""
 
@@ -273,8 +269,9 @@ def _unreadable(name: str) -> str:
     )
 
 
-def _disabled() -> SecretsDisabled:
-    return SecretsDisabled(
+def _disabled() -> Conflict:
+    # A Conflict (409), not a 503: retrying does not help until the operator sets the key.
+    return Conflict(
         f"secrets cannot be stored: the service has no {KEY_SETTING} (the operator sets it; "
         f"{KEY_HINT})"
     )
@@ -307,7 +304,7 @@ async def put_secret(
 ) -> SecretInfo:
     """Store ``value`` as ``owner``'s secret ``name``, creating it or replacing its value
     (``created_at`` kept). Raises ``InvalidSchedule`` (field ``name`` or ``value``) for bad
-    input and ``SecretsDisabled`` without a keyring; nothing is written then."""
+    input and ``Conflict`` (409) without a keyring; nothing is written then."""
     check_name(name)
     check_value(value)
     if keyring is None:
@@ -520,7 +517,6 @@ __all__ = [
     "Resolution",
     "SecretInfo",
     "SecretUnreadable",
-    "SecretsDisabled",
     "check_name",
     "check_reference",
     "check_references",
