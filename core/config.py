@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     tenant_env: str = ""
     tenant_endpoints: str = ""
     agents_file: Path | None = None
+    # The operator's key(s) for tenants' stored secrets (core.secrets): comma-separated Fernet
+    # keys, the first encrypts and all decrypt. Unset: storing a secret is refused. SecretStr
+    # so that printing or logging the settings never shows it.
+    secrets_key: SecretStr | None = None
 
 
 @lru_cache(maxsize=1)

@@ -28,7 +28,11 @@ def configure_logging(fmt: Literal["console", "json"] | None = None, level: str 
         renderer = structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
-        renderer = structlog.dev.ConsoleRenderer()
+        # No local variables in tracebacks (structlog's rich default shows them): a frame
+        # holding an API key, a stored secret's value or a run's environment would print it.
+        renderer = structlog.dev.ConsoleRenderer(
+            exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False)
+        )
 
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

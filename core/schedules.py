@@ -26,6 +26,7 @@ from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.policy import ExecutionPolicy
 from core.policy import current as current_policy
 from core.runners import validate_runner
+from core.secrets import check_references
 from core.specs import (
     BackfillRequest,
     ScheduleCreate,
@@ -205,9 +206,9 @@ class ScheduleService:
         warnings (``core.warnings``: things worth knowing, never a reason to refuse).
         ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
 
-        Raises ``InvalidSchedule`` (naming the field) for bad input and
-        ``ScheduleCapacityExceeded`` when the active-schedule limit is reached; nothing is
-        written in either case.
+        Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
+        ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
+        active-schedule limit is reached; nothing is written in either case.
         """
         now = self.clock()
         for name in ("trigger", "runner"):
@@ -250,6 +251,8 @@ class ScheduleService:
             updated_at=now,
         )
         async with self.db.session() as session:
+            # Every secret the configs refer to must be one the owner has stored.
+            await check_references(session, owner, runner, notify)
             if spec.enabled:
                 await self._check_capacity(session)
             session.add(schedule)
@@ -332,6 +335,11 @@ class ScheduleService:
                 changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
                 if not trusted:
                     self.policy.check_tenant(None, changes["notify"])
+            # The schedule's owner's secrets (an admin may edit another owner's schedule); only
+            # what this update changes, so a rename never fails on a secret deleted since.
+            await check_references(
+                session, schedule.owner, changes.get("runner"), changes.get("notify")
+            )
             if "enabled" in changes and changes["enabled"] != schedule.enabled:
                 timetable_changed = True
                 if changes["enabled"]:

@@ -222,3 +222,12 @@ class PreviewRequest(_Input):
     after: str | None = Field(
         default=None, description="ISO 8601 datetime with an offset; default now"
     )
+
+
+class SecretPut(_Input):
+    """Body of ``PUT /api/v1/secrets/{name}``: the value to store (write-only)."""
+
+    value: str = Field(
+        description="the secret's value: 1 character to 64 KiB as UTF-8, no NUL; stored "
+        "encrypted and never returned"
+    )

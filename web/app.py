@@ -16,10 +16,11 @@ from core.policy import configure as configure_policy
 from core.retention import RetentionPolicy
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
+from core.secrets import Keyring
 from core.storage import Database
 from core.storage.lock import EngineLock
 from core.storage.migrate import check_schema
-from web.api import health, runs, schedules, tasks
+from web.api import health, runs, schedules, secrets, tasks
 from web.api.errors import install_error_handlers
 from web.clockwatch import ClockWatch
 from web.dashboard import install as install_dashboard
@@ -56,6 +57,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # First: a malformed AGENTCRON_SECRETS_KEY refuses the start (StartupError) before
+        # anything is opened.
+        keyring = Keyring.from_setting(settings.secrets_key)
         db = Database(settings.database_url, timeout=settings.database_timeout_seconds)
         lock = EngineLock(settings.database_url)
         loop: SchedulerLoop | None = None
@@ -117,10 +121,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     ),
                     retention_interval=settings.retention_interval_seconds,
                     supervisor=supervisor,
+                    keyring=keyring,
                 )
                 service.on_change = ledger.on_change = loop.wake
                 ledger.on_cancel = loop.cancel_local
             app.state.settings = settings
+            app.state.keyring = keyring
             app.state.db = db
             app.state.schedules = service
             app.state.ledger = ledger
@@ -157,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(runs.schedule_runs)
     app.include_router(tasks.router)
+    app.include_router(secrets.router)
     install_dashboard(app)
     return app
 

@@ -21,6 +21,12 @@ cannot freeze is stopped instead. An attempt whose lease was taken over (a renew
 finds it ours) is stopped at once, frozen or not: ``CancelToken.cancel(..., at_once=True)``,
 SIGKILL of the process group, no grace period.
 
+A run whose runner refers to its owner's stored secrets (``core.secrets``) gets their values
+in ``RunRequest.secrets``, read with one query when the attempt starts; a secret deleted since
+fails the run naming it (and pauses the schedule, as any runner that can no longer work). Every
+resolved value is replaced by ``[secret:NAME]`` in the attempt's output, error and turns before
+anything is recorded or logged.
+
 Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
 (``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
 clocks disagree still agree on what is due and which lease ran out.
@@ -32,7 +38,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -65,6 +71,7 @@ from core.scheduler import (
     run_view,
 )
 from core.schedules import WAKE_CHANNEL
+from core.secrets import Keyring, load, redact, referenced_secrets
 from core.storage import Run
 from web.metrics import EngineMetrics
 from web.supervisor import Supervisor
@@ -130,6 +137,24 @@ def _prepared_decision(
     return StartDecision("run", run, PreparedTask(run.task_id, workdir), True)
 
 
+def _redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:
+    """Replace every resolved secret value in what the attempt will record (its output, its
+    turns, its error) before it is recorded or logged: an agent that prints its key must not
+    leak it through the API, a delivery or a log line."""
+    verdict.error = redact(verdict.error, secrets)
+    outcome = verdict.outcome
+    if outcome is not None:
+        verdict.outcome = RunOutcome(
+            output=redact(outcome.output, secrets),
+            turns=[
+                {**turn, "content": redact(turn["content"], secrets)}
+                if isinstance(turn.get("content"), str)
+                else turn
+                for turn in outcome.turns
+            ],
+        )
+
+
 class SchedulerLoop:
     """One process's engine: claim, dispatch, heartbeat, listen; ``stop()`` drains."""
 
@@ -148,8 +173,11 @@ class SchedulerLoop:
         retention: RetentionPolicy | None = None,
         retention_interval: float = 3600.0,
         supervisor: Supervisor | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.ledger = ledger
+        # AGENTCRON_SECRETS_KEY: decrypts the stored secrets runs and deliveries refer to.
+        self.keyring = keyring
         self.retention = retention
         self.retention_interval = retention_interval
         self.allow_private = allow_private
@@ -425,11 +453,18 @@ class SchedulerLoop:
             trigger=run.trigger,
             due_at=run.due_at.isoformat() if run.due_at else None,
         )
+        secrets: dict[str, str] = {}
         try:
             try:
                 runner = build_runner(payload["runner"])
             except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
                 raise TargetUnavailable(exc.message) from exc
+            names = referenced_secrets(payload["runner"], None)
+            if names:
+                found = await load(
+                    self.ledger.db, None, names, keyring=self.keyring, schedule_id=run.schedule_id
+                )
+                secrets = found.check()
             if getattr(runner, "suspendable", False):
                 self._suspendable.add(run.id)
             request = RunRequest(
@@ -443,6 +478,7 @@ class SchedulerLoop:
                 workdir=Path(task.workdir),
                 timeout_seconds=timeout,
                 history=list(task.conversation) if payload.get("mode") == "persistent" else [],
+                secrets=secrets,
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)
@@ -470,6 +506,8 @@ class SchedulerLoop:
             if fence is not None:
                 fence.cancel()
         verdict.cancelled = token.reason if token.cancelled else None
+        if secrets:
+            _redact_verdict(verdict, secrets)
         return verdict
 
     async def _record(self, verdict: Verdict) -> None:
@@ -600,6 +638,7 @@ class SchedulerLoop:
                     clock=self.clock,
                     allow_private=self.allow_private,
                     policy=self.delivery_policy,
+                    keyring=self.keyring,
                 )
                 for channel, status in made:
                     self.metrics.deliveries.labels(channel, status).inc()

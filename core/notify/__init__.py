@@ -79,12 +79,13 @@ def mask_secret(secret: str) -> str:
 
 
 def masked_channels(channels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Channels as shown to clients: secrets masked."""
+    """Channels as shown to clients: secrets masked. A reference to a stored secret
+    (``{"secret": NAME}``) is shown as it is: it holds a name, not a value."""
     shown = []
     for channel in channels:
         copy = dict(channel)
-        if "secret" in copy:
-            copy["secret"] = mask_secret(str(copy["secret"]))
+        if isinstance(copy.get("secret"), str):
+            copy["secret"] = mask_secret(copy["secret"])
         shown.append(copy)
     return shown
 
@@ -97,7 +98,7 @@ def keep_masked_secrets(new: list[Any], old: Sequence[Mapping[str, Any]]) -> lis
             isinstance(channel, dict)
             and isinstance(channel.get("secret"), str)
             and index < len(old)
-            and "secret" in old[index]
+            and isinstance(old[index].get("secret"), str)
             and channel["secret"] == mask_secret(str(old[index]["secret"]))
         ):
             channel = {**channel, "secret": old[index]["secret"]}

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +30,9 @@ class DeliveryRequest:
     body: Mapping[str, Any]
     workdir: Path
     allow_private: bool = False
+    # The owner's stored secrets the channel refers to (name -> value), resolved for this
+    # delivery (core.secrets). Out of repr: a request may be logged.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 class Notifier(Protocol):

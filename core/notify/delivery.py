@@ -4,6 +4,11 @@ Each applicable channel (its ``notify_on`` lists the run's status) gets a ``deli
 attempted with the shared ``RetryPolicy``; every attempt is counted on the row. A failed
 delivery is recorded on the delivery and never changes the run's status. Who delivers, and who
 takes over when that process dies, is the engine's business (``Run.deliver_until``).
+
+Channels that refer to the owner's stored secrets get their values resolved once per
+``deliver_run`` (one query, ``core.secrets.load``); a channel whose secret cannot be read
+(deleted since, or not decryptable) fails at once, permanently, naming it. Every resolved value
+is redacted from the delivery errors that are recorded and logged.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from core.notify import notifier as find_notifier
 from core.notify.base import DeliveryRequest
 from core.retry import RetryPolicy
 from core.schedules import announce_change
+from core.secrets import Keyring, Resolution, load, redact, referenced_secrets
 from core.storage import Database, Delivery, Run, Schedule
 
 log = get_logger(__name__)
@@ -67,6 +73,7 @@ async def deliver_run(
     policy: RetryPolicy = DEFAULT_POLICY,
     clock: Clock = utcnow,
     allow_private: bool = False,
+    keyring: Keyring | None = None,
 ) -> list[tuple[str, str]]:
     """Deliver a finished run to each of its channels; record every attempt. Returns
     (channel type, final status) of each delivery made now (for the engine's metrics).
@@ -75,7 +82,8 @@ async def deliver_run(
     again by anyone (``Ledger.take_over_deliveries``): a channel whose row is ``delivered`` or
     ``failed`` (its attempts exhausted, or a permanent error) is left alone; a ``pending`` row
     is reused and its attempts keep counting; a missing one is created. The webhook-id is
-    ``<run id>.<index>`` every time, so a receiver can de-duplicate a repeat.
+    ``<run id>.<index>`` every time, so a receiver can de-duplicate a repeat. ``keyring``
+    decrypts the stored secrets the channels refer to (``AGENTCRON_SECRETS_KEY``).
     """
     channels = applicable_channels(run.payload.get("notify") or (), run.status, run.reason)
     if not channels:
@@ -93,9 +101,17 @@ async def deliver_run(
     body = delivery_body(run_view, run.schedule_id, name)
     if run.reason == TRIPPED and schedule is not None:
         body["schedule"].update(paused=not schedule.enabled, paused_note=schedule.paused_note)
+    names = referenced_secrets(None, [channel for _, channel in channels])
+    secrets = (
+        await load(db, None, names, keyring=keyring, schedule_id=run.schedule_id)
+        if names
+        else Resolution()
+    )
     made = await asyncio.gather(
         *(
-            _deliver_one(db, run.id, index, channel, body, workdir, policy, clock, allow_private)
+            _deliver_one(
+                db, run.id, index, channel, body, workdir, policy, clock, allow_private, secrets
+            )
             for index, channel in channels
         )
     )
@@ -112,6 +128,7 @@ async def _deliver_one(
     policy: RetryPolicy,
     clock: Clock,
     allow_private: bool,
+    secrets: Resolution,
 ) -> tuple[str, str] | None:
     kind = str(channel.get("type"))
     notifier = find_notifier(kind)
@@ -142,22 +159,32 @@ async def _deliver_one(
         # A delivery taken over after a crash goes on counting, so its attempts stay bounded
         # by the policy (the next one is always made: the interrupted one may not have).
         attempt = existing.attempts
-    request = DeliveryRequest(f"{run_id}.{index}", channel, body, workdir, allow_private)
+    names = referenced_secrets(None, [channel])
+    values = {name: secrets.values[name] for name in names if name in secrets.values}
+    unreadable = sorted(name for name in names if name in secrets.problems)
+    request = DeliveryRequest(
+        f"{run_id}.{index}", channel, body, workdir, allow_private, secrets=values
+    )
     while True:
         attempt += 1
         status, error = "delivered", None
         try:
             if notifier is None:
                 raise RunPermanentError(f"no notifier for channel type {kind!r} is installed")
+            if unreadable:  # a copy: the problem may be shared by several channels
+                raise RunPermanentError(secrets.problems[unreadable[0]].message)
             await notifier.deliver(request)
         except RunPermanentError as exc:
             status, error = "failed", exc.message
         except Exception as exc:  # transient by contract: retried while attempts remain
             status, error = "failed", f"{type(exc).__name__}: {exc}"
+            error = redact(error, values)
             if policy.should_retry(attempt):
                 await _record(db, delivery_id, "pending", attempt, error, clock)
                 await asyncio.sleep(policy.delay(attempt))
                 continue
+        # A receiver or server that echoes a value must not get it into the record or the log.
+        error = redact(error, values)
         await _record(db, delivery_id, status, attempt, error, clock)
         if status == "failed":
             log.warning(

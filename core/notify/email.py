@@ -1,8 +1,10 @@
 """The ``email`` channel: the delivery as a plain-text and HTML mail over SMTP.
 
-The channel names an environment variable (``smtp_url_env``) that holds an SMTP URL. It is read
-at every delivery, so a rotated credential applies without a restart, and it is never stored,
-logged or shown: errors name the variable, never its value. The URL forms are:
+The channel names where its SMTP URL is: an environment variable of the service
+(``smtp_url_env``) or a stored secret of the schedule's owner (``smtp_url_secret``,
+``core.secrets``), exactly one of the two. Either is read at every delivery, so a rotated
+credential applies without a restart, and the URL is never stored on the channel, logged or
+shown: errors name the variable or the secret, never its value. The URL forms are:
 
 - ``smtp://[user[:password]@]host[:port]``: plain SMTP, port 25 by default, never upgraded.
   Credentials are refused on this scheme: they would cross the network in clear text.
@@ -24,10 +26,10 @@ always verified.
 
 Outcomes, per the ``Notifier`` contract:
 
-- ``RunPermanentError``: the variable is missing or not a valid URL; the CA file cannot be
-  loaded; the server's certificate is not trusted; the server lacks STARTTLS, AUTH or SMTPUTF8
-  when needed; any 5xx reply (authentication refused, sender or recipient refused, message
-  rejected).
+- ``RunPermanentError``: the variable (or secret) is missing or not a valid URL; the CA file
+  cannot be loaded; the server's certificate is not trusted; the server lacks STARTTLS, AUTH or
+  SMTPUTF8 when needed; any 5xx reply (authentication refused, sender or recipient refused,
+  message rejected).
 - ``EmailDeferred`` (transient, retried with the shared ``RetryPolicy``): the server cannot be
   reached, the connection drops or times out, any 4xx reply (greylisting, mailbox busy,
   temporary authentication failure, 421 on connect).
@@ -58,11 +60,12 @@ import aiosmtplib
 from core.errors import InvalidSchedule, RunPermanentError
 from core.logging import get_logger
 from core.notify.base import ENV_NAME, DeliveryRequest, check_keys, required_string
+from core.secrets import check_name
 
 log = get_logger(__name__)
 
 # A channel's own keys, besides the "type" and "notify_on" every channel has.
-FIELDS = frozenset({"to", "smtp_url_env", "from"})
+FIELDS = frozenset({"to", "smtp_url_env", "smtp_url_secret", "from"})
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _DEFAULT_PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
 DEFAULT_TIMEOUT = 30.0
@@ -163,7 +166,8 @@ def parse_smtp_url(url: str) -> SmtpSettings:
 
 
 class EmailNotifier:
-    """``{"type": "email", "to": [addr], "smtp_url_env": "ENV_NAME", "from": addr}``.
+    """``{"type": "email", "to": [addr], "smtp_url_env": "ENV_NAME", "from": addr}``, or with
+    ``"smtp_url_secret": "NAME"`` (a stored secret holding the URL) instead of ``smtp_url_env``.
 
     See the module docstring for the URL forms, the classification of failures and the
     idempotency of ``deliver``.
@@ -186,15 +190,26 @@ class EmailNotifier:
         for index, address in enumerate(to):
             if not isinstance(address, str) or not _EMAIL.match(address):
                 raise InvalidSchedule("not an email address", field=f"{field}.to.{index}")
-        env = required_string(channel, "smtp_url_env", field, max_len=200)
-        if not ENV_NAME.match(env):
-            raise InvalidSchedule(
-                "must name an environment variable", field=f"{field}.smtp_url_env"
-            )
+        source: dict[str, str]
+        if "smtp_url_secret" in channel:
+            if "smtp_url_env" in channel:
+                raise InvalidSchedule(
+                    "give smtp_url_env or smtp_url_secret, not both",
+                    field=f"{field}.smtp_url_secret",
+                )
+            name = check_name(channel["smtp_url_secret"], f"{field}.smtp_url_secret")
+            source = {"smtp_url_secret": name}
+        else:
+            env = required_string(channel, "smtp_url_env", field, max_len=200)
+            if not ENV_NAME.match(env):
+                raise InvalidSchedule(
+                    "must name an environment variable", field=f"{field}.smtp_url_env"
+                )
+            source = {"smtp_url_env": env}
         sender = required_string(channel, "from", field, max_len=320)
         if not _EMAIL.match(sender):
             raise InvalidSchedule("not an email address", field=f"{field}.from")
-        return {"type": self.name, "to": list(to), "smtp_url_env": env, "from": sender}
+        return {"type": self.name, "to": list(to), **source, "from": sender}
 
     def target(self, channel: Mapping[str, Any]) -> str:
         """``mailto:`` and the recipients: where the mail goes, without the server's URL."""
@@ -207,9 +222,14 @@ class EmailNotifier:
         ``RunPermanentError`` or ``EmailDeferred`` as listed in the module docstring. The
         password is used for AUTH only: it is in no message, log line or exception text.
         """
-        env = str(request.channel["smtp_url_env"])
         # Read at each delivery (not at start-up) so a rotated secret applies to the next one.
-        settings = smtp_settings_from_env(env, os.environ)
+        if "smtp_url_secret" in request.channel:
+            name = str(request.channel["smtp_url_secret"])
+            env = f"secret {name!r}"
+            settings = smtp_settings_from_secret(name, request.secrets)
+        else:
+            env = str(request.channel["smtp_url_env"])
+            settings = smtp_settings_from_env(env, os.environ)
         sender = str(request.channel["from"])
         recipients = list(dict.fromkeys(str(to) for to in request.channel["to"]))
         already = self._accepted.get(request.delivery_id, frozenset())
@@ -269,6 +289,23 @@ def smtp_settings_from_env(env: str, environ: Mapping[str, str]) -> SmtpSettings
     except ValueError as exc:
         raise RunPermanentError(
             f"environment variable {env} does not hold a valid SMTP URL: {exc}"
+        ) from None  # the cause could carry the value
+
+
+def smtp_settings_from_secret(name: str, secrets: Mapping[str, str]) -> SmtpSettings:
+    """The parsed SMTP URL held by the stored secret ``name`` (resolved into ``secrets``).
+
+    Raises ``RunPermanentError`` naming the secret (never quoting its value) when it was not
+    resolved or is not one of the URL forms.
+    """
+    value = secrets.get(name, "").strip()
+    if not value:
+        raise RunPermanentError(f"secret {name!r} (the SMTP URL) was not resolved or is empty")
+    try:
+        return parse_smtp_url(value)
+    except ValueError as exc:
+        raise RunPermanentError(
+            f"secret {name!r} does not hold a valid SMTP URL: {exc}"
         ) from None  # the cause could carry the value
 
 

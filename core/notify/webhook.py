@@ -32,6 +32,7 @@ from core.notify.ssrf import (
     parse_ip_literal,
     resolve,
 )
+from core.secrets import check_reference, reference_name
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
@@ -60,7 +61,10 @@ USER_AGENT = _user_agent()
 
 
 class WebhookNotifier:
-    """``{"type": "webhook", "url": "https://...", "secret": "whsec_<base64>"}``.
+    """``{"type": "webhook", "url": "https://...", "secret": "whsec_<base64>" | {"secret": NAME}}``.
+
+    A ``{"secret": NAME}`` secret is the schedule owner's stored secret, whose value must be a
+    ``whsec_`` secret: checked at each delivery (``signing_secret``).
 
     ``deliver`` POSTs ``request.body`` as compact JSON with the headers ``webhook-id``
     (``request.delivery_id``), ``webhook-timestamp`` (unix seconds of this attempt) and
@@ -139,17 +143,14 @@ class WebhookNotifier:
                 raise InvalidSchedule(
                     f"url points to a {kind} address; {ALLOW_HINT}", field=f"{field}.url"
                 )
+        if isinstance(channel.get("secret"), dict):
+            # The owner's stored secret: its value is checked when a delivery resolves it.
+            reference = check_reference(channel["secret"], f"{field}.secret")
+            return {"type": self.name, "url": url, "secret": reference}
         secret = required_string(channel, "secret", field, max_len=200)
-        if not secret.startswith("whsec_"):
-            raise InvalidSchedule("secret must look like whsec_<base64>", field=f"{field}.secret")
-        try:
-            key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidSchedule(
-                "secret is not valid base64 after whsec_", field=f"{field}.secret"
-            ) from None
-        if not 24 <= len(key) <= 64:
-            raise InvalidSchedule("secret must decode to 24-64 bytes", field=f"{field}.secret")
+        problem = secret_problem(secret)
+        if problem is not None:
+            raise InvalidSchedule(f"secret {problem}", field=f"{field}.secret")
         return {"type": self.name, "url": url, "secret": secret}
 
     def target(self, channel: Mapping[str, Any]) -> str:
@@ -184,7 +185,7 @@ class WebhookNotifier:
                     "webhook-id": request.delivery_id,
                     "webhook-timestamp": str(timestamp),
                     "webhook-signature": sign(
-                        str(request.channel["secret"]), request.delivery_id, timestamp, body
+                        signing_secret(request, target), request.delivery_id, timestamp, body
                     ),
                 }
                 status, reason = await self._post(url, addresses, headers, body, target)
@@ -278,6 +279,42 @@ def _describe(exc: httpx.TransportError) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def secret_problem(secret: str) -> str | None:
+    """What is wrong with a signing secret (``must look like whsec_<base64>``...), or None
+    when it is a ``whsec_`` secret of 24-64 bytes. Never quotes the secret."""
+    if not secret.startswith("whsec_"):
+        return "must look like whsec_<base64>"
+    if len(secret) > 200:
+        return "must be at most 200 characters"
+    try:
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        return "is not valid base64 after whsec_"
+    if not 24 <= len(key) <= 64:
+        return "must decode to 24-64 bytes"
+    return None
+
+
+def signing_secret(request: DeliveryRequest, target: str) -> str:
+    """The channel's ``whsec_`` secret: as stored on the channel, or the value of the stored
+    secret it refers to, checked now (it was stored as any text). ``RunPermanentError``
+    naming the secret, never quoting it, when that value is missing or not a signing secret."""
+    secret = request.channel["secret"]
+    name = reference_name(secret)
+    if name is None:
+        return str(secret)
+    value = request.secrets.get(name)
+    if value is None:
+        raise RunPermanentError(f"webhook {target}: secret {name!r} was not resolved")
+    problem = secret_problem(value)
+    if problem is not None:
+        raise RunPermanentError(
+            f"webhook {target}: the stored secret {name!r} is not a webhook signing secret: "
+            f"it {problem}"
+        )
+    return value
+
+
 def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """The Standard Webhooks ``webhook-signature`` value ``v1,<base64 signature>``.
 
@@ -290,4 +327,12 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return f"v1,{base64.b64encode(digest).decode('ascii')}"
 
 
-__all__ = ["USER_AGENT", "Resolver", "WebhookNotifier", "encode_body", "sign"]
+__all__ = [
+    "USER_AGENT",
+    "Resolver",
+    "WebhookNotifier",
+    "encode_body",
+    "secret_problem",
+    "sign",
+    "signing_secret",
+]

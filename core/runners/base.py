@@ -101,6 +101,9 @@ class RunRequest:
     # {"role": "user" | "assistant", "content": str, "run_id": str}.
     history: Sequence[Mapping[str, Any]] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The owner's stored secrets this run's config refers to (name -> value), resolved by the
+    # engine for this attempt only (core.secrets). Out of repr: a request may be logged.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 from core import policy
 from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
 from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
+from core.secrets import check_reference
 
 EX_TEMPFAIL = 75
 OUTPUT_LIMIT = 64 * 1024
@@ -103,7 +104,9 @@ class CommandRunner:
 
     suspendable = True  # SIGSTOP and SIGCONT of the process group
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], grace: float) -> None:
+    def __init__(
+        self, argv: list[str], env: Mapping[str, str | Mapping[str, str]], grace: float
+    ) -> None:
         self.argv = argv
         self.env = dict(env)
         self.grace = grace
@@ -118,7 +121,13 @@ class CommandRunner:
             AGENTCRON_TRIGGER=request.trigger,
             AGENTCRON_DUE_AT=request.due_at.isoformat() if request.due_at else "",
         )
-        env.update(self.env)
+        # A value {"secret": NAME} is the owner's stored secret, resolved for this attempt.
+        env.update(
+            {
+                k: v if isinstance(v, str) else request.secrets[v["secret"]]
+                for k, v in self.env.items()
+            }
+        )
         return env
 
     async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome:
@@ -207,8 +216,8 @@ class CommandRunner:
 
 
 class CommandRunnerType:
-    """``{"type": "command", "argv": [str, ...], "env": {str: str}?}``, or an agent the
-    operator declared in place of ``argv``: ``{"type": "command", "agent": NAME,
+    """``{"type": "command", "argv": [str, ...], "env": {str: str | {"secret": NAME}}?}``, or
+    an agent the operator declared in place of ``argv``: ``{"type": "command", "agent": NAME,
     "params": {str: str}?, "env": ...}`` (``core.policy``; its argv is the operator's template,
     filled with ``params``, and resolved again at each attempt)."""
 
@@ -229,10 +238,21 @@ class CommandRunnerType:
         env = config.get("env", {})
         if not isinstance(env, dict):
             raise InvalidSchedule("env must be an object of strings", field="runner.env")
+        normalised_env: dict[str, str | dict[str, str]] = {}
         for key, value in env.items():
-            if not _ENV_NAME.match(key) or not isinstance(value, str):
+            if not _ENV_NAME.match(key):
                 raise InvalidSchedule(
                     "env names must be identifiers and values strings", field=f"runner.env.{key}"
+                )
+            if isinstance(value, str):
+                normalised_env[key] = value
+            elif isinstance(value, dict):
+                # The owner's stored secret, resolved by the engine at each attempt.
+                normalised_env[key] = check_reference(value, f"runner.env.{key}")
+            else:
+                raise InvalidSchedule(
+                    'env values are strings or secret references {"secret": "NAME"}',
+                    field=f"runner.env.{key}",
                 )
         grace = config.get("kill_grace_seconds", KILL_GRACE_SECONDS)
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 < grace <= 300:
@@ -241,7 +261,7 @@ class CommandRunnerType:
                 field="runner.kill_grace_seconds",
             )
         if env:
-            normalised["env"] = dict(env)
+            normalised["env"] = normalised_env
         if "kill_grace_seconds" in config:
             normalised["kill_grace_seconds"] = grace
         return normalised

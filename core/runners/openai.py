@@ -5,6 +5,10 @@ Configuration (validated at create/update, ``InvalidSchedule`` naming ``runner.<
     {"type": "openai", "base_url": "https://api.example.org/v1", "model": "gpt-4o-mini",
      "api_key_env": "OPENAI_API_KEY", "system": "...", "temperature": 0.2, "max_tokens": 800}
 
+The key comes from exactly one of ``api_key_env`` (an environment variable of the service) or
+``api_key_secret`` (the name of the schedule owner's stored secret, ``core.secrets``, resolved
+by the engine into ``RunRequest.secrets``).
+
 One attempt is one ``POST {base_url}/chat/completions`` carrying ``[system?] + history +
 [prompt]`` (history as role/content pairs, oldest first). A reply is returned as
 ``RunOutcome(output=reply, turns=[user turn, assistant turn])`` with the run id on each turn;
@@ -15,9 +19,9 @@ Classification: 408, 429, 5xx, timeouts and connection failures are transient
 (``TransientRunError``); any other non-2xx status is permanent (``RunPermanentError`` with the
 status and the server's message, truncated); a 2xx that is not a chat completion is permanent.
 
-The API key is read from the environment at each attempt and lives only in the request
-headers: this module never stores it on an object, and every message it raises has the key
-replaced by ``[redacted]`` (servers sometimes echo the key they refused).
+The API key is read (from the environment or the request's secrets) at each attempt and lives
+only in the request headers: this module never stores it on an object, and every message it
+raises has the key replaced by ``[redacted]`` (servers sometimes echo the key they refused).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import httpx
 from core.errors import InvalidSchedule, RunPermanentError
 from core.notify.ssrf import classify, literal_host_kind, resolve
 from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
+from core.secrets import check_name
 
 FIELDS = frozenset(
     {
@@ -43,6 +48,7 @@ FIELDS = frozenset(
         "base_url",
         "model",
         "api_key_env",
+        "api_key_secret",
         "system",
         "temperature",
         "max_tokens",
@@ -82,7 +88,7 @@ def _check_base_url(value: object) -> str:
         raise _invalid("base_url must be an absolute http or https URL", "base_url")
     if parts.username is not None or parts.password is not None:
         raise _invalid(
-            "base_url must not carry credentials; name the key's variable in api_key_env",
+            "base_url must not carry credentials; name the key in api_key_env or api_key_secret",
             "base_url",
         )
     if parts.query or parts.fragment:
@@ -99,8 +105,9 @@ class OpenAIRunnerType:
         """Return the normalised configuration (``base_url`` without a trailing slash).
 
         Raises ``InvalidSchedule`` naming ``runner.<key>`` for an unknown key, a missing
-        required key (``base_url``, ``model``, ``api_key_env``), a wrong type or a value out
-        of range. The key's variable need not be set yet: that is checked at each run.
+        required key (``base_url``, ``model``, one of ``api_key_env`` and ``api_key_secret``), a
+        wrong type or a value out of range. The key's variable need not be set yet: that is
+        checked at each run (the secret's existence is checked by the schedule service).
         """
         unknown = set(config) - FIELDS
         if unknown:
@@ -117,13 +124,21 @@ class OpenAIRunnerType:
                 "model",
             )
         normalised["model"] = model
-        env = config.get("api_key_env")
-        if not isinstance(env, str) or not _ENV_NAME.match(env):
-            raise _invalid(
-                "api_key_env is required: the name of the environment variable holding the key",
-                "api_key_env",
+        if "api_key_env" in config and "api_key_secret" in config:
+            raise _invalid("give api_key_env or api_key_secret, not both", "api_key_secret")
+        if "api_key_secret" in config:
+            normalised["api_key_secret"] = check_name(
+                config["api_key_secret"], "runner.api_key_secret"
             )
-        normalised["api_key_env"] = env
+        else:
+            env = config.get("api_key_env")
+            if not isinstance(env, str) or not _ENV_NAME.match(env):
+                raise _invalid(
+                    "api_key_env (the environment variable holding the key) or api_key_secret "
+                    "(the name of a stored secret) is required",
+                    "api_key_env",
+                )
+            normalised["api_key_env"] = env
         if "system" in config:
             system = config["system"]
             if not isinstance(system, str) or len(system) > SYSTEM_LIMIT:
@@ -165,7 +180,8 @@ class OpenAIRunnerType:
         return OpenAIRunner(
             base_url=str(config["base_url"]),
             model=str(config["model"]),
-            api_key_env=str(config["api_key_env"]),
+            api_key_env=config.get("api_key_env"),
+            api_key_secret=config.get("api_key_secret"),
             system=config.get("system"),
             temperature=config.get("temperature"),
             max_tokens=config.get("max_tokens"),
@@ -198,7 +214,8 @@ class OpenAIRunner:
         *,
         base_url: str,
         model: str,
-        api_key_env: str,
+        api_key_env: str | None = None,
+        api_key_secret: str | None = None,
         system: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -207,7 +224,10 @@ class OpenAIRunner:
     ) -> None:
         self.endpoint = f"{base_url.rstrip('/')}/chat/completions"
         self.model = model
+        if (api_key_env is None) == (api_key_secret is None):
+            raise ValueError("exactly one of api_key_env and api_key_secret")
         self.api_key_env = api_key_env
+        self.api_key_secret = api_key_secret
         self.system = system
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -239,16 +259,21 @@ class OpenAIRunner:
         messages.append({"role": "user", "content": request.prompt})
         return messages
 
-    def _api_key(self) -> str:
-        key = os.environ.get(self.api_key_env, "").strip()
+    def _api_key(self, request: RunRequest) -> str:
+        if self.api_key_secret is not None:
+            source = f"secret {self.api_key_secret!r}"
+            key = request.secrets.get(self.api_key_secret, "").strip()
+            missing = f"{source} (runner.api_key_secret) was not resolved for this run"
+        else:
+            assert self.api_key_env is not None
+            source = f"environment variable {self.api_key_env}"
+            key = os.environ.get(self.api_key_env, "").strip()
+            missing = f"{source} (runner.api_key_env) is not set"
         if not key:
-            raise RunPermanentError(
-                f"environment variable {self.api_key_env} (runner.api_key_env) is not set"
-            )
+            raise RunPermanentError(missing)
         if not _HEADER_SAFE.match(key):
             raise RunPermanentError(
-                f"environment variable {self.api_key_env} holds characters that cannot be "
-                "sent in an HTTP header"
+                f"{source} holds characters that cannot be sent in an HTTP header"
             )
         return key
 
@@ -263,7 +288,7 @@ class OpenAIRunner:
         """
         if self.public_only:
             await self._check_public()
-        key = self._api_key()
+        key = self._api_key(request)
         redact = _Redactor(key)
         body: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
         if self.temperature is not None:

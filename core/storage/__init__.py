@@ -1,6 +1,16 @@
 """SQLAlchemy 2 async storage: engine and sessions, column types, models."""
 
 from core.storage.database import Capabilities, Database
-from core.storage.models import ApiKey, Base, Delivery, Run, Schedule, Task
+from core.storage.models import ApiKey, Base, Delivery, Run, Schedule, Secret, Task
 
-__all__ = ["ApiKey", "Base", "Capabilities", "Database", "Delivery", "Run", "Schedule", "Task"]
+__all__ = [
+    "ApiKey",
+    "Base",
+    "Capabilities",
+    "Database",
+    "Delivery",
+    "Run",
+    "Schedule",
+    "Secret",
+    "Task",
+]

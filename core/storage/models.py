@@ -1,4 +1,4 @@
-"""The typed ORM models: schedules, runs, tasks, deliveries and API keys.
+"""The typed ORM models: schedules, runs, tasks, deliveries, API keys and stored secrets.
 
 The schema changes only through Alembic migrations (``migrations/``); a test proves the
 migrations and these models agree.
@@ -215,3 +215,25 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (UniqueConstraint("prefix"), Index("ix_api_keys_owner", "owner"))
+
+
+class Secret(Base):
+    """A tenant's stored secret: write-only through the API, referenced by name from runner and
+    notify configurations (``{"secret": NAME}``), resolved by the engine at run time.
+
+    ``ciphertext`` is a Fernet token (``core.secrets.Keyring``) of the value bound to
+    ``owner`` and ``name``: the plaintext is never stored, and a row copied to another owner or
+    name does not decrypt.
+    """
+
+    __tablename__ = "secrets"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(100))
+    ciphertext: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    # One secret per (owner, name); its index also serves every lookup, which is by both.
+    __table_args__ = (UniqueConstraint("owner", "name"),)

@@ -2,8 +2,11 @@
 command line, on SQLite and PostgreSQL.
 
 Each schedule of ``LOADED`` carries a value other than the default in every field a request
-may set (``ScheduleCreate``) and every key of its trigger kind, runner type and notify
-channels. ``test_the_loaded_schedules_cover_every_field`` derives those fields from the code
+may set (``ScheduleCreate``), and between them they set every key of each trigger kind, runner
+type and notify channel (keys that exclude each other, such as ``api_key_env`` and
+``api_key_secret``, in different schedules or channels; the stored secrets they refer to are
+stored before each schedule is made). ``test_the_loaded_schedules_cover_every_field`` derives
+those fields from the code
 (the request model, ``core.triggers.KIND_KEYS``, the runners' and channels' ``FIELDS``), so a
 field added later fails here until it is added to ``LOADED``, and is then checked by every
 edit path below instead of being silently dropped by one of them.
@@ -22,25 +25,30 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Set
 from contextlib import asynccontextmanager
 from html.parser import HTMLParser
+from pathlib import Path
 from pprint import pformat
 from typing import Any
 from urllib.parse import urlencode
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 from fastapi import FastAPI
+from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from sqlalchemy import select
 
+from core.config import Settings
 from core.notify import NOTIFY_ON
 from core.notify import email as email_channel
 from core.notify import file as file_channel
 from core.notify import webhook as webhook_channel
 from core.runners import command, openai, python
+from core.secrets import referenced_secrets
 from core.specs import ScheduleCreate, ScheduleUpdate
 from core.storage import Database, Schedule
 from core.triggers import KIND_KEYS
-from tests.conftest import app_client, issue_key
+from tests.conftest import TEST_AGENTS, app_client, issue_key
 from tests.integration.test_dashboard import ORIGIN, browser
 from web.api.schemas import ScheduleOut
 from web.cli import main as cli_main
@@ -63,6 +71,20 @@ NOTIFY = [
         "notify_on": ["succeeded", "failed"],
     },
     {"type": "file", "path": "log/runs.jsonl", "mode": "replace", "notify_on": ["timed_out"]},
+    # The same channels with their secrets stored apart (core.secrets), referred to by name.
+    {
+        "type": "webhook",
+        "url": "https://hooks.example.com/stored",
+        "secret": {"secret": "hook"},
+        "notify_on": ["failed"],
+    },
+    {
+        "type": "email",
+        "to": ["ops@example.com"],
+        "from": "agentcron@example.com",
+        "smtp_url_secret": "smtp-url",
+        "notify_on": ["timed_out"],
+    },
 ]
 # Every request field but the trigger and the runner, away from its default.
 SETTINGS: dict[str, Any] = {
@@ -80,7 +102,8 @@ SETTINGS: dict[str, Any] = {
     "max_runs": 50,
     "jitter_seconds": 15,
 }
-# One per trigger kind, each with another runner type; between them every key of each.
+# One per trigger kind, each with another runner type, and an openai runner whose key is a
+# stored secret; between them every key of each.
 LOADED: dict[str, dict[str, Any]] = {
     "cron-command": {
         "name": "campaign",
@@ -139,6 +162,18 @@ LOADED: dict[str, dict[str, Any]] = {
             "params": {"topic": "ai news"},
             "env": {"STYLE": "terse"},
             "kill_grace_seconds": 4,
+        },
+        **SETTINGS,
+    },
+    "every-openai-secret": {
+        "name": "stored key",
+        "prompt": "Answer.",
+        "trigger": {"every_seconds": 7200},
+        "runner": {
+            "type": "openai",
+            "base_url": "https://llm.example.com/v1",
+            "model": "small",
+            "api_key_secret": "llm-key",
         },
         **SETTINGS,
     },
@@ -211,15 +246,11 @@ def test_the_loaded_schedules_cover_every_field() -> None:
         )
     runners = [body["runner"] for body in LOADED.values()]
     for kind, keys in RUNNER_FIELDS.items():
-        # Between them, the loaded runners of a type set each of its keys (a command's argv
-        # and agent exclude each other).
-        used = set().union(*(set(runner) for runner in runners if runner["type"] == kind))
-        assert used == keys, (kind, sorted(keys - used))
+        loaded = [set(runner) for runner in runners if runner["type"] == kind]
+        assert loaded and set().union(*loaded) == keys, kind
     for kind, keys in CHANNEL_FIELDS.items():
-        assert any(
-            channel["type"] == kind and set(channel) == keys | {"type", "notify_on"}
-            for channel in NOTIFY
-        ), kind
+        loaded = [set(channel) for channel in NOTIFY if channel["type"] == kind]
+        assert loaded and set().union(*loaded) == keys | {"type", "notify_on"}, kind
     assert all(channel["notify_on"] != ["succeeded"] for channel in NOTIFY)
     assert {item for channel in NOTIFY for item in channel["notify_on"]} == set(NOTIFY_ON)
 
@@ -262,9 +293,25 @@ async def clients(app: FastAPI) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.
         yield api, http
 
 
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    """The conftest settings with an operator's key: LOADED refers to stored secrets."""
+    return Settings(
+        database_url=db_url,
+        disable_scheduler=True,
+        data_dir=tmp_path / "data",
+        log_format="console",
+        agents_file=TEST_AGENTS,
+        secrets_key=SecretStr(Fernet.generate_key().decode()),
+    )
+
+
 async def create(api: httpx.AsyncClient, body: dict[str, Any], *, note: bool = False) -> str:
-    """A schedule made over the API; with ``note`` it is paused with a note too, so the
-    note is a stored value an edit must keep."""
+    """A schedule made over the API, after storing the secrets it refers to; with ``note`` it
+    is paused with a note too, so the note is a stored value an edit must keep."""
+    for name in referenced_secrets(body["runner"], body["notify"]):
+        stored = await api.put(f"/api/v1/secrets/{name}", json={"value": SECRET})
+        assert stored.status_code == 200, stored.text
     response = await api.post(API, json=body)
     assert response.status_code == 201, response.text
     id: str = response.json()["id"]

@@ -162,3 +162,15 @@ class TaskOut(BaseModel):
     conversation: list[dict[str, Any]]
     created_at: datetime
     updated_at: datetime
+
+
+class SecretOut(BaseModel):
+    """A stored secret as it is shown: its name and times, never its value."""
+
+    name: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class SecretList(BaseModel):
+    items: list[SecretOut] = Field(description="the caller's owner's secrets, by name")

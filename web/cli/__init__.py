@@ -1,8 +1,9 @@
 """The ``agentcron`` command line.
 
-On the server's machine: ``serve``, ``migrate``, ``example`` and ``keys`` (``local``). From
-anywhere, as a client of a running service over HTTP: ``schedules``, ``runs`` and ``preview``
-(``schedules``, ``runs``, ``client``). Exit codes: 0 done, 1 the service refused or could not be
+On the server's machine: ``serve``, ``migrate``, ``example``, ``keys``, ``secrets-key`` and
+``secrets-rotate`` (``local``). From anywhere, as a client of a running service over HTTP:
+``schedules``, ``runs``, ``secrets`` and ``preview`` (``schedules``, ``runs``, ``secrets``,
+``client``). Exit codes: 0 done, 1 the service refused or could not be
 reached (the message says which), 2 a usage error or a service that cannot start.
 """
 
@@ -12,7 +13,7 @@ import sys
 
 import typer
 
-from web.cli import local, runs, schedules
+from web.cli import local, runs, schedules, secrets
 from web.cli.client import CliError
 
 app = typer.Typer(
@@ -28,8 +29,11 @@ app.command("serve")(local.serve)
 app.command("migrate")(local.migrate)
 app.command("example")(local.example)
 app.add_typer(local.keys, name="keys")
+app.command("secrets-key")(local.secrets_key)
+app.command("secrets-rotate")(local.secrets_rotate)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(runs.app, name="runs")
+app.add_typer(secrets.app, name="secrets")
 app.command("preview")(schedules.preview)
 
 

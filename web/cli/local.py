@@ -1,5 +1,6 @@
 """The commands that act on the server's own database and process: ``serve``, ``migrate``,
-``example`` and ``keys``. They read ``AGENTCRON_DATABASE_URL`` like the service does."""
+``example``, ``keys``, ``secrets-key`` and ``secrets-rotate``. They read
+``AGENTCRON_DATABASE_URL`` (and ``AGENTCRON_SECRETS_KEY``) like the service does."""
 
 from __future__ import annotations
 
@@ -225,19 +226,69 @@ def keys_revoke(
         raise typer.Exit(1) from None
 
 
+def secrets_key() -> None:
+    """Print a fresh random key for AGENTCRON_SECRETS_KEY (nothing is stored).
+
+    To rotate, put the new key first and keep the old one after it
+    (AGENTCRON_SECRETS_KEY=NEW,OLD), restart, run `agentcron secrets-rotate`, then drop OLD.
+    """
+    from core.secrets import generate_key
+
+    _print(generate_key())
+
+
+def secrets_rotate() -> None:
+    """Re-encrypt every stored secret under the first key of AGENTCRON_SECRETS_KEY, so the
+    keys after it can be dropped. Safe to run while the service runs, and to run again."""
+    import asyncio
+
+    from core.errors import StartupError
+    from core.secrets import KEY_SETTING, Keyring, SecretUnreadable, reencrypt_all
+    from core.storage import Database
+
+    _configure_logging()
+    try:
+        keyring = Keyring.from_setting(_settings().secrets_key)
+    except StartupError as exc:
+        sys.stderr.write(f"agentcron: {exc.message}\n")
+        raise typer.Exit(2) from None
+    if keyring is None:
+        sys.stderr.write(f"agentcron: {KEY_SETTING} is not set: there is no key to rotate to\n")
+        raise typer.Exit(2)
+
+    async def rotate() -> int:
+        db = Database(_settings().database_url)
+        try:
+            return await reencrypt_all(db, keyring)
+        finally:
+            await db.dispose()
+
+    try:
+        count = asyncio.run(rotate())
+    except SecretUnreadable as exc:
+        sys.stderr.write(f"agentcron: {exc.message}; keep every old key in {KEY_SETTING}\n")
+        raise typer.Exit(1) from None
+    _print(f"re-encrypted {count} secret(s) under the first key of {KEY_SETTING}")
+
+
 def _preflight() -> str | None:
-    """Why the service cannot start (schema behind, a second engine on one SQLite file), or
-    None. The lifespan checks the same again; checking here first gives a plain message
-    instead of a traceback."""
+    """Why the service cannot start (a malformed AGENTCRON_SECRETS_KEY, schema behind, a second
+    engine on one SQLite file), or None. The lifespan checks the same again; checking here
+    first gives a plain message instead of a traceback."""
     import asyncio
 
     from core.errors import SchedulerUnavailable, StartupError
     from core.policy import ExecutionPolicy
+    from core.secrets import Keyring
     from core.storage import Database
     from core.storage.lock import EngineLock
     from core.storage.migrate import check_schema
 
     settings = _settings()
+    try:
+        Keyring.from_setting(settings.secrets_key)
+    except StartupError as exc:
+        return exc.message
 
     async def schema() -> None:
         db = Database(settings.database_url)
