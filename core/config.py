@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _default_instance_id() -> str:
@@ -45,6 +48,27 @@ class Settings(BaseSettings):
     # logged and /readyz says so (the engine itself uses the database's clock either way).
     clock_skew_warn_seconds: float = Field(default=2.0, gt=0)
     instance_id: str = Field(default_factory=_default_instance_id)
+    # Agent processes (core.runners.containment). agent_env: comma-separated names of service
+    # variables every agent process inherits (none by default: the service's environment
+    # holds its database URL and API keys).
+    agent_env: str = ""
+
+    @field_validator("agent_env")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        for name in _split(value):
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+    @property
+    def agent_env_names(self) -> tuple[str, ...]:
+        """``agent_env`` as a tuple of names."""
+        return tuple(_split(self.agent_env))
+
+
+def _split(value: str) -> list[str]:
+    return [entry.strip() for entry in value.split(",") if entry.strip()]
 
 
 @lru_cache(maxsize=1)

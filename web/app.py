@@ -12,6 +12,7 @@ from core.config import Settings, get_settings
 from core.errors import SchedulerUnavailable
 from core.logging import configure_logging, get_logger
 from core.retention import RetentionPolicy
+from core.runners.containment import Containment, containment_from_settings
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database
@@ -28,9 +29,12 @@ from web.supervisor import Supervisor
 log = get_logger(__name__)
 
 
-def engine_properties(settings: Settings, db: Database) -> EngineProperties:
+def engine_properties(
+    settings: Settings, db: Database, containment: Containment | None = None
+) -> EngineProperties:
     """The promises this configuration makes (logged at start, contract point 14)."""
     caps = db.capabilities
+    containment = containment or containment_from_settings(settings)
     return EngineProperties(
         instance_id=settings.instance_id,
         dialect=caps.dialect,
@@ -43,6 +47,7 @@ def engine_properties(settings: Settings, db: Database) -> EngineProperties:
         tick_seconds=settings.scheduler_tick_seconds,
         concurrency=settings.scheduler_concurrency,
         clock="database" if caps.database_clock else "local",
+        agent_env=list(containment.agent_env),
     )
 
 
@@ -94,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_active=settings.max_active_schedules,
                 allow_private=settings.allow_private_webhooks,
             )
+            containment = containment_from_settings(settings)
             if not settings.disable_scheduler:
                 if not db.capabilities.multi_process:
                     lock.acquire()
@@ -110,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     ),
                     retention_interval=settings.retention_interval_seconds,
                     supervisor=supervisor,
+                    containment=containment,
                 )
                 service.on_change = ledger.on_change = loop.wake
                 ledger.on_cancel = loop.cancel_local
@@ -125,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await watch.start()
             if loop is not None:
                 loop.start()
-                log.info("engine_started", **vars(engine_properties(settings, db)))
+                log.info("engine_started", **vars(engine_properties(settings, db, containment)))
             else:
                 log.info("engine_disabled", reason="AGENTCRON_DISABLE_SCHEDULER")
             yield

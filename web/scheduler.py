@@ -55,6 +55,7 @@ from core.notify.delivery import DEFAULT_POLICY, TRIPPED, deliver_run
 from core.retention import PruneReport, RetentionPolicy, prune_runs
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
+from core.runners.containment import Containment
 from core.scheduler import (
     Ledger,
     Outcome,
@@ -101,6 +102,7 @@ class EngineProperties:
     tick_seconds: float
     concurrency: int
     clock: str  # "database": due times and leases by the database's clock; "local": SQLite
+    agent_env: list[str]  # service variables every agent process inherits (AGENTCRON_AGENT_ENV)
 
 
 @dataclass
@@ -148,8 +150,11 @@ class SchedulerLoop:
         retention: RetentionPolicy | None = None,
         retention_interval: float = 3600.0,
         supervisor: Supervisor | None = None,
+        containment: Containment | None = None,
     ) -> None:
         self.ledger = ledger
+        # Handed to every attempt: what the operator decided for agent processes.
+        self.containment = containment or Containment()
         self.retention = retention
         self.retention_interval = retention_interval
         self.allow_private = allow_private
@@ -443,6 +448,8 @@ class SchedulerLoop:
                 workdir=Path(task.workdir),
                 timeout_seconds=timeout,
                 history=list(task.conversation) if payload.get("mode") == "persistent" else [],
+                instance_id=self.ledger.owner,
+                containment=self.containment,
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)

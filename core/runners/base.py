@@ -10,6 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.runners.containment import Containment
+
 
 class TransientRunError(Exception):
     """An attempt failed in a way another attempt may not (retried while attempts remain)."""
@@ -101,6 +103,10 @@ class RunRequest:
     # {"role": "user" | "assistant", "content": str, "run_id": str}.
     history: Sequence[Mapping[str, Any]] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The engine instance running this attempt (the settings' instance id; "" outside one).
+    instance_id: str = ""
+    # The operator's rules for agent processes: the variables passed through, the sandbox.
+    containment: Containment = field(default_factory=Containment)
 
 
 @dataclass(frozen=True)

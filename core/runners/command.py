@@ -6,6 +6,11 @@ or cancel reaches every process it started (SIGTERM, then SIGKILL after a grace 
 at once when the engine is losing the run's lease, ``CancelToken.at_once``). While the engine
 cannot confirm the run's lease the group is frozen with SIGSTOP, and thawed with SIGCONT once
 it can (``CancelToken.suspend``/``resume``).
+
+The process never sees the service's environment: it gets ``agent_environment`` (PATH, HOME =
+its working directory, locale, TZ, a TMPDIR of its own, the variables the operator passes
+through with ``AGENTCRON_AGENT_ENV``), the run's metadata (``run_metadata``) and the runner
+config's ``env``.
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
 from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
+from core.runners.containment import agent_environment
 
 EX_TEMPFAIL = 75
 OUTPUT_LIMIT = 64 * 1024
@@ -65,6 +74,19 @@ async def _follow_suspension(pid: int, cancel: CancelToken) -> None:
         _signal_group(pid, signal.SIGCONT)
 
 
+def run_metadata(request: RunRequest) -> dict[str, str]:
+    """The run's identity in an agent's environment (``AGENTCRON_*``)."""
+    return {
+        "AGENTCRON_RUN_ID": str(request.run_id),
+        "AGENTCRON_SCHEDULE_ID": str(request.schedule_id),
+        "AGENTCRON_TASK_ID": str(request.task_id),
+        "AGENTCRON_ATTEMPT": str(request.attempt),
+        "AGENTCRON_TRIGGER": request.trigger,
+        "AGENTCRON_DUE_AT": request.due_at.isoformat() if request.due_at else "",
+        "AGENTCRON_INSTANCE_ID": request.instance_id,
+    }
+
+
 async def _exited(proc: asyncio.subprocess.Process) -> int:
     """The leader's exit status as soon as it exits. ``Process.wait()`` also waits for the
     pipes to close, which a background child holding stdout can delay for as long as it runs.
@@ -107,26 +129,38 @@ class CommandRunner:
         self.env = dict(env)
         self.grace = grace
 
-    def _environment(self, request: RunRequest) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            AGENTCRON_RUN_ID=str(request.run_id),
-            AGENTCRON_SCHEDULE_ID=str(request.schedule_id),
-            AGENTCRON_TASK_ID=str(request.task_id),
-            AGENTCRON_ATTEMPT=str(request.attempt),
-            AGENTCRON_TRIGGER=request.trigger,
-            AGENTCRON_DUE_AT=request.due_at.isoformat() if request.due_at else "",
+    def _environment(self, request: RunRequest, home: Path, tmpdir: str) -> dict[str, str]:
+        # Built from nothing, never copied: the service's own environment holds its database
+        # URL and API keys, and the agent may be any owner's code.
+        env = agent_environment(
+            os.environ, home=home, tmpdir=tmpdir, passthrough=request.containment.agent_env
         )
+        env.update(run_metadata(request))
         env.update(self.env)
         return env
 
     async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome:
         request.workdir.mkdir(parents=True, exist_ok=True)
+        # Resolved: a task directory moved to the per-owner layout is reached through a
+        # symbolic link.
+        workdir = request.workdir.resolve()
+        # A fresh directory per attempt keeps concurrent agents' temporary files apart (not
+        # private: same user).
+        scratch = tempfile.mkdtemp(prefix=f"agentcron-{request.run_id}-")
+        try:
+            env = self._environment(request, workdir, scratch)
+            return await self._run(request.prompt, workdir, env, cancel)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+
+    async def _run(
+        self, prompt: str, workdir: Path, env: dict[str, str], cancel: CancelToken
+    ) -> RunOutcome:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv,
-                cwd=request.workdir,
-                env=self._environment(request),
+                cwd=workdir,
+                env=env,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -142,7 +176,7 @@ class CommandRunner:
             asyncio.ensure_future(stdout.drain(proc.stdout)),
             asyncio.ensure_future(stderr.drain(proc.stderr)),
         ]
-        feeder = asyncio.ensure_future(self._feed(proc.stdin, request.prompt))
+        feeder = asyncio.ensure_future(self._feed(proc.stdin, prompt))
         waiter = asyncio.ensure_future(_exited(proc))
         cancelled = asyncio.ensure_future(cancel.wait())
         freezer = asyncio.ensure_future(_follow_suspension(proc.pid, cancel))

@@ -1,7 +1,8 @@
 """Owner isolation where runs execute, through the real app and engine on both databases.
 
 Owners' keys create ``command`` schedules through the API; the app's own engine (scheduler on)
-runs them as real processes.
+runs them as real processes. The service's environment holds secret-looking variables
+(monkeypatched) that no agent may see.
 """
 
 from __future__ import annotations
@@ -36,6 +37,20 @@ SERVICE_SECRETS = {
     "OPENAI_API_KEY": "sk-test-0123456789abcdef0123456789abcdef",
     "AGENTCRON_TEST_SERVICE_ONLY": "service-only-value",
 }
+DOCUMENTED = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "TMPDIR",
+    "AGENTCRON_RUN_ID",
+    "AGENTCRON_SCHEDULE_ID",
+    "AGENTCRON_TASK_ID",
+    "AGENTCRON_ATTEMPT",
+    "AGENTCRON_TRIGGER",
+    "AGENTCRON_DUE_AT",
+    "AGENTCRON_INSTANCE_ID",
+}
+SHELL_OWN = {"PWD", "SHLVL", "_", "OLDPWD"}
 
 
 def settings_for(db_url: str, data_dir: Path, **fields: Any) -> Settings:
@@ -97,6 +112,12 @@ async def workdir_of(http: httpx.AsyncClient, task_id: str) -> str:
     return workdir
 
 
+def read_env(path: Path) -> dict[str, str]:
+    """``env -0`` output: NUL-separated NAME=VALUE."""
+    pairs = [item.partition("=") for item in path.read_text().split("\0") if item]
+    return {name: value for name, _, value in pairs}
+
+
 @pytest.fixture
 def service_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The service's environment with production-like secrets (restored afterwards)."""
@@ -108,7 +129,56 @@ def service_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return dict(os.environ)
 
 
-# -- the directory layout ---------------------------------------------------------------
+# -- the environment and the directory layout ------------------------------------------
+
+
+async def test_an_agent_gets_only_the_documented_environment(
+    db_url: str, tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    data_dir = tmp_path / "data"
+    settings = settings_for(db_url, data_dir, agent_env="AGENT_PASS_ME")
+    async with serving(settings) as app, owner(app, "alice") as alice:
+        schedule_id = await create(alice, ["sh", "-c", "env -0 > env.txt"])
+        run = await run_to_end(alice, schedule_id)
+        assert run["status"] == "succeeded", run
+        workdir = await workdir_of(alice, run["task_id"])
+
+    # Each owner has a root of its own: tasks/<owner>/<schedule id>.
+    assert Path(workdir) == (data_dir / "tasks" / "alice" / schedule_id).resolve()
+    raw = (Path(workdir) / "env.txt").read_text()
+    env = read_env(Path(workdir) / "env.txt")
+    assert set(env) - SHELL_OWN == DOCUMENTED | {"AGENT_PASS_ME"}
+    for name, value in SERVICE_SECRETS.items():
+        assert name not in env and value not in raw
+    assert env["AGENT_PASS_ME"] == "passed-through-by-the-operator"
+    assert env["HOME"] == workdir
+    assert env["PATH"] == service_env["PATH"]
+    assert env["AGENTCRON_INSTANCE_ID"] == INSTANCE
+    assert env["AGENTCRON_SCHEDULE_ID"] == schedule_id
+    assert env["AGENTCRON_RUN_ID"] == run["id"] and env["AGENTCRON_TASK_ID"] == run["task_id"]
+    assert (env["AGENTCRON_TRIGGER"], env["AGENTCRON_ATTEMPT"]) == ("manual", "1")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # what any same-user process can do
+async def test_without_the_sandbox_an_agent_reads_what_the_service_user_can(
+    db_url: str, tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    # The reason tenants must only run operator-declared agents when there is no sandbox:
+    # another owner's files and the service's own environment are one open() away.
+    data_dir = tmp_path / "data"
+    async with serving(settings_for(db_url, data_dir)) as app:
+        async with owner(app, "bob") as bob:
+            bob_id = await create(bob, ["sh", "-c", "echo bob-private > notes.txt"])
+            assert (await run_to_end(bob, bob_id))["status"] == "succeeded"
+        async with owner(app, "alice") as alice:
+            script = (
+                f"cat ../../bob/{bob_id}/notes.txt; "
+                # /proc/<pid>/environ is the environment the process started with.
+                f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ | grep -c '^PATH='"
+            )
+            run = await run_to_end(alice, await create(alice, ["sh", "-c", script]))
+    assert run["status"] == "succeeded", run
+    assert run["output"] == "bob-private\n1\n"
 
 
 async def test_a_legacy_task_directory_moves_once_under_its_owner(
