@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     # variables every agent process inherits (none by default: the service's environment
     # holds its database URL and API keys).
     agent_env: str = ""
+    sandbox: Literal["none", "bwrap"] = "none"
+    sandbox_network: Literal["host", "none"] = "host"
+    sandbox_binary: str = "bwrap"  # a path, or a name looked up on PATH
+    # Comma-separated absolute paths the sandbox also hides (a directory shows empty, a file
+    # cannot be opened).
+    sandbox_hide: str = ""
 
     @field_validator("agent_env")
     @classmethod
@@ -61,10 +67,23 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return value
 
+    @field_validator("sandbox_hide")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        for entry in _split(value):
+            if not Path(entry).is_absolute():
+                raise ValueError(f"{entry!r} is not an absolute path")
+        return value
+
     @property
     def agent_env_names(self) -> tuple[str, ...]:
         """``agent_env`` as a tuple of names."""
         return tuple(_split(self.agent_env))
+
+    @property
+    def sandbox_hide_paths(self) -> tuple[Path, ...]:
+        """``sandbox_hide`` as a tuple of absolute paths."""
+        return tuple(Path(entry) for entry in _split(self.sandbox_hide))
 
 
 def _split(value: str) -> list[str]:

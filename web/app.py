@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,7 +13,7 @@ from core.config import Settings, get_settings
 from core.errors import SchedulerUnavailable
 from core.logging import configure_logging, get_logger
 from core.retention import RetentionPolicy
-from core.runners.containment import Containment, containment_from_settings
+from core.runners.containment import Containment, check_sandbox, containment_from_settings
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database
@@ -47,6 +48,7 @@ def engine_properties(
         tick_seconds=settings.scheduler_tick_seconds,
         concurrency=settings.scheduler_concurrency,
         clock="database" if caps.database_clock else "local",
+        sandbox=containment.describe(),
         agent_env=list(containment.agent_env),
     )
 
@@ -101,6 +103,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             containment = containment_from_settings(settings)
             if not settings.disable_scheduler:
+                # Before anything runs: a sandbox that cannot start would fail every command.
+                await asyncio.to_thread(check_sandbox, containment)
                 if not db.capabilities.multi_process:
                     lock.acquire()
                 loop = SchedulerLoop(

@@ -102,6 +102,7 @@ class EngineProperties:
     tick_seconds: float
     concurrency: int
     clock: str  # "database": due times and leases by the database's clock; "local": SQLite
+    sandbox: str  # "none", or "bwrap (network host|none)": where command agents run
     agent_env: list[str]  # service variables every agent process inherits (AGENTCRON_AGENT_ENV)
 
 
@@ -153,7 +154,7 @@ class SchedulerLoop:
         containment: Containment | None = None,
     ) -> None:
         self.ledger = ledger
-        # Handed to every attempt: what the operator decided for agent processes.
+        # Handed to every attempt: the agent processes' environment and sandbox.
         self.containment = containment or Containment()
         self.retention = retention
         self.retention_interval = retention_interval

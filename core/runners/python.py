@@ -6,7 +6,7 @@ module and checks that the attribute exists and is callable, so a bad path is re
 the schedule is created or updated (``InvalidSchedule`` on ``runner.target``). Importing runs
 the module's top-level code in the service process, and the call runs with the service's
 rights and in its environment (``os.environ``, database URL and keys included: neither
-``AGENTCRON_AGENT_ENV`` nor a ``command`` agent's fresh environment applies here): this runner is
+``AGENTCRON_AGENT_ENV`` nor the sandbox applies to the service's own threads): this runner is
 for hosts that embed agentcron in their own application. So only the modules the host lists
 may be named: ``AGENTCRON_PYTHON_MODULES`` holds comma-separated module names (a name also
 admits its submodules) or ``fnmatch`` patterns (``myapp.agents.*``). Unset,

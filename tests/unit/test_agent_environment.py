@@ -1,6 +1,6 @@
 """What environment an agent process starts with: the builder alone, then from inside real
-``command`` processes, with secret-looking variables in the service's own environment that
-must never reach them."""
+``command`` processes (unconfined and sandboxed), with secret-looking variables in the
+service's own environment that must never reach them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.runners import CancelToken, RunRequest, build_runner, validate_runner
-from core.runners.containment import DEFAULT_PATH, Containment, agent_environment
+from core.runners.containment import DEFAULT_PATH, Containment, Sandbox, agent_environment
 
 # What the service's environment holds in production, and no agent may see.
 SERVICE_SECRETS = {
@@ -189,3 +189,17 @@ async def test_the_runner_config_env_still_applies_last(
         tmp_path / "w", Containment(), {"MODEL": "small", "LANG": "fr_FR.UTF-8"}
     )
     assert env["MODEL"] == "small" and env["LANG"] == "fr_FR.UTF-8"
+
+
+async def test_a_sandboxed_agent_sees_none_of_the_service_environment(
+    tmp_path: Path, service_env: dict[str, str], bwrap: str
+) -> None:
+    data_dir = tmp_path / "data"
+    workdir = data_dir / "tasks" / "alice" / "s1"
+    containment = Containment(agent_env=("DIGEST_API_KEY",), sandbox=Sandbox(bwrap, data_dir))
+    req, env, raw = await env_inside(workdir, containment, {"LD_PRELOAD": ""})
+    env.pop("DIGEST_API_KEY")  # passed through on purpose
+    env.pop("LD_PRELOAD")
+    assert_contained(env, raw.replace(SERVICE_SECRETS["DIGEST_API_KEY"], ""), req, service_env)
+    assert env["HOME"] == real(workdir)
+    assert env["TMPDIR"] == "/tmp"  # the sandbox's own tmpfs

@@ -226,12 +226,13 @@ def keys_revoke(
 
 
 def _preflight() -> str | None:
-    """Why the service cannot start (schema behind, a second engine on one SQLite file), or
-    None. The lifespan checks the same again; checking here first gives a plain message
-    instead of a traceback."""
+    """Why the service cannot start (schema behind, a second engine on one SQLite file, a
+    configured sandbox that does not work), or None. The lifespan checks the same again;
+    checking here first gives a plain message instead of a traceback."""
     import asyncio
 
     from core.errors import SchedulerUnavailable, StartupError
+    from core.runners.containment import check_sandbox, containment_from_settings
     from core.storage import Database
     from core.storage.lock import EngineLock
     from core.storage.migrate import check_schema
@@ -248,6 +249,8 @@ def _preflight() -> str | None:
             await db.dispose()
 
     try:
+        if not settings.disable_scheduler:
+            check_sandbox(containment_from_settings(settings))
         asyncio.run(schema())
         if not settings.disable_scheduler and "sqlite" in settings.database_url.split(":", 1)[0]:
             lock = EngineLock(settings.database_url)
