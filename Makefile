@@ -28,8 +28,9 @@ run: install ## migrate the SQLite database, add the example schedule, serve on 
 	$(BIN)/agentcron example
 	$(BIN)/agentcron serve --host $(HOST) --port $(PORT)
 
-test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium as root)
+test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium and bubblewrap as root)
 	sh scripts/install-chromium
+	sh scripts/install-bubblewrap
 	$(BIN)/pytest
 
 lint: install ## ruff and mypy (strict)

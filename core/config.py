@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _default_instance_id() -> str:
@@ -56,6 +59,46 @@ class Settings(BaseSettings):
     # keys, the first encrypts and all decrypt. Unset: storing a secret is refused. SecretStr
     # so that printing or logging the settings never shows it.
     secrets_key: SecretStr | None = None
+    # Agent processes (core.runners.containment). agent_env: comma-separated names of service
+    # variables every agent process inherits (none by default: the service's environment
+    # holds its database URL and API keys).
+    agent_env: str = ""
+    sandbox: Literal["none", "bwrap"] = "none"
+    sandbox_network: Literal["host", "none"] = "host"
+    sandbox_binary: str = "bwrap"  # a path, or a name looked up on PATH
+    # Comma-separated absolute paths the sandbox also hides (a directory shows empty, a file
+    # cannot be opened).
+    sandbox_hide: str = ""
+
+    @field_validator("agent_env")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        for name in _split(value):
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+    @field_validator("sandbox_hide")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        for entry in _split(value):
+            if not Path(entry).is_absolute():
+                raise ValueError(f"{entry!r} is not an absolute path")
+        return value
+
+    @property
+    def agent_env_names(self) -> tuple[str, ...]:
+        """``agent_env`` as a tuple of names."""
+        return tuple(_split(self.agent_env))
+
+    @property
+    def sandbox_hide_paths(self) -> tuple[Path, ...]:
+        """``sandbox_hide`` as a tuple of absolute paths."""
+        return tuple(Path(entry) for entry in _split(self.sandbox_hide))
+
+
+def _split(value: str) -> list[str]:
+    return [entry.strip() for entry in value.split(",") if entry.strip()]
 
 
 @lru_cache(maxsize=1)

@@ -13,6 +13,7 @@ Engine contract points (DESIGN.md) enforced here:
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core import triggers
 from core.clock import Clock, utcnow
 from core.errors import Conflict, NotFound
+from core.keys import check_owner
 from core.logging import get_logger
 from core.notify.delivery import TRIPPED, applicable_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
@@ -51,6 +53,46 @@ MAX_DUE_PER_CLAIM = 100  # due times of one schedule handled per claim; the rest
 OUTPUT_EXCERPT_CHARS = 64 * 1024
 ERROR_CHARS = 8 * 1024
 TERMINAL = ("succeeded", "failed", "skipped", "timed_out", "cancelled")
+
+
+def legacy_task_directories(tasks_dir: Path) -> set[uuid.UUID]:
+    """Schedule ids with a directory straight under ``tasks_dir`` (the layout before
+    per-owner roots); an already moved one is a symbolic link, and is left out."""
+    found: set[uuid.UUID] = set()
+    try:
+        entries = list(os.scandir(tasks_dir))
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        try:
+            schedule_id = uuid.UUID(entry.name)
+        except ValueError:
+            continue  # an owner's root
+        if str(schedule_id) == entry.name and entry.is_dir(follow_symlinks=False):
+            found.add(schedule_id)
+    return found
+
+
+def adopt_legacy_directory(tasks_dir: Path, owner: str, schedule_id: uuid.UUID) -> None:
+    """Move ``tasks/<schedule id>`` to ``tasks/<owner>/<schedule id>`` unless that exists,
+    and leave a relative symbolic link in its place.
+
+    One rename, atomic on one filesystem, so files an agent kept there are never half moved;
+    the link keeps the stored workdir of every task saved before the move (``Task.workdir``)
+    leading to the same directory.
+    """
+    legacy = tasks_dir / str(schedule_id)
+    workdir = tasks_dir / owner / str(schedule_id)
+    if os.path.lexists(workdir) or not legacy.is_dir() or legacy.is_symlink():
+        return
+    try:
+        workdir.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(legacy, workdir)
+        os.symlink(os.path.join(owner, str(schedule_id)), legacy)
+    except OSError as exc:
+        log.warning("task_directory_not_moved", schedule_id=str(schedule_id), error=str(exc))
+        return
+    log.info("task_directory_moved", schedule_id=str(schedule_id), to=str(workdir))
 
 
 def output_excerpt(text: str | None) -> str | None:
@@ -236,9 +278,13 @@ class Ledger:
     # cancel_local); other replicas hear of a cancel through their heartbeat.
     on_cancel: Callable[[uuid.UUID], None] | None = None
     _tasks_dir: Path = field(init=False)
+    # Schedules with a directory of the layout before owners had roots of their own
+    # (tasks/<schedule id>), found at start; each moves with the schedule's next new task.
+    _legacy: set[uuid.UUID] = field(init=False)
 
     def __post_init__(self) -> None:
         self._tasks_dir = (self.data_dir / "tasks").resolve()
+        self._legacy = legacy_task_directories(self._tasks_dir)
 
     def _lease_until(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.lease_seconds)
@@ -269,6 +315,7 @@ class Ledger:
                     await asyncio.sleep(0)
                 try:
                     plan = plan_due_times(schedule, now)
+                    check_owner(schedule.owner)  # its task directories are named after it
                 except Exception:
                     # One unreadable schedule must not block every claim after it (a poison
                     # pill): take it off the timetable and say why.
@@ -362,10 +409,17 @@ class Ledger:
             prepared={run.id: workdirs[run.task_id] for run in claimed if run.task_id in workdirs},
         )
 
-    def _workdir(self, schedule_id: uuid.UUID) -> str:
-        # Stable per schedule: files an agent keeps survive even when each run starts a fresh
-        # conversation (isolated mode).
-        return str(self._tasks_dir / str(schedule_id))
+    def _workdir(self, owner: str, schedule_id: uuid.UUID) -> str:
+        """``tasks/<owner>/<schedule id>``: one root per owner, so a sandbox can hide every
+        other owner's files at once. Stable per schedule: files an agent keeps survive even
+        when each run starts a fresh conversation (isolated mode)."""
+        # check_owner's names cannot be "..", contain "/" or start with "." (ValueError if
+        # one got in): the owner is one path component, never a way out of tasks/.
+        workdir = self._tasks_dir / check_owner(owner) / str(schedule_id)
+        if schedule_id in self._legacy:
+            self._legacy.discard(schedule_id)
+            adopt_legacy_directory(self._tasks_dir, owner, schedule_id)
+        return str(workdir)
 
     def _new_task_row(
         self, task_id: uuid.UUID, schedule: Schedule, now: datetime
@@ -374,7 +428,7 @@ class Ledger:
             "id": task_id,
             "schedule_id": schedule.id,
             "owner": schedule.owner,
-            "workdir": self._workdir(schedule.id),
+            "workdir": self._workdir(schedule.owner, schedule.id),
             "conversation": [],
             "lock_run_id": None,
             "created_at": now,
@@ -455,7 +509,21 @@ class Ledger:
                     select(Task.id, Task.workdir).where(Task.id.in_(task_ids))
                 )
                 workdirs.update((row.id, row.workdir) for row in found)
-        return [(run, workdirs.get(run.task_id) or self._workdir(run.schedule_id)) for run in runs]
+            orphans = {run.schedule_id for run in runs if run.task_id not in workdirs}
+            owners: dict[uuid.UUID, str] = {}
+            if orphans:
+                found = await session.execute(
+                    select(Schedule.id, Schedule.owner).where(Schedule.id.in_(orphans))
+                )
+                owners.update((row.id, row.owner) for row in found)
+        return [
+            (
+                run,
+                workdirs.get(run.task_id)
+                or self._workdir(owners[run.schedule_id], run.schedule_id),
+            )
+            for run in runs
+        ]
 
     # -- one attempt ----------------------------------------------------------------------
 

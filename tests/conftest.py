@@ -28,6 +28,7 @@ from core.config import Settings
 from core.keys import LOCAL_OWNER, create_key
 from core.storage import Database
 from core.storage.migrate import upgrade
+from tests.sandbox import require_bwrap
 from web.app import create_app
 
 PG_URL = os.environ.get(
@@ -202,3 +203,10 @@ async def client(live_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """
     async with app_client(live_app, await issue_key(live_app)) as http:
         yield http
+
+
+@pytest.fixture
+def bwrap() -> str:
+    """bubblewrap for a sandbox test: skipped with the reason when it cannot sandbox here,
+    failed instead under ``AGENTCRON_REQUIRE_SANDBOX=1`` (CI)."""
+    return require_bwrap()

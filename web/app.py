@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +15,7 @@ from core.logging import configure_logging, get_logger
 from core.policy import ExecutionPolicy
 from core.policy import configure as configure_policy
 from core.retention import RetentionPolicy
+from core.runners.containment import Containment, check_sandbox, containment_from_settings
 from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.secrets import Keyring
@@ -31,9 +33,12 @@ from web.supervisor import Supervisor
 log = get_logger(__name__)
 
 
-def engine_properties(settings: Settings, db: Database) -> EngineProperties:
+def engine_properties(
+    settings: Settings, db: Database, containment: Containment | None = None
+) -> EngineProperties:
     """The promises this configuration makes (logged at start, contract point 14)."""
     caps = db.capabilities
+    containment = containment or containment_from_settings(settings)
     return EngineProperties(
         instance_id=settings.instance_id,
         dialect=caps.dialect,
@@ -46,6 +51,8 @@ def engine_properties(settings: Settings, db: Database) -> EngineProperties:
         tick_seconds=settings.scheduler_tick_seconds,
         concurrency=settings.scheduler_concurrency,
         clock="database" if caps.database_clock else "local",
+        sandbox=containment.describe(),
+        agent_env=list(containment.agent_env),
     )
 
 
@@ -105,7 +112,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 allow_private=settings.allow_private_webhooks,
                 policy=policy,
             )
+            containment = containment_from_settings(settings)
             if not settings.disable_scheduler:
+                # Before anything runs: a sandbox that cannot start would fail every command.
+                await asyncio.to_thread(check_sandbox, containment)
                 if not db.capabilities.multi_process:
                     lock.acquire()
                 loop = SchedulerLoop(
@@ -122,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     retention_interval=settings.retention_interval_seconds,
                     supervisor=supervisor,
                     keyring=keyring,
+                    containment=containment,
                 )
                 service.on_change = ledger.on_change = loop.wake
                 ledger.on_cancel = loop.cancel_local
@@ -138,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await watch.start()
             if loop is not None:
                 loop.start()
-                log.info("engine_started", **vars(engine_properties(settings, db)))
+                log.info("engine_started", **vars(engine_properties(settings, db, containment)))
             else:
                 log.info("engine_disabled", reason="AGENTCRON_DISABLE_SCHEDULER")
             yield

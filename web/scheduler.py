@@ -61,6 +61,7 @@ from core.notify.delivery import DEFAULT_POLICY, TRIPPED, deliver_run
 from core.retention import PruneReport, RetentionPolicy, prune_runs
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
+from core.runners.containment import Containment
 from core.scheduler import (
     Ledger,
     Outcome,
@@ -108,6 +109,8 @@ class EngineProperties:
     tick_seconds: float
     concurrency: int
     clock: str  # "database": due times and leases by the database's clock; "local": SQLite
+    sandbox: str  # "none", or "bwrap (network host|none)": where command agents run
+    agent_env: list[str]  # service variables every agent process inherits (AGENTCRON_AGENT_ENV)
 
 
 @dataclass
@@ -174,10 +177,13 @@ class SchedulerLoop:
         retention_interval: float = 3600.0,
         supervisor: Supervisor | None = None,
         keyring: Keyring | None = None,
+        containment: Containment | None = None,
     ) -> None:
         self.ledger = ledger
         # AGENTCRON_SECRETS_KEY: decrypts the stored secrets runs and deliveries refer to.
         self.keyring = keyring
+        # Handed to every attempt: the agent processes' environment and sandbox.
+        self.containment = containment or Containment()
         self.retention = retention
         self.retention_interval = retention_interval
         self.allow_private = allow_private
@@ -479,6 +485,8 @@ class SchedulerLoop:
                 timeout_seconds=timeout,
                 history=list(task.conversation) if payload.get("mode") == "persistent" else [],
                 secrets=secrets,
+                instance_id=self.ledger.owner,
+                containment=self.containment,
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)

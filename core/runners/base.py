@@ -10,6 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.runners.containment import Containment
+
 
 class TransientRunError(Exception):
     """An attempt failed in a way another attempt may not (retried while attempts remain)."""
@@ -104,6 +106,10 @@ class RunRequest:
     # The owner's stored secrets this run's config refers to (name -> value), resolved by the
     # engine for this attempt only (core.secrets). Out of repr: a request may be logged.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The engine instance running this attempt (the settings' instance id; "" outside one).
+    instance_id: str = ""
+    # The operator's rules for agent processes: the variables passed through, the sandbox.
+    containment: Containment = field(default_factory=Containment)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,11 @@ colon may be a dotted attribute path, ``module:Class.method``). ``validate`` imp
 module and checks that the attribute exists and is callable, so a bad path is rejected when
 the schedule is created or updated (``InvalidSchedule`` on ``runner.target``). Importing runs
 the module's top-level code in the service process, and the call runs with the service's
-rights: this runner is for hosts that embed agentcron in their own application. So only the
-modules the host lists may be named: ``AGENTCRON_PYTHON_MODULES`` holds comma-separated module
-names (a name also admits its submodules) or ``fnmatch`` patterns (``myapp.agents.*``). Unset,
+rights and in its environment (``os.environ``, database URL and keys included: neither
+``AGENTCRON_AGENT_ENV`` nor the sandbox applies to the service's own threads): this runner is
+for hosts that embed agentcron in their own application. So only the modules the host lists
+may be named: ``AGENTCRON_PYTHON_MODULES`` holds comma-separated module names (a name also
+admits its submodules) or ``fnmatch`` patterns (``myapp.agents.*``). Unset,
 the runner admits nothing: without it, anyone holding an API key could make the service call
 ``os:system`` or import any installed module. The list is checked before anything is imported,
 when a schedule is saved and again at each attempt (a target taken off the list fails its run

@@ -64,3 +64,16 @@ async def test_unmigrated_database_is_refused(tmp_path: Path, server_env: dict[s
     assert done.returncode != 0, output
     assert "run `agentcron migrate`" in output
     assert "Traceback" not in output
+
+
+@pytest.mark.slow
+async def test_a_sandbox_without_bubblewrap_is_refused(server_env: dict[str, str]) -> None:
+    # The binary pointed at a file that does not exist stands for a machine without bwrap.
+    env = dict(server_env, AGENTCRON_SANDBOX="bwrap", AGENTCRON_SANDBOX_BINARY="/nonexistent/bwrap")
+    done = await asyncio.to_thread(serve_until_exit, env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert len(refusal) == 1, done.stderr
+    assert "apt-get install bubblewrap" in refusal[0]
+    assert "AGENTCRON_SANDBOX=none" in refusal[0]
+    assert "Traceback" not in done.stdout + done.stderr

@@ -140,6 +140,10 @@ class Engine:
     async def create(self, spec: ScheduleCreate) -> Schedule:
         return await self.schedules.create(spec, "local")
 
+    def workdir(self, schedule: Schedule) -> Path:
+        """The schedule's task directory: ``tasks/<owner>/<schedule id>``."""
+        return self.data_dir / "tasks" / schedule.owner / str(schedule.id)
+
     async def run_now(self, schedule_id: uuid.UUID) -> Run:
         return await self.ledger.run_now(schedule_id, None)
 

@@ -39,8 +39,8 @@ def ledger(db: Database, tmp_path: Path, owner: str = "replica-a") -> Ledger:
     return Ledger(db, owner=owner, lease_seconds=30, data_dir=tmp_path, clock=fixed(NOW))
 
 
-def workdir_of(data_dir: Path, schedule_id: uuid.UUID) -> str:
-    return str(data_dir.resolve() / "tasks" / str(schedule_id))
+def workdir_of(data_dir: Path, schedule_id: uuid.UUID, owner: str = "local") -> str:
+    return str(data_dir.resolve() / "tasks" / owner / str(schedule_id))
 
 
 async def fetch(db: Database, model: Any, id: uuid.UUID) -> Any:

@@ -60,7 +60,7 @@ async def test_three_failures_in_a_row_pause_the_schedule_and_notify(
         return bool(found) and found[0].status == "delivered"
 
     await wait_for(delivered, within=10, what="the breaker's notification")
-    lines = (engine.data_dir / "tasks" / str(schedule.id) / "runs.jsonl").read_text().splitlines()
+    lines = (engine.workdir(schedule) / "runs.jsonl").read_text().splitlines()
     bodies = [json.loads(line) for line in lines]
     tripping = [b for b in bodies if b["run"]["id"] == str(tripped.id)]
     assert len(tripping) == 1

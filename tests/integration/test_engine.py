@@ -124,7 +124,7 @@ async def test_timeout_stops_the_process_group_and_delivers_nothing(engine: Engi
     notify = [{"type": "file", "path": "runs.jsonl"}]  # notify_on defaults to succeeded
     schedule = await engine.create(spec(runner, HOURLY, timeout_seconds=1, notify=notify))
     queued = await engine.run_now(schedule.id)
-    workdir = engine.data_dir / "tasks" / str(schedule.id)
+    workdir = engine.workdir(schedule)
 
     running = await wait_status(engine.db, queued.id, "running")
     assert running.status == "running"
@@ -165,7 +165,7 @@ async def test_timed_out_run_is_delivered_to_channels_that_ask_for_it(
         return rows if rows and rows[0].status == "delivered" else None
 
     await wait_for(delivered, 1, "timed_out delivery")
-    line = json.loads((engine.data_dir / "tasks" / str(schedule.id) / "timeouts.jsonl").read_text())
+    line = json.loads((engine.workdir(schedule) / "timeouts.jsonl").read_text())
     assert line["run"]["status"] == "timed_out" and line["run"]["output"] is None
 
 
@@ -317,7 +317,7 @@ async def test_isolated_runs_get_fresh_tasks_in_a_stable_workdir(
     assert first.task_id is not None and second.task_id is not None
     assert first.task_id != second.task_id
     workdirs = {call.workdir for call in fake.default.calls}
-    assert workdirs == {(engine.data_dir / "tasks" / str(schedule.id)).resolve()}
+    assert workdirs == {engine.workdir(schedule).resolve()}
     assert (await fetch_schedule(engine.db, schedule.id)).task_id is None
 
 
@@ -463,7 +463,7 @@ async def test_an_expired_lease_is_continued_with_the_same_run_and_task(
     schedule = await engine.create(spec(fake.config("resume"), HOURLY))
     started = datetime.now(UTC) - timedelta(seconds=30)
     task_id, run_id = uuid.uuid4(), uuid.uuid4()
-    workdir = engine.data_dir / "tasks" / str(schedule.id)
+    workdir = engine.workdir(schedule)
     async with engine.db.session() as session:
         session.add(
             Task(
@@ -627,7 +627,7 @@ async def test_file_channel_gets_one_line_per_succeeded_run(
         assert rows[0].target == "file:out/runs.jsonl"
     assert await deliveries_of(engine.db, runs[1].id) == []
 
-    path = engine.data_dir / "tasks" / str(schedule.id) / "out" / "runs.jsonl"
+    path = engine.workdir(schedule) / "out" / "runs.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["run"]["id"] for line in lines] == [str(runs[0].id), str(runs[2].id)]
     assert [line["run"]["output"] for line in lines] == ["first", "third"]

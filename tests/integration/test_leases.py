@@ -191,7 +191,7 @@ async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_conf
     renewal = FailingRenewal(engine.ledger.renew_leases)
     monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
     schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
-    workdir = engine.data_dir / "tasks" / str(schedule.id)
+    workdir = engine.workdir(schedule)
     with structlog.testing.capture_logs() as lines:
         engine.loop.start()
         queued = await engine.run_now(schedule.id)
@@ -256,7 +256,7 @@ async def test_a_frozen_attempt_whose_lease_was_taken_over_is_killed(
     renewal = FailingRenewal(engine.ledger.renew_leases)
     monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
     schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
-    workdir = engine.data_dir / "tasks" / str(schedule.id)
+    workdir = engine.workdir(schedule)
     engine.loop.start()
     queued = await engine.run_now(schedule.id)
     pid = await wait_pid(workdir / "pid.1")
@@ -289,7 +289,7 @@ async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEng
     is killed at once, process group and all, and nothing is recorded by this process."""
     engine = make_engine(lease=LEASE)
     schedule = await engine.create(spec(command(STUBBORN), HOURLY, timeout_seconds=300))
-    workdir = engine.data_dir / "tasks" / str(schedule.id)
+    workdir = engine.workdir(schedule)
     with structlog.testing.capture_logs() as lines:
         queued = await engine.run_now(schedule.id)
         pid = await wait_pid(workdir / "pid.1")

@@ -166,7 +166,7 @@ def test_the_command_runner_puts_the_resolved_value_in_the_environment(tmp_path:
         timeout_seconds=5,
         secrets={"k": VALUE},
     )
-    env = runner._environment(request)  # type: ignore[attr-defined]
+    env = runner._environment(request, tmp_path, str(tmp_path))  # type: ignore[attr-defined]
     assert env["K"] == VALUE and env["P"] == "plain"
     assert VALUE not in repr(request)
 

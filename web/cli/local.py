@@ -272,13 +272,15 @@ def secrets_rotate() -> None:
 
 
 def _preflight() -> str | None:
-    """Why the service cannot start (a malformed AGENTCRON_SECRETS_KEY, schema behind, a second
-    engine on one SQLite file), or None. The lifespan checks the same again; checking here
-    first gives a plain message instead of a traceback."""
+    """Why the service cannot start (a malformed AGENTCRON_SECRETS_KEY, a bad agents file,
+    schema behind, a second engine on one SQLite file, a configured sandbox that does not work),
+    or None. The lifespan checks the same again; checking here first gives a plain message
+    instead of a traceback."""
     import asyncio
 
     from core.errors import SchedulerUnavailable, StartupError
     from core.policy import ExecutionPolicy
+    from core.runners.containment import check_sandbox, containment_from_settings
     from core.secrets import Keyring
     from core.storage import Database
     from core.storage.lock import EngineLock
@@ -301,6 +303,8 @@ def _preflight() -> str | None:
 
     try:
         ExecutionPolicy.from_settings(settings)  # a bad agents file or policy setting
+        if not settings.disable_scheduler:
+            check_sandbox(containment_from_settings(settings))
         asyncio.run(schema())
         if not settings.disable_scheduler and "sqlite" in settings.database_url.split(":", 1)[0]:
             lock = EngineLock(settings.database_url)

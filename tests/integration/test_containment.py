@@ -1,0 +1,479 @@
+"""Owner isolation where runs execute, through the real app and engine on both databases.
+
+Owners' keys create ``command`` schedules through the API; the app's own engine (scheduler on)
+runs them as real processes. The service's environment holds secret-looking variables
+(monkeypatched) that no agent may see. With ``AGENTCRON_SANDBOX=bwrap`` a probe agent reports,
+as JSON on stdout, what it could reach: another owner's task file, the SQLite file, the
+service's ``/proc/<pid>/environ``, PostgreSQL's sockets and TCP port, paths outside its
+directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import update
+from structlog.testing import capture_logs
+
+from core.config import Settings
+from core.errors import StartupError
+from core.scheduler import adopt_legacy_directory
+from core.storage import Database, Task
+from tests.conftest import app_client, issue_key
+from web.app import create_app
+
+API = "/api/v1"
+HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
+TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "skipped"}
+INSTANCE = "containment-replica"
+SERVICE_SECRETS = {
+    # Names the service really reads, with values that must never reach an agent.
+    "AGENTCRON_DATABASE_URL": "postgresql+asyncpg://agentcron:hunter2-db@db.internal/prod",
+    "OPENAI_API_KEY": "sk-test-0123456789abcdef0123456789abcdef",
+    "AGENTCRON_TEST_SERVICE_ONLY": "service-only-value",
+}
+DOCUMENTED = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "TMPDIR",
+    "AGENTCRON_RUN_ID",
+    "AGENTCRON_SCHEDULE_ID",
+    "AGENTCRON_TASK_ID",
+    "AGENTCRON_ATTEMPT",
+    "AGENTCRON_TRIGGER",
+    "AGENTCRON_DUE_AT",
+    "AGENTCRON_INSTANCE_ID",
+}
+SHELL_OWN = {"PWD", "SHLVL", "_", "OLDPWD"}
+REPO = Path(__file__).resolve().parents[2]
+
+# What a sandboxed agent can reach, as JSON on stdout; its parameters come on stdin.
+PROBE = r"""
+import json, os, socket, sys
+
+p = json.loads(sys.stdin.read())
+
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return exc.strerror
+    if not data:
+        return "empty"
+    return "sqlite" if data.startswith(b"SQLite format 3") else "read"
+
+
+def write(path):
+    try:
+        with open(path, "w") as f:
+            f.write("written by the agent")
+    except OSError as exc:
+        return exc.strerror
+    return "written"
+
+
+def listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        return exc.strerror
+
+
+def connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), 2).close()
+    except OSError as exc:
+        return type(exc).__name__
+    return "connected"
+
+
+print(json.dumps({
+    "other_notes": read(p["other_notes"]),
+    "tasks": listdir(p["tasks"]),
+    "database": {path: read(path) for path in p["database"]},
+    "service_environ": read("/proc/%d/environ" % p["service_pid"]),
+    "pids": sorted(int(n) for n in os.listdir("/proc") if n.isdigit()),
+    "writes": {path: write(path) for path in p["writes"]},
+    "inside": write("inside.txt"),
+    "sockets": {d: listdir(d) for d in ("/run/postgresql", "/var/run/postgresql")},
+    "tcp": connect(p["pg_port"]),
+}))
+"""
+
+
+def settings_for(db_url: str, data_dir: Path, **fields: Any) -> Settings:
+    return Settings(
+        database_url=db_url,
+        data_dir=data_dir,
+        log_format="console",
+        scheduler_tick_seconds=0.2,
+        drain_timeout_seconds=1,
+        instance_id=INSTANCE,
+        # The agents here are these owners' own commands: what an agent can reach once it runs
+        # is the subject, not what the policy lets tenants run (test_tenants.py).
+        trusted_owners="local,alice,bob",
+        **fields,
+    )
+
+
+@asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[FastAPI]:
+    """The app with its engine running (scheduler on)."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@asynccontextmanager
+async def owner(app: FastAPI, name: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with app_client(app, await issue_key(app, name)) as http:
+        yield http
+
+
+async def create(http: httpx.AsyncClient, argv: list[str], **fields: Any) -> str:
+    body = {
+        "name": "agent",
+        "prompt": "go",
+        "trigger": HOURLY,
+        "runner": {"type": "command", "argv": argv},
+        **fields,
+    }
+    response = await http.post(f"{API}/schedules", json=body)
+    assert response.status_code == 201, response.text
+    schedule_id: str = response.json()["id"]
+    return schedule_id
+
+
+async def run_to_end(http: httpx.AsyncClient, schedule_id: str, within: float = 20) -> Any:
+    queued = await http.post(f"{API}/schedules/{schedule_id}/run")
+    assert queued.status_code == 202, queued.text
+    run_id = queued.json()["id"]
+    deadline = time.monotonic() + within
+    while True:
+        run = (await http.get(f"{API}/runs/{run_id}")).json()
+        if run["status"] in TERMINAL:
+            return run
+        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
+        await asyncio.sleep(0.05)
+
+
+async def workdir_of(http: httpx.AsyncClient, task_id: str) -> str:
+    task = (await http.get(f"{API}/tasks/{task_id}")).json()
+    workdir: str = task["workdir"]
+    return workdir
+
+
+def read_env(path: Path) -> dict[str, str]:
+    """``env -0`` output: NUL-separated NAME=VALUE."""
+    pairs = [item.partition("=") for item in path.read_text().split("\0") if item]
+    return {name: value for name, _, value in pairs}
+
+
+@pytest.fixture
+def service_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The service's environment with production-like secrets (restored afterwards)."""
+    for name, value in SERVICE_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AGENT_PASS_ME", "passed-through-by-the-operator")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("TZ", raising=False)
+    return dict(os.environ)
+
+
+# -- the environment and the directory layout, without a sandbox ---------------------------
+
+
+async def test_an_agent_gets_only_the_documented_environment(
+    db_url: str, tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    data_dir = tmp_path / "data"
+    settings = settings_for(db_url, data_dir, agent_env="AGENT_PASS_ME")
+    async with serving(settings) as app, owner(app, "alice") as alice:
+        schedule_id = await create(alice, ["sh", "-c", "env -0 > env.txt"])
+        run = await run_to_end(alice, schedule_id)
+        assert run["status"] == "succeeded", run
+        workdir = await workdir_of(alice, run["task_id"])
+
+    # Each owner has a root of its own: tasks/<owner>/<schedule id>.
+    assert Path(workdir) == (data_dir / "tasks" / "alice" / schedule_id).resolve()
+    raw = (Path(workdir) / "env.txt").read_text()
+    env = read_env(Path(workdir) / "env.txt")
+    assert set(env) - SHELL_OWN == DOCUMENTED | {"AGENT_PASS_ME"}
+    for name, value in SERVICE_SECRETS.items():
+        assert name not in env and value not in raw
+    assert env["AGENT_PASS_ME"] == "passed-through-by-the-operator"
+    assert env["HOME"] == workdir
+    assert env["PATH"] == service_env["PATH"]
+    assert env["AGENTCRON_INSTANCE_ID"] == INSTANCE
+    assert env["AGENTCRON_SCHEDULE_ID"] == schedule_id
+    assert env["AGENTCRON_RUN_ID"] == run["id"] and env["AGENTCRON_TASK_ID"] == run["task_id"]
+    assert (env["AGENTCRON_TRIGGER"], env["AGENTCRON_ATTEMPT"]) == ("manual", "1")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # what any same-user process can do
+async def test_without_the_sandbox_an_agent_reads_what_the_service_user_can(
+    db_url: str, tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    # The reason tenants must only run operator-declared agents when there is no sandbox:
+    # another owner's files and the service's own environment are one open() away.
+    data_dir = tmp_path / "data"
+    async with serving(settings_for(db_url, data_dir)) as app:
+        async with owner(app, "bob") as bob:
+            bob_id = await create(bob, ["sh", "-c", "echo bob-private > notes.txt"])
+            assert (await run_to_end(bob, bob_id))["status"] == "succeeded"
+        async with owner(app, "alice") as alice:
+            script = (
+                f"cat ../../bob/{bob_id}/notes.txt; "
+                # /proc/<pid>/environ is the environment the process started with.
+                f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ | grep -c '^PATH='"
+            )
+            run = await run_to_end(alice, await create(alice, ["sh", "-c", script]))
+    assert run["status"] == "succeeded", run
+    assert run["output"] == "bob-private\n1\n"
+
+
+async def test_a_legacy_task_directory_moves_once_under_its_owner(
+    db_url: str, tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    data_dir = tmp_path / "data"
+    settings = settings_for(db_url, data_dir)
+    async with serving(settings) as app, owner(app, "alice") as alice:
+        schedule_id = await create(alice, ["sh", "-c", "echo run >> kept.txt; cat kept.txt"])
+        first = await run_to_end(alice, schedule_id)
+        assert first["status"] == "succeeded", first
+    # As the layout before owners had roots: the directory at tasks/<schedule id>, and the
+    # first run's task row pointing there.
+    tasks = (data_dir / "tasks").resolve()
+    legacy, moved = tasks / schedule_id, tasks / "alice" / schedule_id
+    moved.rename(legacy)
+    (tasks / "alice").rmdir()
+    db = Database(db_url)
+    try:
+        async with db.session() as session:
+            await session.execute(
+                update(Task)
+                .where(Task.id == uuid.UUID(first["task_id"]))
+                .values(workdir=str(legacy))
+            )
+    finally:
+        await db.dispose()
+
+    async with serving(settings) as app, owner(app, "alice") as alice:
+        second = await run_to_end(alice, schedule_id)
+        # The old task keeps its stored directory, which still leads to the same files.
+        assert await workdir_of(alice, first["task_id"]) == str(legacy)
+        assert await workdir_of(alice, second["task_id"]) == str(moved)
+    assert second["status"] == "succeeded", second
+    assert second["output"] == "run\nrun\n"  # what the first run kept survived the move
+    assert moved.is_dir() and not moved.is_symlink()
+    assert legacy.is_symlink() and legacy.resolve() == moved
+
+    async with serving(settings) as app, owner(app, "alice") as alice:  # and only once
+        third = await run_to_end(alice, schedule_id)
+    assert third["output"] == "run\nrun\nrun\n"
+    assert legacy.is_symlink() and sorted(p.name for p in moved.iterdir()) == ["kept.txt"]
+
+
+def test_the_new_directory_wins_over_a_legacy_one(tmp_path: Path) -> None:
+    schedule_id = uuid.uuid4()
+    legacy, new = tmp_path / str(schedule_id), tmp_path / "alice" / str(schedule_id)
+    legacy.mkdir()
+    (legacy / "old.txt").write_text("old")
+    new.mkdir(parents=True)
+    (new / "new.txt").write_text("new")
+    adopt_legacy_directory(tmp_path, "alice", schedule_id)
+    assert (legacy / "old.txt").read_text() == "old" and not legacy.is_symlink()
+    assert sorted(p.name for p in new.iterdir()) == ["new.txt"]
+
+
+async def test_an_owner_that_is_not_a_path_component_is_refused(tmp_path: Path) -> None:
+    from core.scheduler import Ledger
+
+    ledger = Ledger(Database("sqlite+aiosqlite://"), owner="x", data_dir=tmp_path)
+    try:
+        for bad in ("..", "../bob", "a/b", ".hidden", ""):
+            with pytest.raises(ValueError, match="an owner is"):
+                ledger._workdir(bad, uuid.uuid4())
+        assert ledger._workdir("alice@example.org", uuid.UUID(int=1)).endswith(
+            "/tasks/alice@example.org/00000000-0000-0000-0000-000000000001"
+        )
+    finally:
+        await ledger.db.dispose()
+
+
+# -- the sandbox ---------------------------------------------------------------------------
+
+
+async def probe(app: FastAPI, data_dir: Path, db_url: str, writes: list[Path]) -> Any:
+    """Bob's agent keeps a note; Alice's probe reports what it can reach. Returns
+    (bob's schedule id, bob's workdir, alice's workdir, alice's run, the probe's report)."""
+    async with owner(app, "bob") as bob:
+        bob_id = await create(bob, ["sh", "-c", "echo bob-private > notes.txt"])
+        bob_run = await run_to_end(bob, bob_id)
+        assert bob_run["status"] == "succeeded", bob_run  # writing inside works
+        bob_dir = Path(await workdir_of(bob, bob_run["task_id"]))
+    database = make_database_paths(db_url)
+    params = {
+        "other_notes": str(bob_dir / "notes.txt"),
+        "tasks": str((data_dir / "tasks").resolve()),
+        "database": [str(path) for path in database],
+        "service_pid": os.getpid(),
+        "writes": [str(path) for path in writes],
+        "pg_port": 5432,
+    }
+    async with owner(app, "alice") as alice:
+        schedule_id = await create(alice, [sys.executable, "-c", PROBE], prompt=json.dumps(params))
+        run = await run_to_end(alice, schedule_id)
+        assert run["status"] == "succeeded", run
+        alice_dir = Path(await workdir_of(alice, run["task_id"]))
+    return bob_dir, alice_dir, json.loads(run["output"])
+
+
+def make_database_paths(db_url: str) -> list[Path]:
+    if not db_url.startswith("sqlite"):
+        return []
+    main = Path(db_url.split("///", 1)[1])
+    return [main, *(p for p in main.parent.iterdir() if p.name.startswith(main.name + "-"))]
+
+
+async def test_a_sandboxed_agent_reaches_only_its_own_directory(
+    db_url: str,
+    backend: str,
+    tmp_path: Path,
+    service_env: dict[str, str],
+    bwrap: str,
+) -> None:
+    data_dir = tmp_path / "data"
+    outside = tmp_path / "outside.txt"  # under /tmp: the sandbox's /tmp is its own tmpfs
+    in_repo = REPO / f".sandbox-escape-{uuid.uuid4().hex}.txt"
+    in_data = data_dir / "planted.txt"
+    settings = settings_for(db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap)
+    try:
+        async with serving(settings) as app:
+            bob_dir, alice_dir, report = await probe(
+                app, data_dir, db_url, [outside, in_repo, in_data, bob_dir_guess(data_dir)]
+            )
+    finally:
+        in_repo.unlink(missing_ok=True)
+
+    # Another owner's directory, and every other task directory: not there at all.
+    assert report["other_notes"] == "missing"
+    assert report["tasks"] == ["alice"]
+    assert (bob_dir / "notes.txt").read_text() == "bob-private\n"
+    # The service's database file (SQLite; here outside the data dir): /dev/null is bound
+    # over it and its siblings, which a nodev mount will not even open.
+    for path, seen in report["database"].items():
+        assert seen == "Permission denied", (path, seen)
+    if backend == "sqlite":
+        assert report["database"]
+    # The service's process and its environment: another PID namespace.
+    assert report["service_environ"] == "missing"
+    assert os.getpid() not in report["pids"] and len(report["pids"]) < 10
+    # PostgreSQL's Unix sockets: hidden (an empty tmpfs) where the host has them.
+    for directory, listing in report["sockets"].items():
+        assert listing == ([] if is_dir(directory) else "No such file or directory"), directory
+    # Writing: inside works; the repository is read-only; what it wrote to its /tmp and over
+    # the data dir's tmpfs vanished with the sandbox, never reaching the host.
+    assert report["inside"] == "written"
+    assert (alice_dir / "inside.txt").read_text() == "written by the agent"
+    assert report["writes"][str(in_repo)] == "Read-only file system"
+    assert not in_repo.exists() and not outside.exists() and not in_data.exists()
+    assert sorted(p.name for p in (data_dir / "tasks").iterdir()) == ["alice", "bob"]
+    assert [p.name for p in (data_dir / "tasks" / "bob").iterdir()] == [bob_dir.name]
+
+
+def is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+def bob_dir_guess(data_dir: Path) -> Path:
+    """A path in another owner's root the agent tries to create files in."""
+    return data_dir / "tasks" / "bob" / "planted-by-alice.txt"
+
+
+async def test_a_sqlite_database_in_the_data_dir_is_not_there_at_all(
+    tmp_path: Path,
+    sqlite_template: Path,
+    service_env: dict[str, str],
+    bwrap: str,
+) -> None:
+    data_dir = tmp_path / "var"
+    data_dir.mkdir()
+    shutil.copy(sqlite_template, data_dir / "agentcron.db")
+    db_url = f"sqlite+aiosqlite:///{data_dir / 'agentcron.db'}"
+    settings = settings_for(db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap)
+    async with serving(settings) as app:
+        _, _, report = await probe(app, data_dir, db_url, [])
+    assert report["database"] and set(report["database"].values()) == {"missing"}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # the database is a TCP port away
+async def test_network_none_cuts_the_agent_off_the_database(
+    db_url: str,
+    tmp_path: Path,
+    service_env: dict[str, str],
+    bwrap: str,
+) -> None:
+    data_dir = tmp_path / "data"
+    host = settings_for(db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap)
+    async with serving(host) as app:
+        _, _, report = await probe(app, data_dir, db_url, [])
+    # With host networking a database that trusts loopback is reachable: see the README.
+    assert report["tcp"] == "connected"
+
+    none = settings_for(
+        db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap, sandbox_network="none"
+    )
+    with capture_logs() as lines:
+        async with serving(none) as app:
+            _, _, report = await probe(app, data_dir, db_url, [])
+    assert report["tcp"] in ("ConnectionRefusedError", "OSError"), report["tcp"]
+    (started,) = [line for line in lines if line["event"] == "engine_started"]
+    assert started["sandbox"] == "bwrap (network none)"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # start-up, not storage
+async def test_the_service_refuses_to_start_when_bwrap_is_missing(
+    db_url: str, tmp_path: Path
+) -> None:
+    settings = settings_for(
+        db_url, tmp_path / "data", sandbox="bwrap", sandbox_binary="/nonexistent/bwrap"
+    )
+    app = create_app(settings)
+    with capture_logs() as lines, pytest.raises(StartupError) as caught:
+        async with app.router.lifespan_context(app):
+            pass
+    assert "apt-get install bubblewrap" in caught.value.message
+    assert "AGENTCRON_SANDBOX=none" in caught.value.message
+    assert not [line for line in lines if line["event"] == "engine_started"]
+    # The API-only process runs no agent: it starts without one.
+    api_only = settings.model_copy(update={"disable_scheduler": True})
+    async with serving(api_only):
+        pass
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_engine_started_says_there_is_no_sandbox(db_url: str, tmp_path: Path) -> None:
+    with capture_logs() as lines:
+        async with serving(settings_for(db_url, tmp_path / "data", agent_env="HTTPS_PROXY")):
+            pass
+    (started,) = [line for line in lines if line["event"] == "engine_started"]
+    assert started["sandbox"] == "none" and started["agent_env"] == ["HTTPS_PROXY"]

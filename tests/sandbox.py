@@ -1,0 +1,61 @@
+"""bubblewrap for the sandbox tests: Debian's package (``scripts/install-bubblewrap`` installs
+it as root; ``make test`` runs that first).
+
+A missing or broken bwrap skips those tests with the reason, except under
+``AGENTCRON_REQUIRE_SANDBOX=1`` (CI, ``.ci/run``), where it fails them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from core.errors import StartupError
+from core.runners.containment import Containment, Sandbox, check_sandbox
+
+REQUIRE_SANDBOX = os.environ.get("AGENTCRON_REQUIRE_SANDBOX", "").lower() in ("1", "true", "yes")
+
+
+def bwrap_path() -> str | None:
+    """``AGENTCRON_SANDBOX_BINARY``, else Debian's ``/usr/bin/bwrap``, else ``bwrap`` on PATH."""
+    configured = os.environ.get("AGENTCRON_SANDBOX_BINARY")
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    if os.access("/usr/bin/bwrap", os.X_OK):
+        return "/usr/bin/bwrap"
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def missing_sandbox() -> str | None:
+    """Why the sandbox tests cannot run here, or None when they can (probed once)."""
+    path = bwrap_path()
+    if path is None:
+        return (
+            "no bubblewrap at AGENTCRON_SANDBOX_BINARY or /usr/bin/bwrap "
+            "(scripts/install-bubblewrap installs Debian's package as root)"
+        )
+    with tempfile.TemporaryDirectory() as data_dir:
+        try:
+            check_sandbox(Containment(sandbox=Sandbox(path, Path(data_dir))))
+        except StartupError as exc:
+            return exc.message
+    return None
+
+
+def require_bwrap() -> str:
+    """The bwrap executable; skips the test with the reason when it cannot sandbox here, or
+    fails it under ``AGENTCRON_REQUIRE_SANDBOX=1`` so CI cannot pass without running it."""
+    reason = missing_sandbox()
+    if reason is not None:
+        if REQUIRE_SANDBOX:
+            pytest.fail(f"{reason} (AGENTCRON_REQUIRE_SANDBOX=1)", pytrace=False)
+        pytest.skip(reason)
+    path = bwrap_path()
+    assert path is not None
+    return path

@@ -1,0 +1,205 @@
+"""What environment an agent process starts with: the builder alone, then from inside real
+``command`` processes (unconfined and sandboxed), with secret-looking variables in the
+service's own environment that must never reach them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from core.runners import CancelToken, RunRequest, build_runner, validate_runner
+from core.runners.containment import DEFAULT_PATH, Containment, Sandbox, agent_environment
+
+# What the service's environment holds in production, and no agent may see.
+SERVICE_SECRETS = {
+    "AGENTCRON_DATABASE_URL": "postgresql+asyncpg://agentcron:hunter2-db@db.internal/prod",
+    "OPENAI_API_KEY": "sk-test-0123456789abcdef0123456789abcdef",
+    "DIGEST_API_KEY": "sk-test-digest-fedcba9876543210",
+    "SMTP_URL": "smtps://mailer:hunter2-smtp@mail.internal",
+}
+METADATA = {
+    "AGENTCRON_RUN_ID",
+    "AGENTCRON_SCHEDULE_ID",
+    "AGENTCRON_TASK_ID",
+    "AGENTCRON_ATTEMPT",
+    "AGENTCRON_TRIGGER",
+    "AGENTCRON_DUE_AT",
+    "AGENTCRON_INSTANCE_ID",
+}
+# Variables the shell itself sets in every process it runs (`env` is run by sh -c).
+SHELL_OWN = {"PWD", "SHLVL", "_", "OLDPWD"}
+
+
+# -- the builder ----------------------------------------------------------------------------
+
+
+def test_only_the_documented_variables_are_taken_from_the_service() -> None:
+    service = {
+        "PATH": "/opt/bin:/usr/bin",
+        "HOME": "/home/agentcron",
+        "LANG": "de_DE.UTF-8",
+        "LC_ALL": "de_DE.UTF-8",
+        "TZ": "Europe/Berlin",
+        "USER": "agentcron",
+        **SERVICE_SECRETS,
+    }
+    env = agent_environment(service, home=Path("/data/tasks/alice/1"), tmpdir="/tmp/x")
+    assert env == {
+        "PATH": "/opt/bin:/usr/bin",
+        "HOME": "/data/tasks/alice/1",
+        "LANG": "de_DE.UTF-8",
+        "LC_ALL": "de_DE.UTF-8",
+        "TZ": "Europe/Berlin",
+        "TMPDIR": "/tmp/x",
+    }
+
+
+def test_defaults_when_the_service_has_no_path_or_locale() -> None:
+    env = agent_environment({"OPENAI_API_KEY": "sk-x"}, home=Path("/w"), tmpdir="/tmp")
+    assert env == {"PATH": DEFAULT_PATH, "HOME": "/w", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+
+def test_passthrough_names_are_copied_and_missing_ones_left_out() -> None:
+    service = {"PATH": "/usr/bin", "HTTPS_PROXY": "http://proxy:3128", **SERVICE_SECRETS}
+    env = agent_environment(
+        service, home=Path("/w"), tmpdir="/tmp", passthrough=("HTTPS_PROXY", "NOT_SET_ANYWHERE")
+    )
+    assert env["HTTPS_PROXY"] == "http://proxy:3128"
+    assert "NOT_SET_ANYWHERE" not in env
+    assert not set(SERVICE_SECRETS) & set(env)
+
+
+# -- from inside a real process -------------------------------------------------------------
+
+
+def request(workdir: Path, containment: Containment) -> RunRequest:
+    return RunRequest(
+        run_id=uuid.uuid4(),
+        schedule_id=uuid.uuid4(),
+        task_id=uuid.uuid4(),
+        attempt=1,
+        trigger="manual",
+        due_at=datetime(2026, 1, 5, 8, 0, tzinfo=UTC),
+        prompt="",
+        workdir=workdir,
+        timeout_seconds=30,
+        instance_id="replica-7",
+        containment=containment,
+    )
+
+
+def read_env(path: Path) -> dict[str, str]:
+    """``env -0`` output: NUL-separated NAME=VALUE."""
+    pairs = [item.partition("=") for item in path.read_text().split("\0") if item]
+    return {name: value for name, _, value in pairs}
+
+
+def real(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+async def env_inside(
+    workdir: Path, containment: Containment, config_env: dict[str, str] | None = None
+) -> tuple[RunRequest, dict[str, str], str]:
+    """Run ``env -0 > env.txt`` as a command agent; its environment and the file's raw text."""
+    config: dict[str, object] = {
+        "type": "command",
+        "argv": ["sh", "-c", 'env -0 > env.txt; printf %s "$TMPDIR" > tmpdir.txt'],
+    }
+    if config_env:
+        config["env"] = config_env
+    req = request(workdir, containment)
+    await build_runner(validate_runner(config)).run(req, CancelToken())
+    raw = (workdir / "env.txt").read_text()
+    return req, read_env(workdir / "env.txt"), raw
+
+
+@pytest.fixture
+def service_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The service's environment with production-like secrets in it (restored afterwards)."""
+    for name, value in SERVICE_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    return dict(os.environ)
+
+
+def assert_contained(
+    env: dict[str, str], raw: str, req: RunRequest, service: dict[str, str], *extra: str
+) -> None:
+    """``env`` has exactly the documented variables (plus ``extra`` and the shell's own), the
+    metadata of ``req``, and no value of the service's secrets anywhere."""
+    documented = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", *METADATA, *extra}
+    assert set(env) - SHELL_OWN == documented, sorted(set(env) - SHELL_OWN ^ documented)
+    for name, value in SERVICE_SECRETS.items():
+        assert name not in env
+        assert value not in raw
+    # Nothing else of the service's leaked either (its HOME, USER, the test runner's own).
+    leaked = {name for name in service if name in env and name not in {*documented, *SHELL_OWN}}
+    assert leaked == set()
+    assert env["PATH"] == service["PATH"]
+    assert env["LANG"] == "C.UTF-8" and env["TZ"] == "Asia/Shanghai"
+    assert env["AGENTCRON_RUN_ID"] == str(req.run_id)
+    assert env["AGENTCRON_SCHEDULE_ID"] == str(req.schedule_id)
+    assert env["AGENTCRON_TASK_ID"] == str(req.task_id)
+    assert env["AGENTCRON_ATTEMPT"] == "1"
+    assert env["AGENTCRON_TRIGGER"] == "manual"
+    assert env["AGENTCRON_DUE_AT"] == "2026-01-05T08:00:00+00:00"
+    assert env["AGENTCRON_INSTANCE_ID"] == "replica-7"
+
+
+async def test_an_agent_sees_none_of_the_service_environment(
+    tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    workdir = tmp_path / "tasks" / "alice" / "s1"
+    req, env, raw = await env_inside(workdir, Containment())
+    assert_contained(env, raw, req, service_env)
+    # HOME is the task's directory, not the service user's home.
+    assert env["HOME"] == real(workdir) != service_env.get("HOME")
+    # TMPDIR was a directory of the attempt's own, existing while it ran and removed after.
+    assert (workdir / "tmpdir.txt").read_text() == env["TMPDIR"]
+    assert env["TMPDIR"] != "/tmp" and str(req.run_id) in env["TMPDIR"]
+    assert not is_dir(env["TMPDIR"])
+
+
+async def test_agent_env_passes_a_named_service_variable_through(
+    tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    containment = Containment(agent_env=("OPENAI_API_KEY", "NOT_SET_ANYWHERE"))
+    workdir = tmp_path / "w"
+    _, env, _ = await env_inside(workdir, containment)
+    assert env["OPENAI_API_KEY"] == SERVICE_SECRETS["OPENAI_API_KEY"]
+    assert "NOT_SET_ANYWHERE" not in env
+    assert "AGENTCRON_DATABASE_URL" not in env and "DIGEST_API_KEY" not in env
+
+
+async def test_the_runner_config_env_still_applies_last(
+    tmp_path: Path, service_env: dict[str, str]
+) -> None:
+    _, env, _ = await env_inside(
+        tmp_path / "w", Containment(), {"MODEL": "small", "LANG": "fr_FR.UTF-8"}
+    )
+    assert env["MODEL"] == "small" and env["LANG"] == "fr_FR.UTF-8"
+
+
+async def test_a_sandboxed_agent_sees_none_of_the_service_environment(
+    tmp_path: Path, service_env: dict[str, str], bwrap: str
+) -> None:
+    data_dir = tmp_path / "data"
+    workdir = data_dir / "tasks" / "alice" / "s1"
+    containment = Containment(agent_env=("DIGEST_API_KEY",), sandbox=Sandbox(bwrap, data_dir))
+    req, env, raw = await env_inside(workdir, containment, {"LD_PRELOAD": ""})
+    env.pop("DIGEST_API_KEY")  # passed through on purpose
+    env.pop("LD_PRELOAD")
+    assert_contained(env, raw.replace(SERVICE_SECRETS["DIGEST_API_KEY"], ""), req, service_env)
+    assert env["HOME"] == real(workdir)
+    assert env["TMPDIR"] == "/tmp"  # the sandbox's own tmpfs

@@ -1,0 +1,127 @@
+"""The ``file`` channel writes inside the task's working directory and nowhere else, whatever
+the channel says and whatever the agent left in that directory (links, FIFOs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import InvalidSchedule, RunPermanentError
+from core.notify.base import DeliveryRequest
+from core.notify.file import FileNotifier
+
+BODY = {"type": "run.finished", "run": {"id": "r1", "status": "succeeded"}}
+
+
+async def deliver(workdir: Path, path: str, mode: str = "append") -> None:
+    channel: dict[str, Any] = {"type": "file", "path": path, "mode": mode}
+    await FileNotifier().deliver(DeliveryRequest("r1.0", channel, BODY, workdir))
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """A task directory and, beside it, a directory standing for everything outside it."""
+    workdir, outside = tmp_path / "task", tmp_path / "outside"
+    workdir.mkdir()
+    outside.mkdir()
+    return workdir, outside
+
+
+@pytest.mark.parametrize(
+    "path", ["/etc/passwd", "\\etc", "../x", "a/../../x", "a/..", "..\\x", "a\\..\\..\\x"]
+)
+def test_paths_leaving_the_directory_are_refused_when_saved(path: str) -> None:
+    with pytest.raises(InvalidSchedule, match="stay inside") as caught:
+        FileNotifier().validate({"type": "file", "path": path}, "notify.0", allow_private=False)
+    assert caught.value.field == "notify.0.path"
+
+
+@pytest.mark.parametrize("path", ["/tmp/escape.jsonl", "../escape.jsonl", "a/../../escape"])
+async def test_a_stored_path_leaving_the_directory_is_refused_when_delivering(
+    dirs: tuple[Path, Path], path: str
+) -> None:
+    # A channel saved before validation refused it (or written straight into the database).
+    workdir, _ = dirs
+    with pytest.raises(RunPermanentError, match="leaves the task's working directory"):
+        await deliver(workdir, path)
+    assert not (workdir.parent / "escape.jsonl").exists()
+
+
+async def test_append_and_replace_write_inside(dirs: tuple[Path, Path]) -> None:
+    workdir, _ = dirs
+    await deliver(workdir, "logs/daily/runs.jsonl")
+    await deliver(workdir, "logs/daily/runs.jsonl")
+    await deliver(workdir, "./latest.json", mode="replace")
+    await deliver(workdir, "latest.json", mode="replace")
+    lines = (workdir / "logs" / "daily" / "runs.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [BODY, BODY]
+    assert json.loads((workdir / "latest.json").read_text()) == BODY
+    assert sorted(p.name for p in workdir.iterdir()) == ["latest.json", "logs"]  # no .tmp left
+
+
+async def test_a_symlinked_directory_on_the_way_is_not_followed(dirs: tuple[Path, Path]) -> None:
+    workdir, outside = dirs
+    (workdir / "logs").symlink_to(outside)
+    with pytest.raises(RunPermanentError, match="symbolic link"):
+        await deliver(workdir, "logs/runs.jsonl")
+    assert list(outside.iterdir()) == []
+
+
+async def test_a_symlink_as_the_file_is_not_followed_in_append_mode(
+    dirs: tuple[Path, Path],
+) -> None:
+    workdir, outside = dirs
+    victim = outside / "victim.txt"
+    victim.write_text("precious\n")
+    (workdir / "runs.jsonl").symlink_to(victim)
+    with pytest.raises(RunPermanentError, match="symbolic link"):
+        await deliver(workdir, "runs.jsonl")
+    assert victim.read_text() == "precious\n"
+
+
+async def test_replace_mode_replaces_a_symlink_instead_of_writing_through_it(
+    dirs: tuple[Path, Path],
+) -> None:
+    workdir, outside = dirs
+    victim = outside / "victim.txt"
+    victim.write_text("precious\n")
+    (workdir / "latest.json").symlink_to(victim)
+    await deliver(workdir, "latest.json", mode="replace")
+    assert victim.read_text() == "precious\n"
+    assert not (workdir / "latest.json").is_symlink()
+    assert json.loads((workdir / "latest.json").read_text()) == BODY
+
+
+async def test_replace_mode_does_not_write_through_a_planted_temporary_file(
+    dirs: tuple[Path, Path],
+) -> None:
+    # The channel once wrote "<name>.tmp" then renamed it: an agent that linked that name to a
+    # file outside had the service overwrite it (its content replaced by the run's JSON).
+    workdir, outside = dirs
+    victim = outside / "victim.txt"
+    victim.write_text("precious\n")
+    (workdir / "latest.json.tmp").symlink_to(victim)
+    await deliver(workdir, "latest.json", mode="replace")
+    assert victim.read_text() == "precious\n"
+    assert json.loads((workdir / "latest.json").read_text()) == BODY
+
+
+async def test_a_fifo_fails_the_delivery_instead_of_blocking_it(dirs: tuple[Path, Path]) -> None:
+    workdir, _ = dirs
+    os.mkfifo(workdir / "runs.jsonl")
+    with pytest.raises(RunPermanentError):
+        await asyncio.wait_for(deliver(workdir, "runs.jsonl"), 5)
+
+
+async def test_a_directory_in_place_of_the_file_fails_permanently(
+    dirs: tuple[Path, Path],
+) -> None:
+    workdir, _ = dirs
+    (workdir / "runs.jsonl").mkdir()
+    with pytest.raises(RunPermanentError):
+        await deliver(workdir, "runs.jsonl")

@@ -1,0 +1,280 @@
+"""The ``command`` runner inside bubblewrap, with real processes: what the agent can reach, and
+that the engine's signals (timeout, cancel, freeze and thaw) still reach the agent.
+
+bwrap's ``--new-session`` gives the agent a process group of the sandbox's own; the runner
+learns it from bwrap's info and signals it (see core/runners/command.py). Each test's agent
+carries a marker in its argv so its processes can be found in the host's /proc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from core.errors import RunPermanentError, StartupError, TargetUnavailable
+from core.runners import CancelToken, RunOutcome, RunRequest, build_runner, validate_runner
+from core.runners.base import TransientRunError
+from core.runners.containment import Containment, Sandbox, check_sandbox
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parents[2]
+
+
+def request(workdir: Path, sandbox: Sandbox) -> RunRequest:
+    return RunRequest(
+        run_id=uuid.uuid4(),
+        schedule_id=uuid.uuid4(),
+        task_id=uuid.uuid4(),
+        attempt=1,
+        trigger="manual",
+        due_at=None,
+        prompt="hello agent",
+        workdir=workdir,
+        timeout_seconds=30,
+        containment=Containment(sandbox=sandbox),
+    )
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, bwrap: str) -> Sandbox:
+    return Sandbox(bwrap, tmp_path / "data")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "tasks" / "alice" / "s1"
+
+
+async def run(
+    script: str,
+    workdir: Path,
+    sandbox: Sandbox,
+    token: CancelToken | None = None,
+    **config: object,
+) -> RunOutcome:
+    """``sh -c script marker``: ``$0`` is a marker unique to the test."""
+    runner = build_runner(
+        validate_runner(
+            {"type": "command", "argv": ["sh", "-c", script, marker(workdir)], **config}
+        )
+    )
+    return await runner.run(request(workdir, sandbox), token or CancelToken())
+
+
+def marker(workdir: Path) -> str:
+    return f"agentcron-sandbox-test-{abs(hash(str(workdir)))}"
+
+
+def processes_with(text: str) -> list[int]:
+    """Live (non-zombie) host pids whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def states(text: str) -> set[str]:
+    """The state letters of the processes carrying ``text`` (T: stopped)."""
+    letters = set()
+    for pid in processes_with(text):
+        try:
+            letters.add(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            continue
+    return letters
+
+
+def real(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+async def wait_for_file(path: Path, within: float = 10.0) -> str:
+    for _ in range(int(within / 0.02)):
+        if text := read_text(path):
+            return text
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{path} was not written within {within} s")
+
+
+async def none_left(text: str, within: float = 5.0) -> bool:
+    for _ in range(int(within / 0.05)):
+        if not processes_with(text):
+            return True
+        await asyncio.sleep(0.05)
+    return not processes_with(text)
+
+
+async def test_a_sandboxed_command_answers_on_stdout(workdir: Path, sandbox: Sandbox) -> None:
+    outcome = await run('echo "got: $(cat)"; pwd', workdir, sandbox)
+    assert outcome.output == f"got: hello agent\n{real(workdir)}\n"
+
+
+async def test_exit_codes_keep_their_meaning(workdir: Path, sandbox: Sandbox) -> None:
+    with pytest.raises(TransientRunError, match="exit code 75"):
+        await run("exit 75", workdir, sandbox)
+    with pytest.raises(RunPermanentError, match="exit code 3"):
+        await run("echo no >&2; exit 3", workdir, sandbox)
+    # bwrap reports the agent's death by a signal as 128 + its number: read back as the signal.
+    with pytest.raises(TransientRunError, match="killed by signal SIGKILL"):
+        await run("kill -9 $$", workdir, sandbox)
+
+
+async def test_a_missing_command_is_unavailable_not_a_bwrap_failure(
+    workdir: Path, sandbox: Sandbox
+) -> None:
+    runner = build_runner(validate_runner({"type": "command", "argv": ["no-such-agent-xyz"]}))
+    with pytest.raises(TargetUnavailable, match="cannot start 'no-such-agent-xyz'"):
+        await runner.run(request(workdir, sandbox), CancelToken())
+
+
+async def test_timeout_sends_sigterm_to_the_agent_then_sigkill(
+    workdir: Path, sandbox: Sandbox
+) -> None:
+    # The agent traps TERM and ignores it: it must see TERM (not just die with bwrap), then
+    # SIGKILL after the grace period must end it and everything it started.
+    script = (
+        "trap 'echo TERM >> term.txt' TERM; sleep 60 & echo started > ready.txt; "
+        "while true; do sleep 0.05; done"
+    )
+    token = CancelToken()
+    job = asyncio.ensure_future(run(script, workdir, sandbox, token, kill_grace_seconds=1))
+    await wait_for_file(workdir / "ready.txt")
+    token.cancel("timeout")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(timeout\)"):
+        await asyncio.wait_for(job, 10)
+    assert (workdir / "term.txt").read_text() == "TERM\n"
+    assert await none_left(marker(workdir))
+
+
+async def test_a_graceful_agent_finishes_its_cleanup_within_the_grace(
+    workdir: Path, sandbox: Sandbox
+) -> None:
+    script = (
+        "trap 'sleep 0.3; echo cleaned > cleanup.txt; exit 0' TERM; echo started > ready.txt; "
+        "while true; do sleep 0.05; done"
+    )
+    token = CancelToken()
+    job = asyncio.ensure_future(run(script, workdir, sandbox, token, kill_grace_seconds=5))
+    await wait_for_file(workdir / "ready.txt")
+    token.cancel("cancel")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(cancel\)"):
+        await asyncio.wait_for(job, 10)
+    assert (workdir / "cleanup.txt").read_text() == "cleaned\n"
+    assert await none_left(marker(workdir))
+
+
+async def test_cancel_stops_the_agent_and_what_it_started(workdir: Path, sandbox: Sandbox) -> None:
+    # The second child leaves the agent's process group (and session): it must die anyway,
+    # with the sandbox's PID namespace.
+    script = 'sleep 60 & setsid sh -c "sleep 61" "$0-escaped" & echo started > ready.txt; wait'
+    token = CancelToken()
+    job = asyncio.ensure_future(run(script, workdir, sandbox, token))
+    await wait_for_file(workdir / "ready.txt")
+    for _ in range(100):
+        if processes_with(f"{marker(workdir)}-escaped"):
+            break
+        await asyncio.sleep(0.02)
+    assert processes_with(f"{marker(workdir)}-escaped")
+    token.cancel("cancel")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(cancel\)"):
+        await asyncio.wait_for(job, 10)
+    assert await none_left(marker(workdir))
+
+
+async def test_suspend_freezes_the_sandboxed_agent_and_resume_thaws_it(
+    workdir: Path, sandbox: Sandbox
+) -> None:
+    script = (
+        "i=0; while true; do i=$((i+1)); echo $i > count.txt; sleep 0.05; "
+        'if [ "$i" -ge 400 ]; then exit 0; fi; done'
+    )
+    token = CancelToken()
+    job = asyncio.ensure_future(run(script, workdir, sandbox, token))
+    await wait_for_file(workdir / "count.txt")
+    token.suspend()
+    await asyncio.sleep(0.3)  # let SIGSTOP land
+    frozen_at = (workdir / "count.txt").read_text()
+    await asyncio.sleep(0.6)
+    assert (workdir / "count.txt").read_text() == frozen_at, "the agent kept running"
+    assert "T" in states(marker(workdir))
+    token.resume()
+    await asyncio.sleep(0.6)
+    assert (workdir / "count.txt").read_text() != frozen_at, "the agent was not thawed"
+    # A cancel while frozen is at once: the frozen agent is killed, never thawed.
+    token.suspend()
+    await asyncio.sleep(0.2)
+    token.cancel("lease_unconfirmed")
+    with pytest.raises(RunPermanentError, match="cancelled"):
+        await asyncio.wait_for(job, 10)
+    assert await none_left(marker(workdir))
+
+
+async def test_the_sandboxed_agent_dies_with_the_service(tmp_path: Path, bwrap: str) -> None:
+    # --die-with-parent: a service killed with SIGKILL does not leave its agents running
+    # (unconfined, their process group would outlive it).
+    data_dir = tmp_path / "data"
+    workdir = data_dir / "tasks" / "alice" / "s1"
+    tag = f"agentcron-orphan-test-{uuid.uuid4().hex[:8]}"
+    service = (
+        "import asyncio, sys, uuid\n"
+        "from pathlib import Path\n"
+        "from core.runners import CancelToken, RunRequest, build_runner, validate_runner\n"
+        "from core.runners.containment import Containment, Sandbox\n"
+        f"sandbox = Sandbox({bwrap!r}, Path({str(data_dir)!r}))\n"
+        "req = RunRequest(run_id=uuid.uuid4(), schedule_id=uuid.uuid4(), task_id=uuid.uuid4(),\n"
+        "    attempt=1, trigger='manual', due_at=None, prompt='', "
+        f"workdir=Path({str(workdir)!r}),\n"
+        "    timeout_seconds=60, containment=Containment(sandbox=sandbox))\n"
+        "runner = build_runner(validate_runner({'type': 'command', 'argv': ['sh', '-c', "
+        f"'echo up > ready.txt; sleep 60', {tag!r}]}}))\n"
+        "asyncio.run(runner.run(req, CancelToken()))\n"
+    )
+    proc = await asyncio.create_subprocess_exec(PY, "-c", service, cwd=REPO)
+    try:
+        await wait_for_file(workdir / "ready.txt", within=30)
+        assert processes_with(tag)
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert await none_left(tag)
+
+
+def test_check_refuses_a_missing_binary_with_the_remedy(tmp_path: Path) -> None:
+    containment = Containment(sandbox=Sandbox("/nonexistent/bwrap", tmp_path))
+    with pytest.raises(StartupError) as caught:
+        check_sandbox(containment)
+    message = caught.value.message
+    assert "\n" not in message
+    assert "apt-get install bubblewrap" in message and "AGENTCRON_SANDBOX=none" in message
+
+
+def test_check_refuses_a_binary_that_cannot_sandbox(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(StartupError, match="cannot make a sandbox here .*No permissions"):
+        check_sandbox(Containment(sandbox=Sandbox(str(fake), tmp_path)))
+
+
+def test_check_accepts_a_working_bwrap(tmp_path: Path, bwrap: str) -> None:
+    check_sandbox(Containment(sandbox=Sandbox(bwrap, tmp_path, network="none")))
