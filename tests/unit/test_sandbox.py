@@ -20,6 +20,7 @@ from core.errors import RunPermanentError, StartupError, TargetUnavailable
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner, validate_runner
 from core.runners.base import TransientRunError
 from core.runners.containment import Containment, Sandbox, check_sandbox
+from tests.e2e.conftest import processes_with
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -68,22 +69,6 @@ async def run(
 
 def marker(workdir: Path) -> str:
     return f"agentcron-sandbox-test-{abs(hash(str(workdir)))}"
-
-
-def processes_with(text: str) -> list[int]:
-    """Live (non-zombie) host pids whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def states(text: str) -> set[str]:
