@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,10 @@ import pytest
 
 from core.errors import StartupError
 from core.runners.containment import Containment, Sandbox, check_sandbox
+
+# The interpreter itself, not the venv's link to it: the sandbox gives an agent a private
+# /tmp, so a checkout (and its .venv) under /tmp is not there inside it. Stdlib only.
+HOST_PYTHON = os.path.realpath(sys.executable)
 
 REQUIRE_SANDBOX = os.environ.get("AGENTCRON_REQUIRE_SANDBOX", "").lower() in ("1", "true", "yes")
 

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -33,6 +32,7 @@ from core.errors import StartupError
 from core.scheduler import adopt_legacy_directory
 from core.storage import Database, Task
 from tests.conftest import app_client, issue_key
+from tests.sandbox import HOST_PYTHON
 from web.app import create_app
 
 API = "/api/v1"
@@ -340,7 +340,7 @@ async def probe(app: FastAPI, data_dir: Path, db_url: str, writes: list[Path]) -
         "pg_port": 5432,
     }
     async with owner(app, "alice") as alice:
-        schedule_id = await create(alice, [sys.executable, "-c", PROBE], prompt=json.dumps(params))
+        schedule_id = await create(alice, [HOST_PYTHON, "-c", PROBE], prompt=json.dumps(params))
         run = await run_to_end(alice, schedule_id)
         assert run["status"] == "succeeded", run
         alice_dir = Path(await workdir_of(alice, run["task_id"]))
