@@ -220,6 +220,15 @@ async def test_restart_keeps_schedules_history_and_conversations(
             )
             done = {r.id for r in before if r.status == "succeeded"}
             await wait_for(lambda: succeeded(len(done) + 1), "a turn after the restart", within=20)
+            # Paused and settled, so the conversation and the runs counted below are one
+            # snapshot: a turn finishing between the two reads would otherwise miscount.
+            paused = await http.post(f"{second.url}/api/v1/schedules/{schedule_id}/pause")
+            assert paused.status_code == 200, paused.text
+
+            async def settled() -> bool:
+                return all(r.status not in ("pending", "running") for r in await probe.runs(schedule_id))
+
+            await wait_for(settled, "the last turn to finish", within=20)
             schedule = (await http.get(f"{second.url}/api/v1/schedules/{schedule_id}")).json()
             history = (await http.get(f"{second.url}/api/v1/schedules/{schedule_id}/runs")).json()
             task = (await http.get(f"{second.url}/api/v1/tasks/{task_id}")).json()
