@@ -189,10 +189,13 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 
 
 @pytest.fixture
-async def pg_url(pg_server: PgServer | None) -> str:
+async def pg_url(pg_server: PgServer | None) -> AsyncIterator[str]:
     """A freshly migrated PostgreSQL database for this test (skip, or fail under
     AGENTCRON_REQUIRE_PG=1, when PostgreSQL is unreachable: as the ``db_url`` fixture does)."""
-    return await clone_pg(pg_server)
+    url = await clone_pg(pg_server)
+    yield url
+    assert pg_server is not None
+    await pg_server.give_back(url)
 
 
 async def _pg_admin(statement: str) -> None:

@@ -70,6 +70,8 @@ def test_no_key_is_no_keyring(setting: Any) -> None:
 @pytest.mark.parametrize(
     ("setting", "which"),
     [("not-a-key", "key 1 of 1"), (f"{K1},short", "key 2 of 2"), ("ключ", "key 1 of 1")],
+    # Ids without the random key: every pytest-xdist worker must collect the same names.
+    ids=["not-base64", "second-short", "not-ascii"],
 )
 def test_a_malformed_key_is_a_startup_error_that_never_quotes_it(setting: str, which: str) -> None:
     with pytest.raises(StartupError) as caught:
