@@ -6,8 +6,9 @@ migrated template database is built once per session; each test gets a database 
 (a clone, ``CREATE DATABASE ... TEMPLATE``), so tests never see each other's rows. A database
 whose test is over, with no session left on it and its schema still the template's, is emptied
 and handed to a later test: dropping one costs about 0.25 s (and there are hundreds), emptying
-it about a millisecond. SQLite tests copy a migrated file. When PostgreSQL is unreachable its tests are skipped with the reason, unless
-``AGENTCRON_REQUIRE_PG=1``, which turns that into a failure (CI sets it).
+it about a millisecond. SQLite tests copy a migrated file. When PostgreSQL is unreachable its
+tests are skipped with the reason, unless ``AGENTCRON_REQUIRE_PG=1``, which turns that into a
+failure (CI sets it).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from sqlalchemy.engine import make_url
 from core.config import Settings
 from core.keys import LOCAL_OWNER, create_key
 from core.storage import Database
-from core.storage.models import Base
 from core.storage.migrate import upgrade
+from core.storage.models import Base
 from tests.sandbox import require_bwrap
 from web.app import create_app
 

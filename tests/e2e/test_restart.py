@@ -226,7 +226,8 @@ async def test_restart_keeps_schedules_history_and_conversations(
             assert paused.status_code == 200, paused.text
 
             async def settled() -> bool:
-                return all(r.status not in ("pending", "running") for r in await probe.runs(schedule_id))
+                runs = await probe.runs(schedule_id)
+                return all(r.status not in ("pending", "running") for r in runs)
 
             await wait_for(settled, "the last turn to finish", within=20)
             schedule = (await http.get(f"{second.url}/api/v1/schedules/{schedule_id}")).json()
