@@ -1,4 +1,5 @@
-"""A replica dies or stops mid-run; another continues the same run (contract points 6, 7, 13).
+"""A replica dies or stops mid-run; another continues the same run (docs/design.md, promises 6,
+7, 13).
 
 Real ``agentcron serve`` processes on one PostgreSQL database. The agent is a shell script that
 logs each attempt to a file and behaves differently on its first attempt ($AGENTCRON_ATTEMPT),

@@ -1,5 +1,5 @@
 """Runs several leases long on two real ``agentcron serve`` replicas on PostgreSQL, starting all
-along (contract points 3, 6, 7).
+along (docs/design.md, promises 3, 6, 7).
 
 A run's lease is renewed by its replica's heartbeat while the agent works. With runs several
 leases long, a heartbeat that stops renewing, or skips a run, hands a run that is still executing

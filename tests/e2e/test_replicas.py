@@ -1,4 +1,5 @@
-"""Three real ``agentcron serve`` replicas on one PostgreSQL database (contract points 3, 4, 6).
+"""Three real ``agentcron serve`` replicas on one PostgreSQL database (docs/design.md, promises
+3, 4, 6).
 
 Each replica is its own OS process with its own loop, instance id and data directory. The
 schedules are created over HTTP, spread over the replicas; everything else is read straight
@@ -137,7 +138,8 @@ async def test_replicas_run_every_due_time_exactly_once(
         assert "Traceback" not in server.log(), server.log()[-4000:]
 
     runs = await probe.runs()
-    # Shutdown left nothing half-done: runs not finished were given back (contract point 13).
+    # Shutdown left nothing half-done: runs not finished were given back (docs/design.md,
+    # promise 13).
     leftover = [
         (run.status, run.lease_owner) for run in runs if run.status in ("pending", "running")
     ]
@@ -161,7 +163,7 @@ async def test_replicas_run_every_due_time_exactly_once(
 
     # No double execution: no attempt of a run reached the agent twice (also outside the window,
     # e.g. runs released at shutdown), and every succeeded run did reach it. A run reaches it
-    # again only as a new attempt after its lease was lost (contract point 7: a takeover).
+    # again only as a new attempt after its lease was lost (docs/design.md, promise 7: a takeover).
     lines = [line.split() for line in exec_log.read_text().splitlines()]
     attempts = Counter((run_id, attempt) for _instance, run_id, attempt in lines)
     assert [key for key, count in attempts.items() if count > 1] == []

@@ -1,9 +1,9 @@
 """Stop the only server, wait, start it again: missed due times follow the catch-up policy.
 
-Contract point 4 with real processes on SQLite: a due time is judged when it is claimed. While
-no process runs, due times come and go; the restarted process claims them late, so with catch-up
-``skip`` none of them runs, and with ``latest`` only the most recent one runs, once. Both
-schedules then carry on with their normal timetable.
+docs/design.md, promise 4, with real processes on SQLite: a due time is judged when it is
+claimed. While no process runs, due times come and go; the restarted process claims them late,
+so with catch-up ``skip`` none of them runs, and with ``latest`` only the most recent one runs,
+once. Both schedules then carry on with their normal timetable.
 """
 
 from __future__ import annotations

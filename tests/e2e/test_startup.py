@@ -1,5 +1,5 @@
-"""Start-up checks with real processes (contract point 14): a configuration that cannot work is
-refused at start, with a message that says what to change."""
+"""Start-up checks with real processes (docs/design.md, promise 14): a configuration that
+cannot work is refused at start, with a message that says what to change."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Soak: several real replicas on one PostgreSQL database, one SIGKILLed and restarted at
-random moments, and every due time checked afterwards (contract points 3, 4, 7).
+random moments, and every due time checked afterwards (docs/design.md, promises 3, 4, 7).
 
     python -m tests.faults.soak --replicas 4 --schedules 1000 --seconds 120 --kill-every 20
 

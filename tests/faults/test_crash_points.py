@@ -1,5 +1,5 @@
 """SIGKILL of a replica at the moments that matter, each repeated in a loop, with a survivor
-running throughout (contract points 3, 6, 7; README: crash recovery, delivery).
+running throughout (docs/design.md, promises 3, 6, 7; README: crash recovery, delivery).
 
 A kill during a claim is covered by ``test_soak.py`` (bursts, kills a fraction of a second
 after each burst came due). Here: a kill while the agent runs, and a kill while a webhook

@@ -1,4 +1,4 @@
-"""A database outage under a real ``agentcron serve`` (contract points 3, 4, 7, 12).
+"""A database outage under a real ``agentcron serve`` (docs/design.md, promises 3, 4, 7, 12).
 
 The service reaches PostgreSQL only through the fault proxy, which the test cuts for
 ``OUTAGE_SECONDS`` (every connection reset, new ones reset on arrival) while a schedule fires
@@ -46,7 +46,7 @@ GRACE = 5  # its misfire_grace_seconds: far below the outage, above a loaded cla
 LEASE = "3"
 AFTER_SECONDS = 16.0  # observed after the outage
 RECOVERY_BOUND = 10.0  # due times this long after the restore must all have run (generous)
-# Driver and stack-trace text that must never reach an API response (contract point 12).
+# Driver and stack-trace text that must never reach an API response (docs/design.md, promise 12).
 LEAKS = (
     "asyncpg",
     "psycopg",
@@ -237,7 +237,7 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     assert await asyncio.to_thread(stop_server, server) in (0, -15)
     log = server.log()
 
-    # -- the process declared what it promises (contract point 14) ------------------------
+    # -- the process declared what it promises (docs/design.md, promise 14) ----------------
     started = json_events(log, "engine_started")
     assert len(started) == 1 and started[0]["recovery_scope"] == "cluster", started
     assert started[0]["lease_seconds"] == float(LEASE) and started[0]["dialect"] == "postgresql"
@@ -290,15 +290,16 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     # After the outage the timetable resumes: every due time once recovery had time to happen.
     resumed = grid(start_at, restore_at + timedelta(seconds=RECOVERY_BOUND), end - step)
     assert resumed and set(resumed) <= ran, sorted(set(resumed) - ran)
-    # Nothing ran late: every run was claimed within its grace (contract point 4) and started
-    # right after (a generous second for a loaded machine; the agent takes milliseconds).
+    # Nothing ran late: every run was claimed within its grace (docs/design.md, promise 4) and
+    # started right after (a generous second for a loaded machine; the agent takes
+    # milliseconds).
     for run in runs:
         assert run.due_at is not None and run.started_at is not None
         assert run.created_at - run.due_at <= timedelta(seconds=GRACE), run
         assert run.started_at - run.due_at <= timedelta(seconds=GRACE + 1), run
         assert run.started_at >= run.due_at
     # The agent's own log: no attempt of a run executed twice; a run id recurs only as a new
-    # attempt after an attempt whose outcome the outage swallowed (contract point 7).
+    # attempt after an attempt whose outcome the outage swallowed (docs/design.md, promise 7).
     lines = log_lines(tick_log)
     attempts = Counter((run_id, attempt) for run_id, attempt in lines)
     assert [pair for pair, count in attempts.items() if count > 1] == []

@@ -1,6 +1,6 @@
 """Short versions of ``make soak`` in the suite: replicas killed at random under load, some runs
-longer than the lease, and replicas killed while a burst's claims are in flight (contract
-points 3, 4, 7)."""
+longer than the lease, and replicas killed while a burst's claims are in flight (docs/design.md,
+promises 3, 4, 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cron meaning (DESIGN.md contract point 1), validation, intervals, one-shots, describe."""
+"""Cron meaning (docs/design.md, promise 1), validation, intervals, one-shots, describe."""
 
 from __future__ import annotations
 

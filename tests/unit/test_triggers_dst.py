@@ -1,4 +1,4 @@
-"""DST rules of cron triggers (DESIGN.md contract point 2) as a named table.
+"""DST rules of cron triggers (docs/design.md, promise 2) as a named table.
 
 Expectations are local wall-clock strings with offsets, because aware datetimes that are equal
 in UTC can differ locally. Every expectation was derived from the rules and the tzdata

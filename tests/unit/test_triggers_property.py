@@ -1,4 +1,4 @@
-"""Property tests of the trigger arithmetic (DESIGN.md contract points 1 and 2), with hypothesis.
+"""Property tests of the trigger arithmetic (docs/design.md, promises 1 and 2), with hypothesis.
 
 Cron expressions are generated from parts whose meaning is known: each field's value set is
 computed here from the Debian rules (values, ranges, reversed ranges that wrap, steps, lists,
