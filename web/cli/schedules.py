@@ -202,7 +202,8 @@ def add(
         typer.Option(
             "--file",
             metavar="PATH",
-            help="a whole schedule as API.md's JSON (- reads stdin); other options override it",
+            help="a whole schedule as JSON, the create body of docs/api.md (- reads stdin); "
+            "other options override it",
         ),
     ] = None,
     url: UrlOption = DEFAULT_URL,
