@@ -1,4 +1,4 @@
-"""Hostile input through the real app, on SQLite and PostgreSQL (API.md, README "Bad input").
+"""Hostile input through the real app, on SQLite and PostgreSQL (docs/api.md, README "Bad input").
 
 Every bad request must get a 4xx with the documented error body
 ``{"error": {"type", "message", "field"}}`` (the field named where the error is about one), never

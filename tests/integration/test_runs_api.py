@@ -1,4 +1,4 @@
-"""The Runs half of the HTTP API (API.md "Runs"), through the real app with the engine off."""
+"""The Runs half of the HTTP API (docs/api.md "Runs"), through the real app with the engine off."""
 
 from __future__ import annotations
 

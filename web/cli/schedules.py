@@ -1,4 +1,4 @@
-"""``agentcron schedules`` and ``agentcron preview``: schedules over HTTP, as API.md defines
+"""``agentcron schedules`` and ``agentcron preview``: schedules over HTTP, as docs/api.md defines
 them. The service validates everything; the command line only refuses what it cannot even
 send (two triggers at once, ``--tz`` without a cron, a ``--file`` that is not JSON)."""
 
