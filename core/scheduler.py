@@ -1012,7 +1012,7 @@ async def _deliveries(
 
 
 def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
-    """The public shape of a run (API.md)."""
+    """The public shape of a run (docs/api.md)."""
     return {
         "id": run.id,
         "schedule_id": run.schedule_id,

@@ -64,7 +64,7 @@ def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:
 
 
 def schedule_view(schedule: Schedule) -> dict[str, Any]:
-    """The public shape of a schedule (API.md): secrets masked, description in words."""
+    """The public shape of a schedule (docs/api.md): secrets masked, description in words."""
     trigger = triggers.trigger_from_dict(schedule.trigger)
     return {
         "id": schedule.id,

@@ -104,7 +104,7 @@ class _Input(BaseModel):
 
 
 class ScheduleCreate(_Input):
-    """A new schedule. Defaults follow API.md; ``overlap`` defaults by ``mode``."""
+    """A new schedule. Defaults follow docs/api.md; ``overlap`` defaults by ``mode``."""
 
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)

@@ -1,6 +1,6 @@
 """The three trigger kinds, read from user input and to and from their stored form.
 
-``parse_trigger`` validates what a user sends (API.md "Trigger"); ``trigger_to_dict`` and
+``parse_trigger`` validates what a user sends (docs/api.md "Trigger"); ``trigger_to_dict`` and
 ``trigger_from_dict`` are the JSON-safe stored form and its inverse. Cron text is checked by
 :mod:`core.triggers.cron`.
 """
@@ -248,7 +248,7 @@ def _ordered(start_at: datetime | None, end_at: datetime | None) -> None:
 
 
 def parse_trigger(data: Mapping[str, Any], now: datetime) -> Trigger:
-    """Validate user input (API.md "Trigger") into a ``Trigger``.
+    """Validate user input (docs/api.md "Trigger") into a ``Trigger``.
 
     ``data`` holds exactly one of ``{"cron", "timezone"?, "dst_gap"?, "dst_repeat"?}``,
     ``{"every_seconds", "start_at"?}`` or ``{"at"}``; ``now`` is an aware datetime. Datetimes

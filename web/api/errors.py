@@ -1,4 +1,4 @@
-"""The one table mapping agentcron errors to HTTP statuses and the error body of API.md.
+"""The one table mapping agentcron errors to HTTP statuses and the error body of docs/api.md.
 
 Every error body is ``{"error": {"type", "message", "field"}}``. Driver text and stack traces
 never reach a response: unexpected exceptions are logged and answered with a generic 500.

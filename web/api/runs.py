@@ -1,4 +1,4 @@
-"""Run endpoints of API.md: run now, history, get, replay, cancel."""
+"""Run endpoints of docs/api.md: run now, history, get, replay, cancel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schedule endpoints of API.md. Handlers only translate HTTP to ``core`` calls."""
+"""Schedule endpoints of docs/api.md. Handlers only translate HTTP to ``core`` calls."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ class CliError(Exception):
 
 def describe_error(response: httpx.Response) -> str:
     """The one-line message for a non-2xx answer: status, and the error body's ``type``,
-    ``message`` and ``field`` (API.md) when it has one; else the start of the body."""
+    ``message`` and ``field`` (docs/api.md) when it has one; else the start of the body."""
     status = f"HTTP {response.status_code}"
     try:
         error = response.json()["error"]
@@ -148,7 +148,7 @@ class Api:
         return self.request("POST", path, body=body)
 
     def pages(self, path: str, limit: int, follow: bool) -> tuple[list[Any], list[str]]:
-        """The items of a paginated list (API.md ``?limit=&cursor=``): one page, or with
+        """The items of a paginated list (docs/api.md ``?limit=&cursor=``): one page, or with
         ``follow`` every page through ``next_cursor``. Returns the items and each page's raw
         JSON text."""
         items: list[Any] = []

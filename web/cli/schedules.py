@@ -1,4 +1,4 @@
-"""``agentcron schedules`` and ``agentcron preview``: schedules over HTTP, as API.md defines
+"""``agentcron schedules`` and ``agentcron preview``: schedules over HTTP, as docs/api.md defines
 them. The service validates everything; the command line only refuses what it cannot even
 send (two triggers at once, ``--tz`` without a cron, a ``--file`` that is not JSON)."""
 
@@ -202,7 +202,8 @@ def add(
         typer.Option(
             "--file",
             metavar="PATH",
-            help="a whole schedule as API.md's JSON (- reads stdin); other options override it",
+            help="a whole schedule as JSON, the create body of docs/api.md (- reads stdin); "
+            "other options override it",
         ),
     ] = None,
     url: UrlOption = DEFAULT_URL,
