@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.scheduler import TERMINAL
+from core.states import TERMINAL
 from core.storage import Database, Run, Schedule, Task
 
 # Replicas on one PostgreSQL database take turns: a batch runs only under this transaction-level

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
@@ -36,6 +36,7 @@ from core.specs import (
 )
 from core.storage import Database, Run, Schedule
 from core.storage import queries as q
+from core.storage.wakeups import announce_change
 from core.timeline import (
     Gap,
     find_gap,
@@ -44,11 +45,11 @@ from core.timeline import (
     queue_under_way,
     queued_rows,
 )
+from core.transitions import apply, paused
 from core.warnings import schedule_warnings
 
 log = get_logger(__name__)
 
-WAKE_CHANNEL = "agentcron_schedules"
 # Fields whose change makes an update recompute the schedule's warnings.
 WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap"})
 
@@ -117,13 +118,6 @@ async def load_schedule(
     if schedule is None:
         raise NotFound("schedule", str(schedule_id))
     return schedule
-
-
-async def announce_change(db: Database, session: AsyncSession) -> None:
-    """Tell other replicas, on commit of ``session``, that the timetable changed (PostgreSQL
-    NOTIFY; sent only for changes, never per fire, since NOTIFY serialises commits)."""
-    if db.capabilities.listen_notify:
-        await session.execute(text(f"SELECT pg_notify('{WAKE_CHANNEL}', '')"))
 
 
 @dataclass(frozen=True)
@@ -376,11 +370,7 @@ class ScheduleService:
         now = self.clock()
         async with self.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
-            schedule.enabled = False
-            schedule.next_run = None
-            schedule.paused_at = schedule.paused_at or now
-            schedule.paused_note = note
-            schedule.updated_at = now
+            apply(schedule, paused(now, note, since=schedule.paused_at))
             await self._announce(session)
         self._changed()
         return schedule

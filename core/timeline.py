@@ -26,6 +26,7 @@ from sqlalchemy import exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
+from core.states import ACTIVE, RunReason, RunStatus
 from core.storage import Run, Schedule
 
 MAX_ROWS = 10  # due times of one gap written one row each
@@ -131,13 +132,6 @@ def run_payload(schedule: Schedule) -> dict[str, Any]:
         "timeout_seconds": schedule.timeout_seconds,
         "max_attempts": schedule.max_attempts,
         "mode": schedule.mode,
-        # Read when the run fails: such a failure is recorded on its own, not in a batch,
-        # so the breaker can trip in the same transaction.
-        **(
-            {"pause_after_failures": schedule.pause_after_failures}
-            if schedule.pause_after_failures
-            else {}
-        ),
     }
 
 
@@ -155,7 +149,7 @@ def gap_rows(
             "trigger": "schedule",
             "origin": "schedule",
             "due_at": due,
-            "status": "skipped",
+            "status": RunStatus.SKIPPED.value,
             "reason": reason,
             "attempt": 0,
             "payload": payload,
@@ -179,9 +173,8 @@ def gap_rows(
 # run one at a time, oldest first: only the head of a schedule's queue is claimable; the rest
 # wait with reason QUEUED and no availability until the run before them ends (``promote_next``).
 QUEUED_ORIGINS = ("catchup", "backfill")
-QUEUED = "queued"
+QUEUED = RunReason.QUEUED.value
 NEVER = datetime(2999, 1, 1, tzinfo=UTC)  # available_at of a queued run: only promotion frees it
-_ACTIVE = ("pending", "running")
 
 
 def queued_rows(
@@ -210,7 +203,7 @@ def queued_rows(
                 "origin": origin,
                 "started_by": by,
                 "due_at": due,
-                "status": "pending",
+                "status": RunStatus.PENDING.value,
                 "reason": QUEUED if waiting else None,
                 "attempt": 0,
                 "payload": payload,
@@ -229,7 +222,7 @@ def queue_under_way(schedule_id: uuid.UUID) -> Any:
         exists().where(
             Run.schedule_id == schedule_id,
             Run.origin.in_(QUEUED_ORIGINS),
-            Run.status.in_(_ACTIVE),
+            Run.status.in_(ACTIVE),
         )
     )
 
@@ -243,7 +236,7 @@ async def promote_next(session: AsyncSession, schedule_id: uuid.UUID, now: datet
             exists().where(
                 Run.schedule_id == schedule_id,
                 Run.origin.in_(QUEUED_ORIGINS),
-                Run.status.in_(_ACTIVE),
+                Run.status.in_(ACTIVE),
                 or_(Run.reason.is_(None), Run.reason != QUEUED),
             )
         )
@@ -252,7 +245,9 @@ async def promote_next(session: AsyncSession, schedule_id: uuid.UUID, now: datet
         return False
     head = await session.scalar(
         select(Run.id)
-        .where(Run.schedule_id == schedule_id, Run.status == "pending", Run.reason == QUEUED)
+        .where(
+            Run.schedule_id == schedule_id, Run.status == RunStatus.PENDING, Run.reason == QUEUED
+        )
         .order_by(Run.due_at)
         .limit(1)
     )

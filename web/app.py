@@ -11,12 +11,13 @@ from fastapi import FastAPI
 from core.clock import Clock, DatabaseClock, utcnow
 from core.config import Settings, get_settings
 from core.errors import SchedulerUnavailable
+from core.ledger import Ledger
 from core.logging import configure_logging, get_logger
 from core.policy import ExecutionPolicy
 from core.policy import configure as configure_policy
 from core.retention import RetentionPolicy
 from core.runners.containment import Containment, check_sandbox, containment_from_settings
-from core.scheduler import Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.secrets import Keyring
 from core.storage import Database
@@ -26,8 +27,8 @@ from web.api import health, runs, schedules, secrets, tasks
 from web.api.errors import install_error_handlers
 from web.clockwatch import ClockWatch
 from web.dashboard import install as install_dashboard
+from web.loop import EngineProperties, SchedulerLoop
 from web.metrics import EngineMetrics
-from web.scheduler import EngineProperties, SchedulerLoop
 from web.supervisor import Supervisor
 
 log = get_logger(__name__)
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 data_dir=settings.data_dir,
                 clock=clock,
             )
+            runs = RunService(db, clock=clock)
             service = ScheduleService(
                 db,
                 clock=clock,
@@ -134,13 +136,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     keyring=keyring,
                     containment=containment,
                 )
-                service.on_change = ledger.on_change = loop.wake
-                ledger.on_cancel = loop.cancel_local
+                service.on_change = ledger.on_change = runs.on_change = loop.wake
+                runs.on_cancel = loop.cancel_local
             app.state.settings = settings
             app.state.keyring = keyring
             app.state.db = db
             app.state.schedules = service
             app.state.ledger = ledger
+            app.state.runs = runs
             app.state.loop = loop
             app.state.clock_watch = watch
             if watch is not None:

@@ -65,15 +65,15 @@ from bench.adapters.common import (
 from core import triggers
 from core.clock import Clock, DatabaseClock, utcnow
 from core.config import Settings
+from core.ledger import Claim, Ledger
 from core.logging import configure_logging
-from core.scheduler import Claim, Ledger
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Schedule
 from core.storage.migrate import upgrade
 from web.clockwatch import ClockWatch
+from web.loop import SchedulerLoop
 from web.metrics import EngineMetrics
-from web.scheduler import SchedulerLoop
 
 TARGET = "bench.noop:run"
 RUNNER = {"type": "python", "target": TARGET}

@@ -27,15 +27,17 @@ from core.logging import get_logger
 from core.notify import notifier as find_notifier
 from core.notify.base import DeliveryRequest
 from core.retry import RetryPolicy
-from core.schedules import announce_change
 from core.secrets import Keyring, Resolution, load, redact, referenced_secrets
+from core.states import RunReason
 from core.storage import Database, Delivery, Run, Schedule
+from core.storage.wakeups import announce_change
+from core.transitions import apply, paused
 
 log = get_logger(__name__)
 
 DEFAULT_POLICY = RetryPolicy(max_attempts=3, base=1.0, cap=30.0)
 DEFAULT_NOTIFY_ON = ("succeeded",)
-TRIPPED = "circuit_breaker"  # reason of the failed run that paused its schedule
+TRIPPED = RunReason.CIRCUIT_BREAKER.value  # reason of the failed run that paused its schedule
 
 
 def delivery_body(run_view: Mapping[str, Any], schedule_id: uuid.UUID, name: str) -> dict[str, Any]:
@@ -201,11 +203,7 @@ async def _pause_orphan(db: Database, schedule_id: uuid.UUID, reason: str, clock
         schedule = await session.get(Schedule, schedule_id, with_for_update=True)
         if schedule is None or not schedule.enabled:
             return
-        schedule.enabled = False
-        schedule.next_run = None
-        schedule.paused_at = now
-        schedule.paused_note = f"paused by agentcron: {reason}"
-        schedule.updated_at = now
+        apply(schedule, paused(now, f"paused by agentcron: {reason}"))
         await announce_change(db, session)
     log.error("schedule_paused", schedule_id=str(schedule_id), reason=reason)
 

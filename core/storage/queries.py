@@ -1,9 +1,10 @@
 """Named statements of the engine, in one place ("where is the claim query?" has one answer).
 
-Each function returns a SQLAlchemy statement; service functions in ``core.scheduler`` only
-orchestrate them. Row locks are requested with ``skip_locked``: PostgreSQL renders
-``FOR UPDATE SKIP LOCKED``; SQLite renders nothing and relies on its IMMEDIATE write
-transaction, which already serialises writers.
+Each function returns a SQLAlchemy statement; the run ledger (``core.ledger``) only
+orchestrates them. The batched statements write the transitions of ``core.transitions``, the
+same the one-by-one path applies to ORM rows. Row locks are requested with ``skip_locked``:
+PostgreSQL renders ``FOR UPDATE SKIP LOCKED``; SQLite renders nothing and relies on its
+IMMEDIATE write transaction, which already serialises writers.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from core.states import ACTIVE, RunReason, RunStatus
 from core.storage.models import Run, Schedule
 from core.storage.types import UTCDateTime
+from core.transitions import admitted, finished
 
-ACTIVE = ("pending", "running")
 RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
 SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
 
@@ -122,8 +124,13 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
     """
     return (
         update(Run)
-        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == "pending")
-        .values(status="pending", lease_owner=None, lease_expires_at=None, available_at=now)
+        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == RunStatus.PENDING.value)
+        .values(
+            status=RunStatus.PENDING.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            available_at=now,
+        )
     )
 
 
@@ -131,7 +138,7 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
 # building nor compiling them is paid per batch. Core on the tables: the ORM's bulk UPDATE by
 # primary key cannot express ``consecutive_failures + n``.
 
-# Admit prepared runs (``Ledger.admit_batch``): mark running, count the attempt, if this
+# Admit prepared runs (``core.ledger's ``admit_batch````): mark running, count the attempt, if this
 # instance still leases the run, it is pending and nobody asked to cancel it, and its schedule
 # still lets it start without a look at its other runs (enabled, undeleted, overlap ``allow``,
 # isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's write
@@ -153,7 +160,7 @@ _ADMITTABLE_RUNS = (
     .where(
         RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
         RUNS.c.lease_owner == bindparam("b_owner"),
-        RUNS.c.status == "pending",
+        RUNS.c.status == RunStatus.PENDING.value,
         RUNS.c.cancel_requested.is_(False),
         RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery()),
     )
@@ -164,23 +171,23 @@ ADMIT_RUNS = (
     update(RUNS)
     .where(RUNS.c.id.in_(_ADMITTABLE_RUNS.scalar_subquery()))
     .values(
-        status="running",
-        reason=None,
+        **admitted(
+            bindparam("b_now", type_=UTCDateTime()), bindparam("b_until", type_=UTCDateTime())
+        ),
         attempt=RUNS.c.attempt + 1,
         started_at=func.coalesce(RUNS.c.started_at, bindparam("b_now", type_=UTCDateTime())),
-        lease_expires_at=bindparam("b_until", type_=UTCDateTime()),
     )
     .returning(RUNS.c.id)
 )
 
 # Of the given runs, those this instance still runs, row-locked until their outcome is written
-# (``Ledger.record_batch``).
+# (``core.ledger's ``record_batch````).
 LOCK_RUNNING = (
     select(RUNS.c.id)
     .where(
         RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
         RUNS.c.lease_owner == bindparam("b_owner"),
-        RUNS.c.status == "running",
+        RUNS.c.status == RunStatus.RUNNING.value,
     )
     .order_by(RUNS.c.id)
     .with_for_update()
@@ -191,14 +198,10 @@ FINISH_RUN = (
     update(RUNS)
     .where(RUNS.c.id == bindparam("b_id"))
     .values(
-        status=bindparam("b_status"),
-        reason=None,
+        **finished(bindparam("b_status"), bindparam("b_now", type_=UTCDateTime())),
         output=bindparam("b_output"),
         error=bindparam("b_error"),
-        finished_at=bindparam("b_now", type_=UTCDateTime()),
-        lease_owner=None,
-        lease_expires_at=None,
-        # NULL unless a notify channel applies to the status (``Ledger.delivery_deadline``).
+        # NULL unless a notify channel applies to the status (``delivery_deadline``).
         deliver_until=bindparam("b_deliver_until", type_=UTCDateTime()),
     )
 )
@@ -220,10 +223,25 @@ SCHEDULE_RESULT = (
 )
 
 
+def tripped_breakers(schedule_ids: Sequence[uuid.UUID]) -> Select[Any, Any, Any]:
+    """Of these schedules, the enabled ones whose failure streak reached
+    ``pause_after_failures``: (id, streak, limit), in id order."""
+    return (
+        select(Schedule.id, Schedule.consecutive_failures, Schedule.pause_after_failures)
+        .where(
+            Schedule.id.in_(schedule_ids),
+            Schedule.enabled.is_(True),
+            Schedule.pause_after_failures.is_not(None),
+            Schedule.consecutive_failures >= Schedule.pause_after_failures,
+        )
+        .order_by(Schedule.id)
+    )
+
+
 def running_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[uuid.UUID]:
     """Other runs of the same schedule that are executing now."""
     return select(Run.id).where(
-        Run.schedule_id == schedule_id, Run.id != run_id, Run.status == "running"
+        Run.schedule_id == schedule_id, Run.id != run_id, Run.status == RunStatus.RUNNING.value
     )
 
 
@@ -232,8 +250,8 @@ def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
     return select(func.count()).where(
         Run.schedule_id == schedule_id,
         Run.id != run_id,
-        Run.status == "pending",
-        Run.reason == "buffered",
+        Run.status == RunStatus.PENDING.value,
+        Run.reason == RunReason.BUFFERED.value,
     )
 
 
@@ -251,7 +269,7 @@ def next_wakeup() -> Select[Any, Any, Any, Any]:
     )
     first_queued = (
         select(func.min(Run.available_at))
-        .where(Run.status == "pending", Run.lease_owner.is_(None))
+        .where(Run.status == RunStatus.PENDING.value, Run.lease_owner.is_(None))
         .scalar_subquery()
     )
     first_expiry = (

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from core.ledger import Ledger
 from core.runners import register_runner_type
 from core.runners.fake import FakeRunnerType
-from core.scheduler import Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.storage import Database
 from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine
 from tests.integration.test_webhook import Receiver, new_secret
-from web.scheduler import SchedulerLoop
+from web.loop import SchedulerLoop
 
 
 @pytest.fixture
@@ -54,7 +55,8 @@ async def make_engine(
         if start:
             loop.start()
         schedules = ScheduleService(db, on_change=loop.wake, allow_private=allow_private)
-        return Engine(db, ledger, loop, schedules, tmp_path / "data")
+        runs = RunService(db, on_change=loop.wake)
+        return Engine(db, ledger, loop, schedules, tmp_path / "data", runs)
 
     try:
         yield make

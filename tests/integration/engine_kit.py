@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from core.scheduler import Ledger
+from core.ledger import Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Delivery, Run, Schedule
-from web.scheduler import SchedulerLoop
+from web.loop import SchedulerLoop
 
 T = TypeVar("T")
 
@@ -136,6 +137,7 @@ class Engine:
     loop: SchedulerLoop
     schedules: ScheduleService
     data_dir: Path
+    runs: RunService
 
     async def create(self, spec: ScheduleCreate) -> Schedule:
         return await self.schedules.create(spec, "local")
@@ -145,7 +147,7 @@ class Engine:
         return self.data_dir / "tasks" / schedule.owner / str(schedule.id)
 
     async def run_now(self, schedule_id: uuid.UUID) -> Run:
-        return await self.ledger.run_now(schedule_id, None)
+        return await self.runs.run_now(schedule_id, None)
 
 
 MakeEngine = Callable[..., Engine]

@@ -300,7 +300,7 @@ async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
     await set_prompt(client, schedule_id, "question 2")
 
     crashed: Engine = make_engine("replica-a", start=False)
-    queued = await crashed.ledger.run_now(uuid.UUID(schedule_id), None)
+    queued = await crashed.runs.run_now(uuid.UUID(schedule_id), None)
     claim = await crashed.ledger.claim_due_jobs(crashed.ledger.clock())
     assert [run.id for run in claim.runs] == [queued.id]
     decision = await crashed.ledger.start_attempt(queued.id)

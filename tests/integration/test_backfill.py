@@ -16,8 +16,9 @@ import pytest
 from sqlalchemy import func, select
 
 from core.errors import InvalidSchedule
+from core.ledger import Ledger
 from core.runners.fake import FakeRunnerType, sleep
-from core.scheduler import Ledger
+from core.runs import RunService
 from core.schedules import RESUME_ALL_CAP, ScheduleService
 from core.specs import BackfillRequest, ScheduleCreate
 from core.storage import Database, Run
@@ -143,7 +144,7 @@ async def test_the_queue_moves_when_its_head_ends_however_it_ends(
 
     runs = await runs_of(db, schedule_id)
     assert heads(runs) == [T0 + MINUTE]
-    await ledger.cancel(runs[0].id, None)  # cancelled while waiting
+    await RunService(db, clock=ledger.clock).cancel(runs[0].id, None)  # cancelled while waiting
     assert heads(await runs_of(db, schedule_id)) == [T0 + 2 * MINUTE]
 
     claim = await ledger.claim_due_jobs(clock.now)

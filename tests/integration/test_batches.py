@@ -12,8 +12,9 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from core import triggers
+from core.ledger import Claim, Ledger, Outcome
 from core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
-from core.scheduler import TERMINAL, Ledger, Outcome
+from core.states import TERMINAL
 from core.storage import Database, Run, Schedule, Task
 from tests.factories import schedule_values
 from tests.integration.engine_kit import MakeEngine, wait_for
@@ -65,22 +66,31 @@ async def test_claim_prepares_independent_runs_only(db: Database, tmp_path: Path
     assert by_schedule[persistent].task_id is None and by_schedule[guarded].task_id is None
 
 
+def prepared(claim: Claim) -> list[tuple[Run, str]]:
+    """The claim's prepared runs as ``admit_batch`` takes them: (run, task directory)."""
+    return [(run, claim.prepared[run.id]) for run in claim.runs if run.id in claim.prepared]
+
+
 async def test_admit_batch_marks_runs_running_with_one_attempt(
     db: Database, tmp_path: Path
 ) -> None:
     ids = [await add(db) for _ in range(3)]
     me = ledger(db, tmp_path)
     claim = await me.claim_due_jobs(NOW)
-    started = await me.admit_batch([(run.id, run.schedule_id) for run in claim.runs])
+    decisions = await me.admit_batch(prepared(claim))
 
-    assert started == [NOW, NOW, NOW]
-    for run in claim.runs:
+    for run, decision in zip(claim.runs, decisions, strict=True):
         stored = await fetch(db, Run, run.id)
         assert (stored.status, stored.attempt, stored.started_at) == ("running", 1, NOW)
         assert stored.lease_owner == "replica-a"
+        # The decision carries the run as written, and its task with the claim's directory.
+        assert decision is not None and decision.action == "run" and decision.run is run
+        assert (run.status, run.attempt, run.started_at) == ("running", 1, NOW)
+        assert run.lease_expires_at == stored.lease_expires_at
+        assert decision.task is not None and decision.task.workdir == claim.prepared[run.id]
     assert {run.schedule_id for run in claim.runs} == set(ids)
     # Admitting again does nothing: the runs are no longer pending.
-    assert await me.admit_batch([(claim.runs[0].id, claim.runs[0].schedule_id)]) == [None]
+    assert await me.admit_batch(prepared(claim)[:1]) == [None]
 
 
 async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
@@ -111,9 +121,12 @@ async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
             update(Run).where(Run.id == run_of[schedules["lost"]]).values(lease_owner="replica-b")
         )
 
-    order = [(run_of[schedules[name]], schedules[name]) for name in names]
-    started = await me.admit_batch(order)
-    assert started == [NOW, None, None, None, None, None]
+    by_id = {run.id: run for run in claim.runs}
+    order = [
+        (by_id[run_of[schedules[name]]], claim.prepared[run_of[schedules[name]]]) for name in names
+    ]
+    decisions = await me.admit_batch(order)
+    assert [d is not None for d in decisions] == [True, False, False, False, False, False]
     for name in names[1:]:
         stored = await fetch(db, Run, run_of[schedules[name]])
         assert (stored.status, stored.attempt) == ("pending", 0), name
@@ -145,17 +158,20 @@ async def test_record_batch_ends_runs_and_follows_the_failure_streak(
     claim = await me.claim_due_jobs(NOW)
     runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
     assert len(runs) == 6
-    await me.admit_batch([(run.id, run.schedule_id) for run in runs])
+    await me.admit_batch([(run, claim.prepared[run.id]) for run in runs])
     of = {sid: [run for run in runs if run.schedule_id == sid] for sid in (streak, reset)}
     outcomes = [
-        Outcome(of[streak][0].id, streak, "failed", error="e1"),
-        Outcome(of[streak][1].id, streak, "timed_out", error="e2"),
-        Outcome(of[reset][0].id, reset, "failed", error="x1"),
-        Outcome(of[reset][1].id, reset, "succeeded", output="fine"),
-        Outcome(of[reset][2].id, reset, "failed", error="x3"),
+        Outcome(of[streak][0], "failed", error="e1"),
+        Outcome(of[streak][1], "timed_out", error="e2"),
+        Outcome(of[reset][0], "failed", error="x1"),
+        Outcome(of[reset][1], "succeeded", output="fine"),
+        Outcome(of[reset][2], "failed", error="x3"),
     ]
     finished = await me.record_batch(outcomes)
-    assert finished == [NOW] * 5
+    assert finished == [outcome.run for outcome in outcomes]
+    assert [(run.status, run.finished_at, run.lease_owner) for run in finished if run] == [
+        (outcome.status, NOW, None) for outcome in outcomes
+    ]
 
     first = await fetch(db, Schedule, streak)
     assert (first.consecutive_failures, first.last_status, first.last_error) == (
@@ -184,11 +200,11 @@ async def test_record_batch_skips_runs_whose_lease_was_lost(db: Database, tmp_pa
     me = ledger(db, tmp_path)
     claim = await me.claim_due_jobs(NOW)
     run = claim.runs[0]
-    await me.admit_batch([(run.id, schedule)])
+    await me.admit_batch(prepared(claim))
     async with db.session() as session:
         await session.execute(update(Run).where(Run.id == run.id).values(lease_owner="replica-b"))
 
-    assert await me.record_batch([Outcome(run.id, schedule, "succeeded", "late")]) == [None]
+    assert await me.record_batch([Outcome(run, "succeeded", "late")]) == [None]
     stored = await fetch(db, Run, run.id)
     assert (stored.status, stored.output) == ("running", None)
     async with db.session(write=False) as session:
@@ -197,13 +213,53 @@ async def test_record_batch_skips_runs_whose_lease_was_lost(db: Database, tmp_pa
 
 
 async def test_record_batch_keeps_the_tail_of_long_output(db: Database, tmp_path: Path) -> None:
-    schedule = await add(db)
+    await add(db)
     me = ledger(db, tmp_path)
-    run = (await me.claim_due_jobs(NOW)).runs[0]
-    await me.admit_batch([(run.id, schedule)])
-    await me.record_batch([Outcome(run.id, schedule, "succeeded", "x" * 100_000 + "END")])
+    claim = await me.claim_due_jobs(NOW)
+    run = claim.runs[0]
+    await me.admit_batch(prepared(claim))
+    await me.record_batch([Outcome(run, "succeeded", "x" * 100_000 + "END")])
     stored = await fetch(db, Run, run.id)
     assert stored.output.endswith("END") and len(stored.output) == 64 * 1024
+    assert run.output == stored.output  # the caller's run is what was written
+
+
+async def test_record_batch_trips_the_breaker_from_the_schedule_row(
+    db: Database, tmp_path: Path
+) -> None:
+    """The batched record pauses a schedule whose streak reaches ``pause_after_failures``,
+    read from the schedule row (not from the run's payload), as the one-by-one record does:
+    the last failure says so (reason ``circuit_breaker``) and the schedule's note why."""
+    tripping = await add(
+        db, consecutive_failures=1, pause_after_failures=3, misfire_grace_seconds=3600
+    )
+    short = await add(
+        db, consecutive_failures=0, pause_after_failures=3, misfire_grace_seconds=3600
+    )
+    me = ledger(db, tmp_path)
+    async with db.session() as session:
+        await session.execute(update(Schedule).values(next_run=DUE - timedelta(seconds=60)))
+    claim = await me.claim_due_jobs(NOW)
+    runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
+    await me.admit_batch([(run, claim.prepared[run.id]) for run in runs])
+    of = {sid: [run for run in runs if run.schedule_id == sid] for sid in (tripping, short)}
+    assert len(of[tripping]) == len(of[short]) == 2
+    finished = await me.record_batch(
+        [Outcome(run, "failed", error=f"boom {i}") for i, run in enumerate(runs)]
+    )
+    assert all(finished)
+
+    paused = await fetch(db, Schedule, tripping)
+    assert (paused.enabled, paused.next_run, paused.paused_at) == (False, None, NOW)
+    assert paused.paused_note is not None
+    assert "after 3 failed runs in a row (pause_after_failures=3)" in paused.paused_note
+    last = of[tripping][-1]
+    assert last.reason == "circuit_breaker"
+    assert (await fetch(db, Run, last.id)).reason == "circuit_breaker"
+    assert (await fetch(db, Run, of[tripping][0].id)).reason is None
+    # Two failures of three: still on its timetable.
+    going = await fetch(db, Schedule, short)
+    assert going.enabled and going.consecutive_failures == 2
 
 
 async def test_the_loop_admits_and_records_a_burst_in_batches(

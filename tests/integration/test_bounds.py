@@ -12,8 +12,9 @@ import httpx
 from sqlalchemy import insert
 
 from core import triggers
+from core.ledger import Ledger
+from core.planning import plan_due_times
 from core.runners.fake import FakeRunnerType
-from core.scheduler import Ledger, plan_due_times
 from core.specs import ScheduleUpdate
 from core.storage import Database, Run, Schedule
 from core.timeline import jitter_delay

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import event, func, insert, select, update
 
 from core import triggers
-from core.scheduler import Claim, Ledger
+from core.ledger import Claim, Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Run, Schedule
@@ -145,7 +146,7 @@ async def test_claim_returns_manual_runs_and_expired_leases_only(db: Database) -
     schedule = await service.create(spec, "local")
     assert schedule.next_run == NOW + 3600 * S  # not due: only queued runs can be claimed
     me = Ledger(db, owner="replica-b", lease_seconds=30, clock=fixed(NOW))
-    manual = await me.run_now(schedule.id, None)
+    manual = await RunService(db, clock=me.clock).run_now(schedule.id, None)
 
     def run_row(**values: Any) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -199,7 +200,7 @@ async def test_a_due_schedule_and_queued_runs_share_one_batch_limit(db: Database
     service = ScheduleService(db, clock=fixed(NOW))
     spec = ScheduleCreate(name="x", prompt="p", trigger={"every_seconds": 3600}, runner=RUNNER)
     schedule = await service.create(spec, "local")
-    manual = [await ledger.run_now(schedule.id, None) for _ in range(3)]
+    manual = [await RunService(db, clock=ledger.clock).run_now(schedule.id, None) for _ in range(3)]
 
     first = await ledger.claim_due_jobs(NOW, limit=5)
     assert len(first.runs) == 5 and first.full

@@ -18,7 +18,8 @@ import pytest
 from fastapi import FastAPI
 
 from core.keys import create_key, revoke_key
-from core.scheduler import Ledger
+from core.ledger import Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Schedule
@@ -70,7 +71,7 @@ def service(app: FastAPI) -> ScheduleService:
 
 
 def ledger(app: FastAPI) -> Ledger:
-    runs: Ledger = app.state.ledger
+    runs: RunService = app.state.runs
     return runs
 
 

@@ -23,10 +23,10 @@ import structlog
 from sqlalchemy import insert, update
 
 from core import triggers
+from core.ledger import Ledger, Outcome
 from core.notify import register_notifier
 from core.notify.base import DeliveryRequest
 from core.runners.fake import FakeRunnerType, permanent, succeed
-from core.scheduler import Ledger, Outcome
 from core.storage import Database, Delivery, Run, Schedule
 from tests.factories import schedule_values
 from tests.integration.engine_kit import (
@@ -85,16 +85,15 @@ async def test_record_batch_sets_deliver_until_only_when_a_channel_applies(
     ids = {name: await add(db, notify) for name, (notify, _, _) in cases.items()}
     me = ledger(db, tmp_path)
     claim = await me.claim_due_jobs(NOW)
-    await me.admit_batch([(run.id, run.schedule_id) for run in claim.runs])
+    await me.admit_batch([(run, claim.prepared[run.id]) for run in claim.runs])
     run_of = {run.schedule_id: run for run in claim.runs}
-    outcomes = []
-    for name, (_, status, _) in cases.items():
-        run = run_of[ids[name]]
-        outcomes.append(Outcome(run.id, run.schedule_id, status, notify=run.payload["notify"]))
-    assert await me.record_batch(outcomes) == [NOW] * len(cases)
+    outcomes = [Outcome(run_of[ids[name]], status) for name, (_, status, _) in cases.items()]
+    assert await me.record_batch(outcomes) == [outcome.run for outcome in outcomes]
 
     found = {name: await deliver_until(db, run_of[ids[name]].id) for name in cases}
     assert found == {name: expected for name, (_, _, expected) in cases.items()}
+    # The caller's runs say what was written.
+    assert {name: run_of[ids[name]].deliver_until for name in cases} == found
 
 
 async def test_finish_attempt_sets_deliver_until_on_terminal_outcomes_only(
@@ -112,7 +111,7 @@ async def test_finish_attempt_sets_deliver_until_on_terminal_outcomes_only(
     failed = await me.finish_attempt(run_of[bad], "failed", error="no")
     assert failed is not None and failed.deliver_until is None  # default notify_on
     # A transient failure going back to pending is no outcome: nothing to deliver yet.
-    await me.finish_attempt(run_of[retried], "pending", error="blip", retry_at=NOW)
+    await me.finish_attempt(run_of[retried], "pending", error="blip", retry_when=NOW)
     assert await deliver_until(db, run_of[retried]) is None
     assert await deliver_until(db, run_of[ok]) == UNTIL
 
@@ -265,7 +264,7 @@ class Gate:
 async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
     make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("web.scheduler.HARD_STOP_GRACE", 0.2)
+    monkeypatch.setattr("web.engine.HARD_STOP_GRACE", 0.2)
     gate = Gate()
     register_notifier(gate)
     first = make_engine("engine-a", drain_timeout=0.2)

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import insert, select, update
 
 from core import triggers
-from core.scheduler import Ledger
+from core.ledger import Ledger
 from core.storage import Database, Run, Schedule
 from tests.factories import schedule_values
 

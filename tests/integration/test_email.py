@@ -32,6 +32,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from sqlalchemy import select
 
 from core.errors import RunPermanentError
+from core.ledger import Ledger
 from core.notify import validate_channels
 from core.notify.base import DeliveryRequest
 from core.notify.delivery import deliver_run, delivery_body
@@ -39,11 +40,11 @@ from core.notify.email import EmailDeferred, EmailNotifier
 from core.retry import RetryPolicy
 from core.runners import register_runner_type
 from core.runners.fake import FakeRunnerType, succeed
-from core.scheduler import Ledger, run_view
+from core.runs import RunService, run_view
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Delivery, Run
-from web.scheduler import SchedulerLoop
+from web.loop import SchedulerLoop
 
 T = TypeVar("T")
 
@@ -254,7 +255,7 @@ async def persisted_run(db: Database, tmp_path: Path, notify: list[dict[str, Any
         notify=notify,
     )
     schedule = await ScheduleService(db).create(spec, "local")
-    run = await Ledger(db, owner="test", data_dir=tmp_path / "data").run_now(schedule.id, None)
+    run = await RunService(db).run_now(schedule.id, None)
     run.status, run.output = "succeeded", OUTPUT
     return run
 
@@ -628,7 +629,7 @@ async def test_the_engine_mails_a_finished_run_once(
     loop.start()
     try:
         schedule = await ScheduleService(db, on_change=loop.wake).create(spec, "local")
-        queued = await ledger.run_now(schedule.id, None)
+        queued = await RunService(db, clock=ledger.clock).run_now(schedule.id, None)
 
         async def delivered() -> list[Delivery] | None:
             rows = await deliveries_of(db, queued.id)

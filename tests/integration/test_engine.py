@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import delete
 
 from core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
-from core.scheduler import Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.storage import Database, Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import (
@@ -214,7 +214,7 @@ async def test_overlap_buffer_one_keeps_one_waiting_and_runs_it_after(
     assert extra.reason == "overlap" and extra.due_at is not None
     assert waiting.due_at is not None and waiting.due_at < extra.due_at
 
-    await engine.ledger.cancel(first.id, None)
+    await engine.runs.cancel(first.id, None)
     engine.loop.cancel_local(first.id)
     done = await wait_status(engine.db, waiting.id, "succeeded", "failed", "skipped")
     assert done.status == "succeeded" and done.output == "buffered one ran"
@@ -232,7 +232,7 @@ async def test_overlap_buffer_one_runs_the_buffered_run_before_newer_ones(
 ) -> None:
     # The buffered run looks again only every WAIT_POLL_SECONDS; make that gap long so a newer
     # run arriving in it is certain to be seen first.
-    monkeypatch.setattr("web.scheduler.WAIT_POLL_SECONDS", 3.0)
+    monkeypatch.setattr("web.engine.WAIT_POLL_SECONDS", 3.0)
     runner = fake.script("slow-first", [sleep(30), succeed()])
     schedule = await engine.create(spec(fake.config("slow-first"), HOURLY, overlap="buffer_one"))
     first = await engine.run_now(schedule.id)
@@ -243,7 +243,7 @@ async def test_overlap_buffer_one_runs_the_buffered_run_before_newer_ones(
         return (await fetch_run(engine.db, buffered.id)).reason == "buffered"
 
     await wait_for(is_buffered, what="second run buffered")
-    await engine.ledger.cancel(first.id, None)
+    await engine.runs.cancel(first.id, None)
     engine.loop.cancel_local(first.id)
     await wait_status(engine.db, first.id, "cancelled")
 
@@ -414,9 +414,9 @@ async def test_cancel_a_running_run_locally_and_through_the_heartbeat(
     for run in (here, elsewhere):
         await wait_status(engine.db, run.id, "running")
 
-    await engine.ledger.cancel(here.id, None)
+    await engine.runs.cancel(here.id, None)
     engine.loop.cancel_local(here.id)  # the API in this process
-    await engine.ledger.cancel(elsewhere.id, None)  # the API of another replica: no local call
+    await engine.runs.cancel(elsewhere.id, None)  # the API of another replica: no local call
 
     for run in (here, elsewhere):
         ended = await wait_status(engine.db, run.id, "cancelled", "succeeded", "failed")
@@ -520,7 +520,7 @@ async def test_work_queued_by_another_replica_wakes_the_loop(
 ) -> None:
     engine = make_engine(tick=30)
     await asyncio.sleep(0.3)  # the loop has planned a long sleep
-    elsewhere = Ledger(db, owner="api-only-replica")  # no on_change: only NOTIFY reaches us
+    elsewhere = RunService(db)  # no on_change: only NOTIFY reaches us
     service = ScheduleService(db)
     schedule = await service.create(spec(fake.config(), HOURLY), "local")
     queued = await elsewhere.run_now(schedule.id, None)

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import event
 
 from core.clock import DatabaseClock
+from core.ledger import Ledger
 from core.runners.fake import FakeRunnerType, succeed
-from core.scheduler import Ledger
 from core.schedules import ScheduleService
 from core.storage import Database, Run
 from tests.integration.engine_kit import (
@@ -28,8 +28,8 @@ from tests.integration.engine_kit import (
     wait_status,
 )
 from web.clockwatch import ClockWatch
+from web.loop import SchedulerLoop
 from web.metrics import EngineMetrics
-from web.scheduler import SchedulerLoop
 
 
 @contextmanager

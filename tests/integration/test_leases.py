@@ -31,7 +31,7 @@ from tests.integration.engine_kit import (
     wait_for,
     wait_status,
 )
-from web.scheduler import SchedulerLoop
+from web.loop import SchedulerLoop
 
 LEASE = 3.0  # long enough that a held renewal and a start fit well inside one lease
 
@@ -68,7 +68,7 @@ def executing(loop: SchedulerLoop, run_id: uuid.UUID) -> Callable[[], Awaitable[
     """True once an attempt of ``run_id`` executes in ``loop``'s process."""
 
     async def check() -> bool:
-        return run_id in loop._tokens
+        return run_id in loop.engine.tokens
 
     return check
 

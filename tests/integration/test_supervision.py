@@ -18,21 +18,22 @@ import pytest
 import structlog
 from fastapi import FastAPI
 
-import web.scheduler
+import web.loop
 from core.config import Settings
 from core.runners.fake import FakeRunnerType, sleep
-from core.schedules import WAKE_CHANNEL
+from core.storage.wakeups import WAKE_CHANNEL
 from tests.conftest import _dsn, app_client
 from tests.integration.engine_kit import HOURLY, spec, wait_for, wait_status
 from web.app import create_app
 from web.clockwatch import ClockWatch
+from web.leases import LeaseKeeper
+from web.loop import SchedulerLoop
 from web.metrics import EngineMetrics
-from web.scheduler import SchedulerLoop
 from web.supervisor import Supervisor
 
 BODIES: dict[str, tuple[type, str]] = {
     "loop": (SchedulerLoop, "_run_loop"),
-    "heartbeat": (SchedulerLoop, "_heartbeat"),
+    "heartbeat": (LeaseKeeper, "heartbeat"),
     "retention": (SchedulerLoop, "_prune"),
     "listen": (SchedulerLoop, "_listen"),
     "clock": (ClockWatch, "_run"),
@@ -77,14 +78,14 @@ async def proves_work(
 
         async def a_run_succeeds() -> None:
             schedule = await app.state.schedules.create(spec(fake.config(), HOURLY), "local")
-            run = await app.state.ledger.run_now(schedule.id, None)
+            run = await app.state.runs.run_now(schedule.id, None)
             await wait_status(app.state.db, run.id, "succeeded", within=10)
 
         return a_run_succeeds
     if task == "heartbeat":
         fake.script("long", [sleep(30)])
         schedule = await app.state.schedules.create(spec(fake.config("long"), HOURLY), "local")
-        run = await app.state.ledger.run_now(schedule.id, None)
+        run = await app.state.runs.run_now(schedule.id, None)
         await wait_status(app.state.db, run.id, "running")
         renewals: list[object] = []
         monkeypatch.setattr(
@@ -103,7 +104,7 @@ async def proves_work(
         return leases_are_renewed
     if task == "retention":
         passes: list[object] = []
-        monkeypatch.setattr(web.scheduler, "prune_runs", counting(passes, web.scheduler.prune_runs))
+        monkeypatch.setattr(web.loop, "prune_runs", counting(passes, web.loop.prune_runs))
 
         async def prunes_again() -> None:
             async def pruned() -> bool:

@@ -37,7 +37,7 @@ async def test_task_shows_its_lock_and_survives_deletion(
     with pytest.raises(Exception, match="cancel it first"):
         await delete_task(engine.db, running.task_id, None)
 
-    await engine.ledger.cancel(first.id, None)
+    await engine.runs.cancel(first.id, None)
     engine.loop.cancel_local(first.id)
     await wait_status(engine.db, first.id, "cancelled")
     assert (await get_task(engine.db, running.task_id, None))["lock"]["state"] == "idle"

@@ -14,7 +14,7 @@ from sqlalchemy import insert, select
 
 from core import triggers
 from core.errors import Conflict, InvalidSchedule
-from core.scheduler import Ledger
+from core.ledger import Ledger
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate, ScheduleUpdate
 from core.storage import Database, Run, Schedule

@@ -40,7 +40,7 @@ from core.notify.delivery import deliver_run
 from core.notify.ssrf import IPAddress
 from core.notify.webhook import WebhookNotifier
 from core.retry import RetryPolicy
-from core.scheduler import Ledger, run_view
+from core.runs import RunService, run_view
 from core.schedules import ScheduleService
 from core.specs import ScheduleCreate
 from core.storage import Database, Delivery, Run
@@ -443,7 +443,7 @@ async def finished_run(db: Database, url: str, secret: str) -> Run:
     service = ScheduleService(db, allow_private=True)
     notify = [{"type": "webhook", "url": url, "secret": secret}]
     schedule = await service.create(ScheduleCreate(**schedule_body(notify)), "local")
-    queued = await Ledger(db, owner="webhook-test").run_now(schedule.id, None)
+    queued = await RunService(db).run_now(schedule.id, None)
     async with db.session() as session:
         run = await session.get(Run, queued.id)
         assert run is not None

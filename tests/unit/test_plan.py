@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from core import triggers
-from core.scheduler import MAX_DUE_PER_CLAIM, plan_due_times
+from core.planning import MAX_DUE_PER_CLAIM, plan_due_times
 from core.storage import Schedule
 from core.timeline import COUNT_CAP, MAX_ROWS
 

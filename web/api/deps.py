@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from core.errors import Unauthorized
 from core.keys import LOCAL_OWNER as LOCAL_OWNER  # re-exported: the name callers knew
 from core.keys import Principal, authenticate
-from core.scheduler import Ledger
+from core.runs import RunService
 from core.schedules import ScheduleService
 from core.storage import Database
 
@@ -29,9 +29,9 @@ def get_schedules(request: Request) -> ScheduleService:
     return service
 
 
-def get_ledger(request: Request) -> Ledger:
-    ledger: Ledger = request.app.state.ledger
-    return ledger
+def get_runs(request: Request) -> RunService:
+    runs: RunService = request.app.state.runs
+    return runs
 
 
 async def get_principal(
@@ -59,7 +59,7 @@ def get_owner(principal: Annotated[Principal, Depends(get_principal)]) -> str | 
 
 
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
-LedgerDep = Annotated[Ledger, Depends(get_ledger)]
+RunsDep = Annotated[RunService, Depends(get_runs)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 OwnerDep = Annotated[str | None, Depends(get_owner)]
 # For routers: every route under them needs a valid key, whether or not its handler reads it.

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from core.scheduler import run_view
-from web.api.deps import AuthDep, LedgerDep, OwnerDep, PrincipalDep
+from core.runs import run_view
+from web.api.deps import AuthDep, OwnerDep, PrincipalDep, RunsDep
 from web.api.schedules import ERRORS
 from web.api.schemas import RunOut, RunPage
 
@@ -19,43 +19,43 @@ schedule_runs = APIRouter(
 
 @schedule_runs.post("/{schedule_id}/run", status_code=status.HTTP_202_ACCEPTED)
 async def run_now(
-    schedule_id: str, ledger: LedgerDep, owner: OwnerDep, principal: PrincipalDep
+    schedule_id: str, runs: RunsDep, owner: OwnerDep, principal: PrincipalDep
 ) -> RunOut:
     """Queue a manual run; returns once its record is saved. The timetable does not move."""
-    run = await ledger.run_now(schedule_id, owner, by=principal.owner)
+    run = await runs.run_now(schedule_id, owner, by=principal.owner)
     return RunOut.model_validate(run_view(run))
 
 
 @schedule_runs.get("/{schedule_id}/runs")
 async def list_runs(
     schedule_id: str,
-    ledger: LedgerDep,
+    runs: RunsDep,
     owner: OwnerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> RunPage:
     """Runs of a schedule, newest first, across every trigger."""
-    page = await ledger.list_runs(schedule_id, owner, limit, cursor)
+    page = await runs.list_runs(schedule_id, owner, limit, cursor)
     items = [RunOut.model_validate(run_view(run, deliveries)) for run, deliveries in page.items]
     return RunPage(items=items, next_cursor=page.next_cursor)
 
 
 @router.get("/{run_id}")
-async def get_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
-    run, deliveries = await ledger.get_run(run_id, owner)
+async def get_run(run_id: str, runs: RunsDep, owner: OwnerDep) -> RunOut:
+    run, deliveries = await runs.get_run(run_id, owner)
     return RunOut.model_validate(run_view(run, deliveries))
 
 
 @router.post("/{run_id}/replay", status_code=status.HTTP_202_ACCEPTED)
 async def replay_run(
-    run_id: str, ledger: LedgerDep, owner: OwnerDep, principal: PrincipalDep
+    run_id: str, runs: RunsDep, owner: OwnerDep, principal: PrincipalDep
 ) -> RunOut:
     """Queue a re-run of the saved payload of ``run_id``; the new run points back to it."""
-    run = await ledger.replay(run_id, owner, by=principal.owner)
+    run = await runs.replay(run_id, owner, by=principal.owner)
     return RunOut.model_validate(run_view(run))
 
 
 @router.post("/{run_id}/cancel", status_code=status.HTTP_202_ACCEPTED)
-async def cancel_run(run_id: str, ledger: LedgerDep, owner: OwnerDep) -> RunOut:
+async def cancel_run(run_id: str, runs: RunsDep, owner: OwnerDep) -> RunOut:
     """Cancel a pending run, or stop a running one cooperatively (409 if already finished)."""
-    return RunOut.model_validate(run_view(await ledger.cancel(run_id, owner)))
+    return RunOut.model_validate(run_view(await runs.cancel(run_id, owner)))

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response, status
 
 from core.clock import utcnow
-from core.scheduler import run_view
+from core.runs import run_view
 from core.schedules import check_preview_after, preview, schedule_view
 from core.specs import (
     BackfillRequest,

@@ -20,7 +20,7 @@ from core import triggers
 from core.clock import utcnow
 from core.errors import AgentcronError, InvalidSchedule, NotFound, ScheduleCapacityExceeded
 from core.keys import Principal, authenticate
-from core.scheduler import Ledger, run_view
+from core.runs import RunService, run_view
 from core.schedules import ScheduleService, preview, schedule_view
 from core.specs import ScheduleCreate, ScheduleUpdate
 from core.storage import Database
@@ -111,9 +111,9 @@ def _schedules(request: Request) -> ScheduleService:
     return service
 
 
-def _ledger(request: Request) -> Ledger:
-    ledger: Ledger = request.app.state.ledger
-    return ledger
+def _runs(request: Request) -> RunService:
+    runs: RunService = request.app.state.runs
+    return runs
 
 
 def _back(posted: dict[str, str], default: str, done: str) -> RedirectResponse:
@@ -241,7 +241,7 @@ async def schedule_page(
     view = schedule_view(schedule)
     trigger = triggers.trigger_from_dict(schedule.trigger)
     upcoming = triggers.preview(trigger, utcnow(), UPCOMING)
-    runs = await _ledger(request).list_runs(schedule.id, viewer.scope, RUNS_PER_PAGE, runs_cursor)
+    runs = await _runs(request).list_runs(schedule.id, viewer.scope, RUNS_PER_PAGE, runs_cursor)
     return render(
         request,
         "schedule.html",
@@ -285,7 +285,7 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
 @router.post("/schedules/{schedule_id}/run")
 async def run_now(request: Request, schedule_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
-    run = await _ledger(request).run_now(schedule_id, viewer.scope, by=viewer.owner)
+    run = await _runs(request).run_now(schedule_id, viewer.scope, by=viewer.owner)
     return _back(posted, f"/schedules/{run.schedule_id}", "run")
 
 
@@ -318,14 +318,14 @@ async def delete(request: Request, schedule_id: str, viewer: ViewerDep) -> Respo
 @router.post("/runs/{run_id}/replay")
 async def replay(request: Request, run_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
-    run = await _ledger(request).replay(run_id, viewer.scope, by=viewer.owner)
+    run = await _runs(request).replay(run_id, viewer.scope, by=viewer.owner)
     return _back(posted, f"/schedules/{run.schedule_id}", "replayed")
 
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel(request: Request, run_id: str, viewer: ViewerDep) -> Response:
     posted = await read_form(request)
-    run = await _ledger(request).cancel(run_id, viewer.scope)
+    run = await _runs(request).cancel(run_id, viewer.scope)
     return _back(posted, f"/schedules/{run.schedule_id}", "cancelled")
 
 
@@ -335,7 +335,7 @@ async def cancel(request: Request, run_id: str, viewer: ViewerDep) -> Response:
 @router.get("/ui/schedules/{schedule_id}/runs")
 async def runs_fragment(request: Request, schedule_id: str, viewer: ViewerDep) -> Response:
     schedule = await _schedules(request).get(schedule_id, viewer.scope)
-    runs = await _ledger(request).list_runs(schedule.id, viewer.scope, RUNS_PER_PAGE)
+    runs = await _runs(request).list_runs(schedule.id, viewer.scope, RUNS_PER_PAGE)
     view = schedule_view(schedule)
     return render(
         request,

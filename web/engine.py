@@ -1,0 +1,511 @@
+"""What happens to one run, top to bottom: dispatched from a claim, admitted, executed, recorded,
+delivered.
+
+1. **Dispatch.** Every run a claim leased here gets a task (``dispatch``); a jittered run first
+   sleeps until its ``available_at``.
+2. **Admit.** Under the concurrency semaphore, the run is admitted: a prepared run (its task
+   came with the claim, its schedule needs no look at other runs) in a batch with the runs
+   starting at the same moment (``Ledger.admit_batch``), any other alone
+   (``Ledger.start_attempt``), which also applies the overlap policy, takes the task's run
+   lock, or says why the run does not start (paused, cancelled, lost) or must wait.
+3. **Execute.** The runner runs the agent under the run's timeout with a cooperative cancel
+   token; the lease keeper (``web.leases``) renews the lease meanwhile and stops the attempt if
+   the lease may be another's. Secrets the runner refers to are resolved now and redacted from
+   everything recorded.
+4. **Record.** The slot is freed; the outcome is written: plain outcomes in a batch with the
+   runs finishing at the same moment (``Ledger.record_batch``), a retry, a chat turn, a cancel
+   or a runner gone alone (``Ledger.finish_attempt``). Either way the ledger applies the
+   circuit breaker from the schedule row and hands back the run as written.
+5. **Deliver.** A run recorded with a delivery lease (a notify channel applies) is delivered
+   outside the slot; the lease is cleared when every channel is delivered or failed for good.
+   Deliveries whose process died are taken over by another (``recover_deliveries``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from core.batching import GroupCommit
+from core.clock import Clock
+from core.errors import (
+    AgentcronError,
+    InvalidSchedule,
+    RunPermanentError,
+    SchedulerUnavailable,
+    TargetUnavailable,
+)
+from core.ledger import Ledger, Outcome, StartDecision
+from core.logging import get_logger
+from core.notify.delivery import DEFAULT_POLICY, TRIPPED, deliver_run
+from core.retry import RetryPolicy
+from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
+from core.runners.containment import Containment
+from core.runs import run_view
+from core.secrets import Keyring, load, redact, referenced_secrets
+from core.states import RunStatus
+from core.storage import Run
+from web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
+from web.metrics import EngineMetrics
+
+log = get_logger("agentcron.engine")
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
+HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
+RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
+WRITE_TRIES = 3  # a batched write that fails (a deadlock, a blip) is tried this many times
+DELIVERY_BATCH = 100  # the most runs whose deliveries one look takes over
+
+
+@dataclass
+@dataclass
+class Verdict:
+    """What one attempt came to, waiting to be recorded."""
+
+    run: Run
+    workdir: str
+    timeout: float
+    bound: Any  # the run's bound logger
+    batch: bool  # a prepared run: plain outcomes are recorded in a batch
+    outcome: RunOutcome | None = None
+    error: str | None = None
+    transient: bool = False
+    unavailable: bool = False  # the runner can no longer work at all: pause the schedule
+    cancelled: str | None = None  # the cancel token's reason, if it was cancelled
+
+
+def _redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:
+    """Replace every resolved secret value in what the attempt will record (its output, its
+    turns, its error) before it is recorded or logged: an agent that prints its key must not
+    leak it through the API, a delivery or a log line."""
+    verdict.error = redact(verdict.error, secrets)
+    outcome = verdict.outcome
+    if outcome is not None:
+        verdict.outcome = RunOutcome(
+            output=redact(outcome.output, secrets),
+            turns=[
+                {**turn, "content": redact(turn["content"], secrets)}
+                if isinstance(turn.get("content"), str)
+                else turn
+                for turn in outcome.turns
+            ],
+        )
+
+
+class RunEngine:
+    """The runs of one engine instance: from dispatch to delivery."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        concurrency: int,
+        clock: Clock,
+        stopping: asyncio.Event,
+        wake: Callable[[], None],
+        on_error: Callable[[BaseException], None],
+        metrics: EngineMetrics,
+        retry_base: float = 1.0,
+        allow_private: bool = False,
+        delivery_policy: RetryPolicy = DEFAULT_POLICY,
+        keyring: Keyring | None = None,
+        containment: Containment | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.metrics = metrics
+        self.retry_base = retry_base
+        self.allow_private = allow_private
+        self.delivery_policy = delivery_policy
+        # AGENTCRON_SECRETS_KEY: decrypts the stored secrets runs and deliveries refer to.
+        self.keyring = keyring
+        # Handed to every attempt: the agent processes' environment and sandbox.
+        self.containment = containment or Containment()
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self._stop = stopping
+        self.wake = wake
+        self.held: set[uuid.UUID] = set()  # runs leased by this process
+        self.tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
+        self.delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
+        self.suspendable: set[uuid.UUID] = set()  # attempts whose runner can freeze
+        self.tasks: set[asyncio.Task[None]] = set()  # runs and deliveries in hand
+        self.leases = LeaseKeeper(
+            ledger,
+            clock,
+            tokens=self.tokens,
+            held=self.held,
+            delivering=self.delivering,
+            suspendable=self.suspendable,
+            on_error=on_error,
+        )
+        self.metrics.in_flight.set_function(lambda: len(self.tokens))
+        self._admissions = GroupCommit(_retrying(ledger.admit_batch), name="agentcron-admissions")
+        # Outcomes wait a little to share a transaction: no run waits on its record (its slot is
+        # already free), and in a burst this cuts the transactions several times over.
+        self._results = GroupCommit(
+            _retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
+        )
+
+    @property
+    def flushes(self) -> dict[str, int]:
+        """Batched transactions written so far: admissions and results (diagnostics)."""
+        return {"admissions": self._admissions.flushes, "results": self._results.flushes}
+
+    def dispatch(self, run: Run, workdir: str | None = None) -> None:
+        if run.id in self.held:
+            return
+        self.held.add(run.id)
+        task = asyncio.create_task(self._execute(run, workdir), name=f"agentcron-run-{run.id}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _run_log(self, run: Run) -> Any:
+        # Every line about a run names it, its schedule and this process, so one grep over
+        # the logs of all replicas follows a run through claims, attempts and takeovers.
+        return log.bind(
+            run_id=str(run.id), schedule_id=str(run.schedule_id), instance_id=self.ledger.owner
+        )
+
+    # -- one run --------------------------------------------------------------------------
+
+    async def _execute(self, run: Run, prepared: str | None) -> None:
+        """Admit, run and record one run. ``prepared`` is the working directory of a run whose
+        task came with the claim (``Claim.prepared``): it is admitted in a batch with the runs
+        starting at the same moment; if that fails, or for any other run, ``start_attempt``
+        admits it alone or says why it does not run."""
+        bound = self._run_log(run)
+        verdict: Verdict | None = None
+        try:
+            # A jittered run (``jitter_seconds``) was claimed at its due time but starts at its
+            # ``available_at``; the lease is renewed meanwhile like any claimed backlog.
+            delay = (run.available_at - self.clock()).total_seconds()
+            if delay > 0:
+                await self._sleep_or_stop(delay)
+            while not self._stop.is_set():
+                async with self.semaphore:
+                    if self._stop.is_set():
+                        break
+                    decision: StartDecision | None = None
+                    if prepared is not None:
+                        decision = await self._admissions.submit((run, prepared))
+                    if decision is None:
+                        prepared = None
+                        decision = await self.ledger.start_attempt(run.id)
+                    if decision.action == "run":
+                        # The slot is freed once the agent is done; recording happens outside
+                        # it, in a batch with the runs finishing at the same moment.
+                        verdict = await self._attempt(decision, bound, batch=prepared is not None)
+                        break
+                if decision.action in ("done", "lost"):
+                    if decision.action == "done" and decision.run is not None:
+                        self.metrics.runs.labels(decision.run.status, decision.run.trigger).inc()
+                        bound.info(
+                            "run_not_started",
+                            status=decision.run.status,
+                            reason=decision.run.reason,
+                        )
+                    return
+                await self._sleep_or_stop(WAIT_POLL_SECONDS)
+            if verdict is not None:
+                await self._record(verdict)
+        except Exception as exc:
+            # A database outage mid-run: the lease lapses and a replica (or this one, once the
+            # database is back) takes the run over; nothing is lost.
+            bound.error(
+                "run_interrupted", error=str(exc), exc_info=not isinstance(exc, AgentcronError)
+            )
+        finally:
+            # Once stopping, a run that never started stays listed so ``stop()`` releases it
+            # even if this task gave up before ``stop()`` looked (a slot freed meanwhile).
+            if not self._stop.is_set():
+                self.held.discard(run.id)
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
+        """Run the agent for an admitted attempt; return what to record."""
+        run, task = decision.run, decision.task
+        assert run is not None and task is not None
+        payload = run.payload
+        bound = bound.bind(attempt=run.attempt, task_id=str(task.id))
+        token = CancelToken()
+        self.tokens[run.id] = token
+        assert run.lease_expires_at is not None  # set by the admission
+        self.leases.fence(run.id, run.lease_expires_at)
+        timeout = float(payload["timeout_seconds"])
+        timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
+        verdict = Verdict(run, task.workdir, timeout, bound, batch)
+        if run.due_at is not None and run.attempt == 1:
+            delay = (self.clock() - run.due_at).total_seconds()
+            self.metrics.start_delay.observe(max(0.0, delay))
+        bound.info(
+            "run_started",
+            trigger=run.trigger,
+            due_at=run.due_at.isoformat() if run.due_at else None,
+        )
+        secrets: dict[str, str] = {}
+        try:
+            try:
+                runner = build_runner(payload["runner"])
+            except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
+                raise TargetUnavailable(exc.message) from exc
+            names = referenced_secrets(payload["runner"], None)
+            if names:
+                found = await load(
+                    self.ledger.db, None, names, keyring=self.keyring, schedule_id=run.schedule_id
+                )
+                secrets = found.check()
+            if getattr(runner, "suspendable", False):
+                self.suspendable.add(run.id)
+            request = RunRequest(
+                run_id=run.id,
+                schedule_id=run.schedule_id,
+                task_id=task.id,
+                attempt=run.attempt,
+                trigger=run.trigger,
+                due_at=run.due_at,
+                prompt=str(payload["prompt"]),
+                workdir=Path(task.workdir),
+                timeout_seconds=timeout,
+                history=list(task.conversation) if payload.get("mode") == "persistent" else [],
+                secrets=secrets,
+                instance_id=self.ledger.owner,
+                containment=self.containment,
+            )
+            job = asyncio.ensure_future(runner.run(request, token))
+            done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)
+            if not done:  # the runner ignored its cancel token: stop it the hard way
+                token.cancel("timeout")
+                job.cancel()
+                await asyncio.wait({job}, timeout=5)
+            verdict.outcome = job.result()
+        except TargetUnavailable as exc:
+            verdict.error, verdict.unavailable = exc.message, True
+        except (RunPermanentError, InvalidSchedule) as exc:
+            verdict.error = exc.message
+        except asyncio.CancelledError:
+            if not token.cancelled:
+                raise
+            verdict.error = f"stopped ({token.reason})"
+        except Exception as exc:
+            verdict.error = f"{type(exc).__name__}: {exc}"
+            verdict.transient = True
+        finally:
+            timer.cancel()
+            self.tokens.pop(run.id, None)
+            self.suspendable.discard(run.id)
+            self.leases.disarm(run.id)
+        verdict.cancelled = token.reason if token.cancelled else None
+        if secrets:
+            _redact_verdict(verdict, secrets)
+        return verdict
+
+    async def _record(self, verdict: Verdict) -> None:
+        """Write the outcome of an attempt, then hand the finished run to delivery."""
+        run, bound = verdict.run, verdict.bound
+        if verdict.cancelled is not None:
+            await self._record_cancelled(verdict)
+            return
+        payload = run.payload
+        if verdict.outcome is not None and verdict.error is None:
+            if verdict.batch and not verdict.outcome.turns:
+                recorded = await self._record_plain(
+                    run, RunStatus.SUCCEEDED, output=verdict.outcome.output
+                )
+                await self._finished(recorded, verdict)
+                return
+            finished = await self.ledger.finish_attempt(
+                run.id,
+                RunStatus.SUCCEEDED,
+                output=verdict.outcome.output,
+                turns=verdict.outcome.turns,
+            )
+        elif verdict.transient and run.attempt < int(payload["max_attempts"]):
+            policy = RetryPolicy(max_attempts=int(payload["max_attempts"]), base=self.retry_base)
+            retry_at = self.clock() + timedelta(seconds=policy.delay(run.attempt))
+            await self.ledger.finish_attempt(
+                run.id, RunStatus.PENDING, error=verdict.error, retry_when=retry_at
+            )
+            bound.warning("run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat())
+            self.wake()
+            return
+        elif verdict.batch and not verdict.unavailable:
+            recorded = await self._record_plain(run, RunStatus.FAILED, error=verdict.error)
+            await self._finished(recorded, verdict)
+            return
+        else:
+            finished = await self.ledger.finish_attempt(
+                run.id, RunStatus.FAILED, error=verdict.error, pause_schedule=verdict.unavailable
+            )
+            if verdict.unavailable:
+                bound.error("schedule_paused", reason=verdict.error)
+        await self._finished(finished, verdict)
+
+    async def _record_plain(
+        self, run: Run, status: str, *, output: str | None = None, error: str | None = None
+    ) -> Run | None:
+        """Record a plain outcome in a batch; returns the run as written (None: lease lost)."""
+        return await self._results.submit(Outcome(run, status, output, error))
+
+    async def _record_cancelled(self, verdict: Verdict) -> None:
+        run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
+        if reason == "shutdown":
+            await self.ledger.release_for_takeover(run.id)
+            bound.info("run_released", reason="shutdown")
+            return
+        if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
+            # The one line that says this replica stopped an attempt it could no longer vouch
+            # for; the run goes on elsewhere (or here) as a new attempt.
+            self.metrics.leases_lost.inc()
+            bound.warning(
+                "run_lease_lost",
+                cause="taken over" if reason == LEASE_LOST else "renewal not confirmed in time",
+                action="attempt stopped",
+            )
+            if reason == LEASE_UNCONFIRMED:
+                # Still ours if the database only answered late: give it back at once rather
+                # than let it wait out the lease. Unreachable, the lease simply runs out.
+                with contextlib.suppress(Exception):
+                    await self.ledger.release_for_takeover(run.id)
+            return
+        if reason == "timeout":
+            # The attempt's half-finished output is not saved, so channels that ask for
+            # timed_out runs get the record without it (docs/design.md, promise 8).
+            error = f"timed out after {verdict.timeout:g} s"
+            if verdict.batch:
+                finished = await self._record_plain(run, RunStatus.TIMED_OUT, error=error)
+            else:
+                finished = await self.ledger.finish_attempt(
+                    run.id, RunStatus.TIMED_OUT, error=error
+                )
+            await self._finished(finished, verdict)
+            return
+        finished = await self.ledger.finish_attempt(
+            run.id, RunStatus.CANCELLED, error="cancelled on request"
+        )
+        if finished is not None:
+            self.metrics.runs.labels(finished.status, finished.trigger).inc()
+            bound.info("run_finished", status=finished.status)
+
+    async def _finished(self, run: Run | None, verdict: Verdict) -> None:
+        bound = verdict.bound
+        if run is None:
+            bound.warning("run_lease_lost")
+            return
+        bound.info("run_finished", status=run.status, error=run.error)
+        if run.reason == TRIPPED:
+            bound.warning("circuit_breaker_tripped", paused="schedule", error=run.error)
+        self.metrics.runs.labels(run.status, run.trigger).inc()
+        if run.started_at is not None and run.finished_at is not None:
+            self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())
+        # The outcome was recorded with a delivery lease only if a channel applies.
+        if run.deliver_until is not None:
+            self._start_delivery(run, verdict.workdir, bound)
+
+    def _start_delivery(self, run: Run, workdir: str, bound: Any) -> None:
+        # Deliver outside the concurrency slot: a slow receiver must not hold up other runs.
+        # The task is tracked with the runs, so shutdown drains deliveries too. Listed at once,
+        # so the heartbeat renews its lease from now on.
+        self.delivering.add(run.id)
+        delivery = asyncio.create_task(self._deliver(run, workdir, bound))
+        self.tasks.add(delivery)
+        delivery.add_done_callback(self.tasks.discard)
+
+    async def _deliver(self, run: Run, workdir: str, bound: Any) -> None:
+        """Make a finished run's deliveries, then clear its delivery lease. Cancelled (the
+        drain timed out) or cut off from the database, the lease stays and runs out, and
+        another replica, or this one after a restart, makes what is left."""
+        try:
+            try:
+                made = await deliver_run(
+                    self.ledger.db,
+                    run,
+                    run_view(run),
+                    Path(workdir),
+                    clock=self.clock,
+                    allow_private=self.allow_private,
+                    policy=self.delivery_policy,
+                    keyring=self.keyring,
+                )
+                for channel, status in made:
+                    self.metrics.deliveries.labels(channel, status).inc()
+            except SchedulerUnavailable as exc:
+                bound.error("delivery_interrupted", error=exc.message)
+                return
+            except Exception as exc:  # a failed delivery never fails the run
+                # Not worth retrying on every lease: a bug does not go away by itself.
+                bound.error("delivery_error", error=str(exc))
+            await self.ledger.end_deliveries([run.id])
+        except Exception as exc:  # the lease then runs out: the next look finds nothing left
+            bound.error("delivery_lease_not_cleared", error=str(exc))
+        finally:
+            self.delivering.discard(run.id)
+
+    def cancel_local(self, run_id: uuid.UUID) -> None:
+        """Stop an attempt running in this process at once (the API's cancel)."""
+        token = self.tokens.get(run_id)
+        if token is not None:
+            token.cancel("cancel")
+
+    async def recover_deliveries(self, now: datetime) -> bool:
+        """Take over deliveries whose lease ran out and make them here; True if any."""
+        taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH)
+        for run, workdir in taken:
+            if run.id not in self.delivering:  # ours already: its renewal just lapsed
+                bound = self._run_log(run)
+                self._start_delivery(run, workdir, bound)
+        if taken:
+            self.metrics.delivery_recoveries.inc(len(taken))
+            log.info("deliveries_recovered", runs=len(taken))
+        return bool(taken)
+
+    async def drain(self, within: float) -> None:
+        """Give back the runs not started yet, let the others finish within ``within`` seconds, then
+        cancel the rest (their leases are released for another replica to continue)."""
+        queued = [run_id for run_id in self.held if run_id not in self.tokens]
+        with contextlib.suppress(AgentcronError):
+            await self.ledger.release(queued)
+        if self.tasks:
+            _, pending = await asyncio.wait(set(self.tasks), timeout=within)
+            if pending:
+                log.warning("drain_timeout", cancelling=len(self.tokens))
+                for token in list(self.tokens.values()):
+                    token.cancel("shutdown")
+                await asyncio.wait(pending, timeout=HARD_STOP_GRACE)
+                for task in pending:
+                    task.cancel()
+
+
+def _retrying(
+    write: Callable[[Sequence[Item]], Awaitable[list[Result]]],
+) -> Callable[[Sequence[Item]], Awaitable[list[Result]]]:
+    """A batched write tried up to ``WRITE_TRIES`` times: one failure would otherwise
+    cost every run of the batch its outcome (their leases lapse and they run again)."""
+
+    async def tried(items: Sequence[Item]) -> list[Result]:
+        for attempt in range(1, WRITE_TRIES + 1):
+            try:
+                return await write(items)
+            except Exception as exc:
+                if attempt == WRITE_TRIES:
+                    raise
+                log.warning(
+                    "batch_write_retry",
+                    error=type(exc).__name__,
+                    detail=str(exc.__cause__ or exc)[:200],
+                    items=len(items),
+                )
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    return tried

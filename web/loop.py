@@ -1,0 +1,267 @@
+"""The scheduling loop of one engine instance.
+
+The loop waits on whichever comes first: the earliest due time, a wake-up (a schedule changed
+here, or a PostgreSQL NOTIFY from another replica), the stop event, or the tick. It then claims
+due work (``Ledger.claim_due_jobs``) and hands every claimed run to the run engine
+(``web.engine``: what happens to one run); a full batch loops again at once. Deliveries whose
+lease ran out (their process died before it was done) are taken over when the loop wakes for
+them. The loop survives every exception and keeps ticking; the loop, the lease heartbeat
+(``web.leases``), the listener and retention run under a ``web.supervisor.Supervisor``, which
+restarts any of them that dies and reports it unready meanwhile.
+
+Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
+(``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
+clocks disagree still agree on what is due and which lease ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+
+from core.clock import Clock, utcnow
+from core.errors import SchedulerUnavailable
+from core.ledger import Ledger
+from core.logging import get_logger
+from core.notify.delivery import DEFAULT_POLICY
+from core.retention import PruneReport, RetentionPolicy, prune_runs
+from core.retry import RetryPolicy
+from core.runners.containment import Containment
+from core.secrets import Keyring
+from core.storage.wakeups import listen
+from web.engine import RunEngine
+from web.metrics import EngineMetrics
+from web.supervisor import Supervisor
+
+log = get_logger("agentcron.engine")
+
+CLAIM_BATCH = 500  # the most due schedules one claim takes
+# The first claim after a quiet spell takes few, so the first runs of a burst start after
+# planning tens of schedules, not hundreds; each full claim after it takes four times more.
+FIRST_CLAIM = 32
+RECHECK_SECONDS = 0.05  # due work another replica holds locked: look again after this
+SERVICES = ("loop", "heartbeat", "listen", "retention")  # the loop's supervised tasks
+
+
+@dataclass(frozen=True)
+class EngineProperties:
+    """What this engine promises, logged at start (docs/design.md, promise 14)."""
+
+    instance_id: str
+    dialect: str
+    recovery_scope: str
+    max_active_schedules: int
+    pause_visibility: str
+    lease_seconds: float
+    tick_seconds: float
+    concurrency: int
+    clock: str  # "database": due times and leases by the database's clock; "local": SQLite
+    sandbox: str  # "none", or "bwrap (network host|none)": where command agents run
+    agent_env: list[str]  # service variables every agent process inherits (AGENTCRON_AGENT_ENV)
+
+
+class SchedulerLoop:
+    """One process's engine: claim, dispatch, heartbeat, listen; ``stop()`` drains."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        concurrency: int = 4,
+        tick_seconds: float = 10.0,
+        drain_timeout: float = 30.0,
+        clock: Clock = utcnow,
+        retry_base: float = 1.0,
+        allow_private: bool = False,
+        delivery_policy: RetryPolicy = DEFAULT_POLICY,
+        metrics: EngineMetrics | None = None,
+        retention: RetentionPolicy | None = None,
+        retention_interval: float = 3600.0,
+        supervisor: Supervisor | None = None,
+        keyring: Keyring | None = None,
+        containment: Containment | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.retention = retention
+        self.retention_interval = retention_interval
+        self.tick = tick_seconds
+        self.drain_timeout = drain_timeout
+        self.clock = clock
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._healthy: bool | None = None
+        self.iterations = 0
+        self.running = False
+        self.metrics = metrics or EngineMetrics()
+        self.supervisor = supervisor or Supervisor(self.metrics)
+        self.engine = RunEngine(
+            ledger,
+            concurrency=concurrency,
+            clock=clock,
+            stopping=self._stop,
+            wake=self.wake,
+            on_error=lambda exc: self._set_health(False, exc),
+            metrics=self.metrics,
+            retry_base=retry_base,
+            allow_private=allow_private,
+            delivery_policy=delivery_policy,
+            keyring=keyring,
+            containment=containment,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Re-plan now (a schedule changed, a run was queued or cancelled)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self.running = True
+        self._loop_task = self.supervisor.spawn("loop", self._run_loop)
+        self.supervisor.spawn("heartbeat", self.engine.leases.heartbeat)
+        if self.ledger.db.capabilities.listen_notify:
+            self.supervisor.spawn("listen", self._listen)
+        if self.retention is not None:
+            retention = self.retention
+            self.supervisor.spawn("retention", lambda: self._prune(retention))
+
+    async def stop(self) -> None:
+        """Stop claiming, let in-flight runs finish up to the drain timeout, then cancel the
+        rest and release their leases so another replica continues them at once."""
+        self._stop.set()
+        self.wake()
+        if self._loop_task is not None:
+            await asyncio.wait({self._loop_task}, timeout=10)
+        await self.engine.drain(self.drain_timeout)
+        await self.supervisor.stop(*SERVICES)
+        self.engine.leases.disarm_all()
+        self.running = False
+
+    @property
+    def flushes(self) -> dict[str, int]:
+        """Batched transactions written so far: admissions and results (diagnostics)."""
+        return self.engine.flushes
+
+    @property
+    def healthy(self) -> bool:
+        """Running, the last look at the database worked, and none of its tasks is down."""
+        down = set(self.supervisor.down).intersection(SERVICES)
+        return self.running and self._healthy is not False and not down
+
+    def _set_health(self, healthy: bool, error: BaseException | None = None) -> None:
+        # Log once per state change, not once per tick, so an outage is one line.
+        if healthy != self._healthy:
+            if healthy:
+                log.info("engine_healthy")
+            elif isinstance(error, SchedulerUnavailable):
+                log.error("SchedulerUnavailable", error=error.message)
+            else:
+                log.error("engine_error", exc_info=error)
+        self._healthy = healthy
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _run_loop(self) -> None:
+        # One cheap look per wake-up (the earliest instant anything could be due) decides
+        # whether to claim at all, so an idle replica sends one statement per tick.
+        batch = FIRST_CLAIM
+        while not self._stop.is_set():
+            self._wake.clear()
+            self.iterations += 1
+            self.metrics.iterations.inc()
+            timeout = self.tick
+            try:
+                now = self.clock()
+                wake = await self.ledger.next_wakeup()
+                deliveries_due = wake.deliveries is not None and wake.deliveries <= now
+                if deliveries_due and await self.engine.recover_deliveries(now):
+                    self._set_health(True)
+                    continue  # look again: more may have run out, and the next instant moved
+                wake_at = wake.work
+                if wake_at is not None and wake_at <= now:
+                    began = time.perf_counter()
+                    claim = await self.ledger.claim_due_jobs(now, batch)
+                    self.metrics.claim_duration.observe(time.perf_counter() - began)
+                    if claim.runs:
+                        self.metrics.claim_size.observe(len(claim.runs))
+                    for run in claim.runs:
+                        self.engine.dispatch(run, claim.prepared.get(run.id))
+                    if claim.recovered:
+                        self.metrics.lease_recoveries.inc(claim.recovered)
+                        log.info("leases_recovered", runs=claim.recovered)
+                    batch = min(batch * 4, CLAIM_BATCH) if claim.full else FIRST_CLAIM
+                    self._set_health(True)
+                    if claim.runs or claim.full:
+                        continue  # claim again, or look when the next work is due
+                    # Due, yet nothing claimable: another replica holds those rows this
+                    # instant. Look again shortly rather than spin.
+                    timeout = RECHECK_SECONDS
+                elif deliveries_due:
+                    # Run out, yet none taken: another replica is taking them this instant.
+                    timeout = RECHECK_SECONDS
+                elif wake.at is not None:
+                    # +1 ms: asyncio may fire a timer a hair early, and a claim an instant
+                    # before the due time finds nothing.
+                    delay = (wake.at - self.clock()).total_seconds() + 0.001
+                    timeout = max(0.0, min(self.tick, delay))
+                self._set_health(True)
+            except Exception as exc:  # the loop survives everything and keeps ticking
+                self.metrics.errors.inc()
+                self._set_health(False, exc)
+                timeout = min(self.tick, 1.0)
+            await self._sleep(timeout)
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0 or self._stop.is_set():
+            return
+        waiters = {
+            asyncio.ensure_future(self._wake.wait()),
+            asyncio.ensure_future(self._stop.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    def cancel_local(self, run_id: uuid.UUID) -> None:
+        """Stop an attempt running in this process at once (the API's cancel)."""
+        self.engine.cancel_local(run_id)
+
+    async def _listen(self) -> None:
+        await listen(self.ledger.db, self.wake, self._stop, self._sleep_or_stop)
+
+    # -- retention ----------------------------------------------------------------------------
+
+    async def _prune(self, policy: RetentionPolicy) -> None:
+        # The first pass waits a little (at most a minute) so a restart's catch-up claims go
+        # first; then one pass per interval. A failed pass is logged and tried next interval.
+        await self._sleep_or_stop(min(self.retention_interval, 60.0))
+        while not self._stop.is_set():
+            try:
+                report = await prune_runs(self.ledger.db, self.clock(), policy)
+                self._pruned(report)
+            except Exception:
+                log.exception("retention_failed")
+            await self._sleep_or_stop(self.retention_interval)
+
+    def _pruned(self, report: PruneReport) -> None:
+        if report.deleted:
+            self.metrics.pruned.inc(report.deleted)
+            log.info(
+                "runs_pruned",
+                runs=report.deleted,
+                tasks=report.tasks_deleted,
+                examined=report.examined,
+                batches=report.batches,
+            )
+
+    # -- heartbeat and wake-ups -----------------------------------------------------------
