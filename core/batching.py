@@ -14,8 +14,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+from core.logging import get_logger
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+log = get_logger(__name__)
 
 
 class GroupCommit(Generic[Item, Result]):
@@ -71,3 +75,28 @@ class GroupCommit(Generic[Item, Result]):
             for (_, future), result in zip(live, results, strict=True):
                 if not future.done():
                     future.set_result(result)
+
+
+def retrying(
+    write: Callable[[Sequence[Item]], Awaitable[list[Result]]], tries: int = 3
+) -> Callable[[Sequence[Item]], Awaitable[list[Result]]]:
+    """A batched write tried up to ``tries`` times: one failure would otherwise
+    cost every run of the batch its outcome (their leases lapse and they run again)."""
+
+    async def tried(items: Sequence[Item]) -> list[Result]:
+        for attempt in range(1, tries + 1):
+            try:
+                return await write(items)
+            except Exception as exc:
+                if attempt == tries:
+                    raise
+                log.warning(
+                    "batch_write_retry",
+                    error=type(exc).__name__,
+                    detail=str(exc.__cause__ or exc)[:200],
+                    items=len(items),
+                )
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    return tried

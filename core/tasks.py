@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import Conflict, NotFound
 from core.schedules import parse_id
+from core.states import RunStatus
 from core.storage import Database, Run, Schedule, Task
 
 
@@ -34,7 +35,7 @@ async def get_task(db: Database, task_id: str | uuid.UUID, owner: str | None) ->
     async with db.session(write=False) as session:
         task = await _visible_task(session, task_id, owner)
         holder = await session.get(Run, task.lock_run_id) if task.lock_run_id else None
-    running = holder.id if holder is not None and holder.status == "running" else None
+    running = holder.id if holder is not None and holder.status == RunStatus.RUNNING else None
     return {
         "id": task.id,
         "schedule_id": task.schedule_id,
@@ -56,7 +57,7 @@ async def delete_task(db: Database, task_id: str | uuid.UUID, owner: str | None)
         task = await _visible_task(session, task_id, owner, lock=True)
         if task.lock_run_id is not None:
             holder = await session.get(Run, task.lock_run_id)
-            if holder is not None and holder.status == "running":
+            if holder is not None and holder.status == RunStatus.RUNNING:
                 raise Conflict(f"run {holder.id} is executing on task {task.id}; cancel it first")
         await session.execute(
             update(Schedule).where(Schedule.task_id == task.id).values(task_id=None)

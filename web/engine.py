@@ -1,24 +1,17 @@
-"""What happens to one run, top to bottom: dispatched from a claim, admitted, executed, recorded,
-delivered.
+"""What happens to one run, top to bottom.
 
-1. **Dispatch.** Every run a claim leased here gets a task (``dispatch``); a jittered run first
-   sleeps until its ``available_at``.
-2. **Admit.** Under the concurrency semaphore, the run is admitted: a prepared run (its task
-   came with the claim, its schedule needs no look at other runs) in a batch with the runs
-   starting at the same moment (``Ledger.admit_batch``), any other alone
-   (``Ledger.start_attempt``), which also applies the overlap policy, takes the task's run
-   lock, or says why the run does not start (paused, cancelled, lost) or must wait.
-3. **Execute.** The runner runs the agent under the run's timeout with a cooperative cancel
-   token; the lease keeper (``web.leases``) renews the lease meanwhile and stops the attempt if
-   the lease may be another's. Secrets the runner refers to are resolved now and redacted from
-   everything recorded.
-4. **Record.** The slot is freed; the outcome is written: plain outcomes in a batch with the
-   runs finishing at the same moment (``Ledger.record_batch``), a retry, a chat turn, a cancel
-   or a runner gone alone (``Ledger.finish_attempt``). Either way the ledger applies the
-   circuit breaker from the schedule row and hands back the run as written.
-5. **Deliver.** A run recorded with a delivery lease (a notify channel applies) is delivered
-   outside the slot; the lease is cleared when every channel is delivered or failed for good.
-   Deliveries whose process died are taken over by another (``recover_deliveries``).
+1. **Dispatch**: every run a claim leased here gets a task; a jittered run sleeps until its
+   ``available_at``.
+2. **Admit**, under the concurrency semaphore: a prepared run (task made by the claim, no look
+   at other runs needed) in a batch (``Ledger.admit_batch``), any other alone
+   (``Ledger.start_attempt``: overlap policy, the task's run lock, or why it does not start).
+3. **Execute**: the runner runs the agent under the timeout with a cooperative cancel token;
+   ``web.leases`` renews the lease and stops the attempt if the lease may be another's.
+   Referenced secrets are resolved now and redacted from everything recorded.
+4. **Record**, with the slot freed: plain outcomes in a batch (``Ledger.record_batch``), a
+   retry, a chat turn, a cancel or a runner gone alone (``Ledger.finish_attempt``); either way
+   the ledger applies the circuit breaker and hands back the run as written.
+5. **Deliver**, outside the slot, under a delivery lease (``web.delivery``).
 """
 
 from __future__ import annotations
@@ -26,31 +19,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.batching import GroupCommit
+from core.batching import GroupCommit, retrying
 from core.clock import Clock
 from core.errors import (
     AgentcronError,
     InvalidSchedule,
     RunPermanentError,
-    SchedulerUnavailable,
     TargetUnavailable,
 )
 from core.ledger import Ledger, Outcome, StartDecision
 from core.logging import get_logger
-from core.notify.delivery import DEFAULT_POLICY, TRIPPED, deliver_run
+from core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from core.retry import RetryPolicy
 from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
 from core.runners.containment import Containment
-from core.runs import run_view
 from core.secrets import Keyring, load, redact, referenced_secrets
 from core.states import RunStatus
 from core.storage import Run
+from web.delivery import Deliveries, run_log
 from web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
 from web.metrics import EngineMetrics
 
@@ -61,8 +53,6 @@ Result = TypeVar("Result")
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
-WRITE_TRIES = 3  # a batched write that fails (a deadlock, a blip) is tried this many times
-DELIVERY_BATCH = 100  # the most runs whose deliveries one look takes over
 
 
 @dataclass
@@ -123,8 +113,6 @@ class RunEngine:
         self.clock = clock
         self.metrics = metrics
         self.retry_base = retry_base
-        self.allow_private = allow_private
-        self.delivery_policy = delivery_policy
         # AGENTCRON_SECRETS_KEY: decrypts the stored secrets runs and deliveries refer to.
         self.keyring = keyring
         # Handed to every attempt: the agent processes' environment and sandbox.
@@ -146,18 +134,23 @@ class RunEngine:
             suspendable=self.suspendable,
             on_error=on_error,
         )
+        self.deliveries = Deliveries(
+            ledger,
+            clock=clock,
+            metrics=metrics,
+            delivering=self.delivering,
+            tasks=self.tasks,
+            allow_private=allow_private,
+            policy=delivery_policy,
+            keyring=keyring,
+        )
         self.metrics.in_flight.set_function(lambda: len(self.tokens))
-        self._admissions = GroupCommit(_retrying(ledger.admit_batch), name="agentcron-admissions")
+        self.admissions = GroupCommit(retrying(ledger.admit_batch), name="agentcron-admissions")
         # Outcomes wait a little to share a transaction: no run waits on its record (its slot is
         # already free), and in a burst this cuts the transactions several times over.
-        self._results = GroupCommit(
-            _retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
+        self.results = GroupCommit(
+            retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
         )
-
-    @property
-    def flushes(self) -> dict[str, int]:
-        """Batched transactions written so far: admissions and results (diagnostics)."""
-        return {"admissions": self._admissions.flushes, "results": self._results.flushes}
 
     def dispatch(self, run: Run, workdir: str | None = None) -> None:
         if run.id in self.held:
@@ -167,21 +160,12 @@ class RunEngine:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _run_log(self, run: Run) -> Any:
-        # Every line about a run names it, its schedule and this process, so one grep over
-        # the logs of all replicas follows a run through claims, attempts and takeovers.
-        return log.bind(
-            run_id=str(run.id), schedule_id=str(run.schedule_id), instance_id=self.ledger.owner
-        )
-
-    # -- one run --------------------------------------------------------------------------
-
     async def _execute(self, run: Run, prepared: str | None) -> None:
         """Admit, run and record one run. ``prepared`` is the working directory of a run whose
         task came with the claim (``Claim.prepared``): it is admitted in a batch with the runs
         starting at the same moment; if that fails, or for any other run, ``start_attempt``
         admits it alone or says why it does not run."""
-        bound = self._run_log(run)
+        bound = run_log(run, self.ledger.owner)
         verdict: Verdict | None = None
         try:
             # A jittered run (``jitter_seconds``) was claimed at its due time but starts at its
@@ -195,7 +179,7 @@ class RunEngine:
                         break
                     decision: StartDecision | None = None
                     if prepared is not None:
-                        decision = await self._admissions.submit((run, prepared))
+                        decision = await self.admissions.submit((run, prepared))
                     if decision is None:
                         prepared = None
                         decision = await self.ledger.start_attempt(run.id)
@@ -319,8 +303,8 @@ class RunEngine:
         payload = run.payload
         if verdict.outcome is not None and verdict.error is None:
             if verdict.batch and not verdict.outcome.turns:
-                recorded = await self._record_plain(
-                    run, RunStatus.SUCCEEDED, output=verdict.outcome.output
+                recorded = await self.results.submit(
+                    Outcome(run, RunStatus.SUCCEEDED, output=verdict.outcome.output)
                 )
                 await self._finished(recorded, verdict)
                 return
@@ -340,7 +324,9 @@ class RunEngine:
             self.wake()
             return
         elif verdict.batch and not verdict.unavailable:
-            recorded = await self._record_plain(run, RunStatus.FAILED, error=verdict.error)
+            recorded = await self.results.submit(
+                Outcome(run, RunStatus.FAILED, error=verdict.error)
+            )
             await self._finished(recorded, verdict)
             return
         else:
@@ -350,12 +336,6 @@ class RunEngine:
             if verdict.unavailable:
                 bound.error("schedule_paused", reason=verdict.error)
         await self._finished(finished, verdict)
-
-    async def _record_plain(
-        self, run: Run, status: str, *, output: str | None = None, error: str | None = None
-    ) -> Run | None:
-        """Record a plain outcome in a batch; returns the run as written (None: lease lost)."""
-        return await self._results.submit(Outcome(run, status, output, error))
 
     async def _record_cancelled(self, verdict: Verdict) -> None:
         run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
@@ -383,7 +363,7 @@ class RunEngine:
             # timed_out runs get the record without it (docs/design.md, promise 8).
             error = f"timed out after {verdict.timeout:g} s"
             if verdict.batch:
-                finished = await self._record_plain(run, RunStatus.TIMED_OUT, error=error)
+                finished = await self.results.submit(Outcome(run, RunStatus.TIMED_OUT, error=error))
             else:
                 finished = await self.ledger.finish_attempt(
                     run.id, RunStatus.TIMED_OUT, error=error
@@ -410,102 +390,10 @@ class RunEngine:
             self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())
         # The outcome was recorded with a delivery lease only if a channel applies.
         if run.deliver_until is not None:
-            self._start_delivery(run, verdict.workdir, bound)
-
-    def _start_delivery(self, run: Run, workdir: str, bound: Any) -> None:
-        # Deliver outside the concurrency slot: a slow receiver must not hold up other runs.
-        # The task is tracked with the runs, so shutdown drains deliveries too. Listed at once,
-        # so the heartbeat renews its lease from now on.
-        self.delivering.add(run.id)
-        delivery = asyncio.create_task(self._deliver(run, workdir, bound))
-        self.tasks.add(delivery)
-        delivery.add_done_callback(self.tasks.discard)
-
-    async def _deliver(self, run: Run, workdir: str, bound: Any) -> None:
-        """Make a finished run's deliveries, then clear its delivery lease. Cancelled (the
-        drain timed out) or cut off from the database, the lease stays and runs out, and
-        another replica, or this one after a restart, makes what is left."""
-        try:
-            try:
-                made = await deliver_run(
-                    self.ledger.db,
-                    run,
-                    run_view(run),
-                    Path(workdir),
-                    clock=self.clock,
-                    allow_private=self.allow_private,
-                    policy=self.delivery_policy,
-                    keyring=self.keyring,
-                )
-                for channel, status in made:
-                    self.metrics.deliveries.labels(channel, status).inc()
-            except SchedulerUnavailable as exc:
-                bound.error("delivery_interrupted", error=exc.message)
-                return
-            except Exception as exc:  # a failed delivery never fails the run
-                # Not worth retrying on every lease: a bug does not go away by itself.
-                bound.error("delivery_error", error=str(exc))
-            await self.ledger.end_deliveries([run.id])
-        except Exception as exc:  # the lease then runs out: the next look finds nothing left
-            bound.error("delivery_lease_not_cleared", error=str(exc))
-        finally:
-            self.delivering.discard(run.id)
+            self.deliveries.start(run, verdict.workdir, bound)
 
     def cancel_local(self, run_id: uuid.UUID) -> None:
         """Stop an attempt running in this process at once (the API's cancel)."""
         token = self.tokens.get(run_id)
         if token is not None:
             token.cancel("cancel")
-
-    async def recover_deliveries(self, now: datetime) -> bool:
-        """Take over deliveries whose lease ran out and make them here; True if any."""
-        taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH)
-        for run, workdir in taken:
-            if run.id not in self.delivering:  # ours already: its renewal just lapsed
-                bound = self._run_log(run)
-                self._start_delivery(run, workdir, bound)
-        if taken:
-            self.metrics.delivery_recoveries.inc(len(taken))
-            log.info("deliveries_recovered", runs=len(taken))
-        return bool(taken)
-
-    async def drain(self, within: float) -> None:
-        """Give back the runs not started yet, let the others finish within ``within`` seconds, then
-        cancel the rest (their leases are released for another replica to continue)."""
-        queued = [run_id for run_id in self.held if run_id not in self.tokens]
-        with contextlib.suppress(AgentcronError):
-            await self.ledger.release(queued)
-        if self.tasks:
-            _, pending = await asyncio.wait(set(self.tasks), timeout=within)
-            if pending:
-                log.warning("drain_timeout", cancelling=len(self.tokens))
-                for token in list(self.tokens.values()):
-                    token.cancel("shutdown")
-                await asyncio.wait(pending, timeout=HARD_STOP_GRACE)
-                for task in pending:
-                    task.cancel()
-
-
-def _retrying(
-    write: Callable[[Sequence[Item]], Awaitable[list[Result]]],
-) -> Callable[[Sequence[Item]], Awaitable[list[Result]]]:
-    """A batched write tried up to ``WRITE_TRIES`` times: one failure would otherwise
-    cost every run of the batch its outcome (their leases lapse and they run again)."""
-
-    async def tried(items: Sequence[Item]) -> list[Result]:
-        for attempt in range(1, WRITE_TRIES + 1):
-            try:
-                return await write(items)
-            except Exception as exc:
-                if attempt == WRITE_TRIES:
-                    raise
-                log.warning(
-                    "batch_write_retry",
-                    error=type(exc).__name__,
-                    detail=str(exc.__cause__ or exc)[:200],
-                    items=len(items),
-                )
-                await asyncio.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
-
-    return tried

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 
 from core.clock import Clock, utcnow
-from core.errors import SchedulerUnavailable
+from core.errors import AgentcronError, SchedulerUnavailable
 from core.ledger import Ledger
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY
@@ -32,7 +32,7 @@ from core.retry import RetryPolicy
 from core.runners.containment import Containment
 from core.secrets import Keyring
 from core.storage.wakeups import listen
-from web.engine import RunEngine
+from web.engine import HARD_STOP_GRACE, RunEngine
 from web.metrics import EngineMetrics
 from web.supervisor import Supervisor
 
@@ -136,7 +136,7 @@ class SchedulerLoop:
         self.wake()
         if self._loop_task is not None:
             await asyncio.wait({self._loop_task}, timeout=10)
-        await self.engine.drain(self.drain_timeout)
+        await self._drain(self.drain_timeout)
         await self.supervisor.stop(*SERVICES)
         self.engine.leases.disarm_all()
         self.running = False
@@ -144,7 +144,10 @@ class SchedulerLoop:
     @property
     def flushes(self) -> dict[str, int]:
         """Batched transactions written so far: admissions and results (diagnostics)."""
-        return self.engine.flushes
+        return {
+            "admissions": self.engine.admissions.flushes,
+            "results": self.engine.results.flushes,
+        }
 
     @property
     def healthy(self) -> bool:
@@ -178,7 +181,7 @@ class SchedulerLoop:
                 now = self.clock()
                 wake = await self.ledger.next_wakeup()
                 deliveries_due = wake.deliveries is not None and wake.deliveries <= now
-                if deliveries_due and await self.engine.recover_deliveries(now):
+                if deliveries_due and await self.engine.deliveries.recover(now):
                     self._set_health(True)
                     continue  # look again: more may have run out, and the next instant moved
                 wake_at = wake.work
@@ -265,3 +268,19 @@ class SchedulerLoop:
             )
 
     # -- heartbeat and wake-ups -----------------------------------------------------------
+
+    async def _drain(self, within: float) -> None:
+        """Give back the runs not started yet, let the others finish within ``within`` seconds, then
+        cancel the rest (their leases are released for another replica to continue)."""
+        queued = [run_id for run_id in self.engine.held if run_id not in self.engine.tokens]
+        with contextlib.suppress(AgentcronError):
+            await self.ledger.release(queued)
+        if self.engine.tasks:
+            _, pending = await asyncio.wait(set(self.engine.tasks), timeout=within)
+            if pending:
+                log.warning("drain_timeout", cancelling=len(self.engine.tokens))
+                for token in list(self.engine.tokens.values()):
+                    token.cancel("shutdown")
+                await asyncio.wait(pending, timeout=HARD_STOP_GRACE)
+                for task in pending:
+                    task.cancel()

@@ -1,0 +1,65 @@
+"""What every schedule verb shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.clock import Clock, utcnow
+from core.errors import ScheduleCapacityExceeded
+from core.logging import get_logger
+from core.policy import ExecutionPolicy
+from core.policy import current as current_policy
+from core.storage import Database, Schedule
+from core.storage.wakeups import announce_change
+
+log = get_logger(__name__)
+
+
+class ServiceBase:
+    """What the schedule verbs share: the database, the policy, the clock and the wake-up.
+
+    ``owner=None`` means an administrator (sees everything); otherwise a schedule of another
+    owner is ``NotFound``, never "forbidden". ``on_change`` is called after every committed
+    change to a timetable so the local loop can re-plan its sleep; on PostgreSQL the same
+    transaction also sends a NOTIFY on ``agentcron_schedules`` for other replicas.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        max_active: int = 100_000,
+        clock: Clock = utcnow,
+        on_change: Callable[[], None] | None = None,
+        allow_private: bool = False,
+        policy: ExecutionPolicy | None = None,
+    ) -> None:
+        self.db = db
+        # What tenants may run (core.policy); checked for callers that are not trusted.
+        self.policy = policy or current_policy()
+        self.max_active = max_active
+        # AGENTCRON_ALLOW_PRIVATE_WEBHOOKS: notify targets on loopback/private networks.
+        self.allow_private = allow_private
+        self.clock = clock
+        self.on_change = on_change
+
+    async def _announce(self, session: AsyncSession) -> None:
+        await announce_change(self.db, session)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def _check_capacity(self, session: AsyncSession) -> None:
+        active = await session.scalar(
+            select(func.count())
+            .select_from(Schedule)
+            .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
+        )
+        if (active or 0) >= self.max_active:
+            raise ScheduleCapacityExceeded(
+                f"at most {self.max_active} active schedules (AGENTCRON_MAX_ACTIVE_SCHEDULES)"
+            )

@@ -1,0 +1,83 @@
+"""Reading schedules as users see them: ids, the owner-visible loader, the public shape."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core import triggers
+from core.errors import NotFound
+from core.logging import get_logger
+from core.notify import masked_channels
+from core.storage import Schedule
+
+log = get_logger(__name__)
+
+
+def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:
+    """An id from a path or a caller; anything that is not a UUID is simply not found."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        raise NotFound(kind, str(value)) from None
+
+
+def schedule_view(schedule: Schedule) -> dict[str, Any]:
+    """The public shape of a schedule (docs/api.md): secrets masked, description in words."""
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    return {
+        "id": schedule.id,
+        "owner": schedule.owner,
+        "name": schedule.name,
+        "prompt": schedule.prompt,
+        "trigger": schedule.trigger,
+        "enabled": schedule.enabled,
+        "mode": schedule.mode,
+        "overlap": schedule.overlap,
+        "catchup": schedule.catchup,
+        "catchup_window_seconds": schedule.catchup_window_seconds,
+        "misfire_grace_seconds": schedule.misfire_grace_seconds,
+        "timeout_seconds": schedule.timeout_seconds,
+        "max_attempts": schedule.max_attempts,
+        "runner": schedule.runner,
+        "notify": masked_channels(schedule.notify),
+        "next_run": schedule.next_run,
+        "description": triggers.describe(trigger),
+        "paused_at": schedule.paused_at,
+        "paused_note": schedule.paused_note,
+        "last_run_at": schedule.last_run_at,
+        "last_status": schedule.last_status,
+        "last_error": schedule.last_error,
+        "last_run_id": schedule.last_run_id,
+        "consecutive_failures": schedule.consecutive_failures,
+        "retention_days": schedule.retention_days,
+        "pause_after_failures": schedule.pause_after_failures,
+        "max_runs": schedule.max_runs,
+        "scheduled_runs": schedule.scheduled_runs or 0,
+        "jitter_seconds": schedule.jitter_seconds,
+        "warnings": schedule.warnings or [],
+        "created_at": schedule.created_at,
+        "updated_at": schedule.updated_at,
+    }
+
+
+async def load_schedule(
+    session: AsyncSession, schedule_id: str | uuid.UUID, owner: str | None, *, lock: bool = False
+) -> Schedule:
+    """The undeleted schedule visible to ``owner`` (None: any owner), optionally row-locked;
+    ``NotFound`` otherwise (another owner's schedule is not found, never forbidden)."""
+    id = parse_id(schedule_id)
+    query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
+    if owner is not None:
+        query = query.where(Schedule.owner == owner)
+    if lock:
+        query = query.with_for_update()
+    schedule = (await session.execute(query)).scalar_one_or_none()
+    if schedule is None:
+        raise NotFound("schedule", str(schedule_id))
+    return schedule
