@@ -4,6 +4,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# pytest-xdist workers: in-process tests wait on I/O more than they compute, so twice the
+# cores; tests of real server processes and agents get one per core, and those with margins
+# of a fraction of a second (marked solo) run alone at the end.
+TEST_WORKERS ?= 4
+SERVER_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test lint format migrate bench bench-quick soak screenshots clean
@@ -31,7 +36,9 @@ run: install ## migrate the SQLite database, add the example schedule, serve on 
 test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium and bubblewrap as root)
 	sh scripts/install-chromium
 	sh scripts/install-bubblewrap
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) tests/unit tests/integration
+	$(BIN)/pytest -n $(SERVER_WORKERS) -m "not solo" tests/e2e tests/faults tests/test_bench_smoke.py
+	$(BIN)/pytest -m solo tests/e2e tests/faults
 
 lint: install ## ruff and mypy (strict)
 	$(BIN)/ruff check .
