@@ -17,7 +17,7 @@ from typing import Any
 
 from core.clock import Clock
 from core.errors import SchedulerUnavailable
-from core.ledger import Ledger
+from core.ledger import RunStore
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY, deliver_run
 from core.retry import RetryPolicy
@@ -45,7 +45,7 @@ class Deliveries:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RunStore,
         *,
         clock: Clock,
         metrics: EngineMetrics,

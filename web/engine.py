@@ -33,7 +33,7 @@ from core.errors import (
     RunPermanentError,
     TargetUnavailable,
 )
-from core.ledger import Ledger, Outcome, StartDecision
+from core.ledger import Outcome, RunStore, StartDecision
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from core.retry import RetryPolicy
@@ -95,7 +95,7 @@ class RunEngine:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RunStore,
         *,
         concurrency: int,
         clock: Clock,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from core.clock import Clock
-from core.ledger import Ledger
+from core.ledger import RunStore
 from core.logging import get_logger
 from core.runners import CancelToken
 
@@ -40,7 +40,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RunStore,
         clock: Clock,
         *,
         tokens: dict[uuid.UUID, CancelToken],

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from core.clock import Clock, utcnow
 from core.errors import AgentcronError, SchedulerUnavailable
-from core.ledger import Ledger
+from core.ledger import RunStore
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY
 from core.retention import PruneReport, RetentionPolicy, prune_runs
@@ -68,7 +68,7 @@ class SchedulerLoop:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: RunStore,
         *,
         concurrency: int = 4,
         tick_seconds: float = 10.0,

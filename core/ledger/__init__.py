@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from core.ledger.attempts import Attempts, breaker_note
 from core.ledger.claim import Claiming
+from core.ledger.store import RunStore
 from core.ledger.types import (
     Claim,
     Outcome,
@@ -28,13 +29,19 @@ from core.ledger.types import (
 
 @dataclass
 class Ledger(Claiming, Attempts):
-    """Claim, admit, record and lease runs for the engine instance ``owner``."""
+    """Claim, admit, record and lease runs for the engine instance ``owner``: the SQL
+    ``RunStore``."""
+
+
+def _is_a_run_store(ledger: Ledger) -> RunStore:
+    return ledger  # mypy checks here that the ledger keeps the store's contract
 
 
 __all__ = [
     "Claim",
     "Ledger",
     "Outcome",
+    "RunStore",
     "PreparedTask",
     "StartDecision",
     "TaskRef",
