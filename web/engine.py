@@ -33,7 +33,7 @@ from core.errors import (
     RunPermanentError,
     TargetUnavailable,
 )
-from core.ledger import Outcome, RunStore, StartDecision
+from core.ledger import Outcome, PreparedTask, RunStore, StartDecision
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from core.retry import RetryPolicy
@@ -117,6 +117,7 @@ class RunEngine:
         self.keyring = keyring
         # Handed to every attempt: the agent processes' environment and sandbox.
         self.containment = containment or Containment()
+        self.concurrency = concurrency
         self.semaphore = asyncio.Semaphore(concurrency)
         self._stop = stopping
         self.wake = wake
@@ -124,6 +125,9 @@ class RunEngine:
         self.tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
         self.delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
         self.suspendable: set[uuid.UUID] = set()  # attempts whose runner can freeze
+        # Runs the claim admitted that have not begun their attempt yet: at shutdown they are
+        # given back as running attempts are (``release_for_takeover``), not as queued ones.
+        self.admitted: set[uuid.UUID] = set()
         self.tasks: set[asyncio.Task[None]] = set()  # runs and deliveries in hand
         self.leases = LeaseKeeper(
             ledger,
@@ -152,19 +156,29 @@ class RunEngine:
             retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
         )
 
-    def dispatch(self, run: Run, workdir: str | None = None) -> None:
+    def free_slots(self) -> int:
+        """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
+        return max(0, self.concurrency - len(self.held))
+
+    def dispatch(self, run: Run, workdir: str | None = None, *, started: bool = False) -> None:
+        """Take a claimed run in hand. ``started``: the claim admitted it (``Claim.started``,
+        ``workdir`` its task's directory): it runs as soon as it has its slot."""
         if run.id in self.held:
             return
         self.held.add(run.id)
-        task = asyncio.create_task(self._execute(run, workdir), name=f"agentcron-run-{run.id}")
+        if started:
+            self.admitted.add(run.id)
+        job = self._execute(run, workdir, started=started)
+        task = asyncio.create_task(job, name=f"agentcron-run-{run.id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _execute(self, run: Run, prepared: str | None) -> None:
+    async def _execute(self, run: Run, prepared: str | None, *, started: bool = False) -> None:
         """Admit, run and record one run. ``prepared`` is the working directory of a run whose
-        task came with the claim (``Claim.prepared``): it is admitted in a batch with the runs
-        starting at the same moment; if that fails, or for any other run, ``start_attempt``
-        admits it alone or says why it does not run."""
+        task came with the claim: admitted by the claim (``started``), it just runs; else
+        (``Claim.prepared``) it is admitted in a batch with the runs starting at the same
+        moment; if that fails, or for any other run, ``start_attempt`` admits it alone or says
+        why it does not run."""
         bound = run_log(run, self.ledger.owner)
         verdict: Verdict | None = None
         try:
@@ -178,7 +192,9 @@ class RunEngine:
                     if self._stop.is_set():
                         break
                     decision: StartDecision | None = None
-                    if prepared is not None:
+                    if started and prepared is not None and run.task_id is not None:
+                        decision = StartDecision("run", run, PreparedTask(run.task_id, prepared))
+                    elif prepared is not None:
                         decision = await self.admissions.submit((run, prepared))
                     if decision is None:
                         prepared = None
@@ -224,6 +240,7 @@ class RunEngine:
         bound = bound.bind(attempt=run.attempt, task_id=str(task.id))
         token = CancelToken()
         self.tokens[run.id] = token
+        self.admitted.discard(run.id)
         assert run.lease_expires_at is not None  # set by the admission
         self.leases.fence(run.id, run.lease_expires_at)
         timeout = float(payload["timeout_seconds"])

@@ -187,12 +187,16 @@ class SchedulerLoop:
                 wake_at = wake.work
                 if wake_at is not None and wake_at <= now:
                     began = time.perf_counter()
-                    claim = await self.ledger.claim_due_jobs(now, batch)
+                    start = self.engine.free_slots()
+                    claim = await self.ledger.claim_due_jobs(now, batch, start=start)
                     self.metrics.claim_duration.observe(time.perf_counter() - began)
                     if claim.runs:
                         self.metrics.claim_size.observe(len(claim.runs))
                     for run in claim.runs:
-                        self.engine.dispatch(run, claim.prepared.get(run.id))
+                        if run.id in claim.started:
+                            self.engine.dispatch(run, claim.started[run.id], started=True)
+                        else:
+                            self.engine.dispatch(run, claim.prepared.get(run.id))
                     if claim.recovered:
                         self.metrics.lease_recoveries.inc(claim.recovered)
                         log.info("leases_recovered", runs=claim.recovered)
@@ -270,11 +274,16 @@ class SchedulerLoop:
     # -- heartbeat and wake-ups -----------------------------------------------------------
 
     async def _drain(self, within: float) -> None:
-        """Give back the runs not started yet, let the others finish within ``within`` seconds, then
-        cancel the rest (their leases are released for another replica to continue)."""
-        queued = [run_id for run_id in self.engine.held if run_id not in self.engine.tokens]
+        """Give back the runs not started yet, let the others finish within ``within``
+        seconds, then cancel the rest (their leases are released for another replica)."""
+        engine = self.engine
+        idle = [run_id for run_id in engine.held if run_id not in engine.tokens]
+        queued = [run_id for run_id in idle if run_id not in engine.admitted]
         with contextlib.suppress(AgentcronError):
             await self.ledger.release(queued)
+            # Admitted by the claim, stopped before their attempt began: running rows.
+            for run_id in [run_id for run_id in idle if run_id in engine.admitted]:
+                await self.ledger.release_for_takeover(run_id)
         if self.engine.tasks:
             _, pending = await asyncio.wait(set(self.engine.tasks), timeout=within)
             if pending:

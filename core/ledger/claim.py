@@ -25,7 +25,7 @@ YIELD_EVERY = 50  # schedules planned between two yields to the event loop
 
 
 class Claiming(LedgerBase):
-    async def claim_due_jobs(self, now: datetime, limit: int = 500) -> Claim:
+    async def claim_due_jobs(self, now: datetime, limit: int = 500, start: int = 0) -> Claim:
         """Take due work in one transaction and lease it to this instance.
 
         Eligible: enabled, undeleted schedules with ``next_run <= now`` (row-locked, skipping
@@ -34,6 +34,12 @@ class Claiming(LedgerBase):
         runs of ``plan_due_times`` are inserted in one multi-row INSERT ... ON CONFLICT DO
         NOTHING and ``next_run`` is advanced in one executemany UPDATE. Returns the leased
         runs; ``full`` says the limit was reached and more may be due.
+
+        The claim admits: up to ``start`` runs (the caller's free slots) that can start now
+        without a look at other runs (isolated, overlap ``allow``, no jitter) are inserted
+        ``running``, attempt 1, with their fresh task (``Claim.started``), so they start with no
+        round trip of their own. Pause stays visible at once: the schedule rows are locked by
+        this transaction, and a pause committed before it finds nothing due.
         """
         until = self._lease_until(now)
         async with self.db.session() as session:
@@ -42,6 +48,7 @@ class Claiming(LedgerBase):
             tasks: dict[uuid.UUID, dict[str, Any]] = {}  # run id -> its prepared task
             advances: list[dict[str, Any]] = []
             accounted: list[dict[str, Any]] = []  # skipped rows of due times that do not run
+            starting: set[uuid.UUID] = set()  # runs admitted by the claim itself
             for index, schedule in enumerate(schedules):
                 if index and index % YIELD_EVERY == 0:
                     # Planning a full batch is tens of milliseconds of CPU: let the loop's
@@ -75,24 +82,27 @@ class Claiming(LedgerBase):
                 independent = schedule.overlap == "allow" and schedule.mode == "isolated"
                 for due in plan.run_at:
                     run_id, task_id = uuid.uuid4(), uuid.uuid4()
+                    available_at = (
+                        max(now, due + jitter_delay(schedule.id, due, schedule.jitter_seconds))
+                        if schedule.jitter_seconds
+                        else now
+                    )
+                    starts = independent and available_at <= now and len(starting) < start
                     row = {
                         "id": run_id,
                         "schedule_id": schedule.id,
                         "trigger": "schedule",
                         "due_at": due,
                         "origin": "catchup" if due == plan.caught_up else "schedule",
-                        "status": RunStatus.PENDING.value,
-                        "attempt": 0,
+                        "status": (RunStatus.RUNNING if starts else RunStatus.PENDING).value,
+                        "attempt": 1 if starts else 0,
+                        "started_at": now if starts else None,
                         # An independent run gets its fresh task now, with the claim, so it
                         # can start without a transaction of its own (``admit_batch``).
                         "task_id": task_id if independent else None,
                         "payload": payload,
                         "created_at": now,
-                        "available_at": (
-                            max(now, due + jitter_delay(schedule.id, due, schedule.jitter_seconds))
-                            if schedule.jitter_seconds
-                            else now
-                        ),
+                        "available_at": available_at,
                         "lease_owner": self.owner,
                         "lease_expires_at": until,
                         "cancel_requested": False,
@@ -100,6 +110,8 @@ class Claiming(LedgerBase):
                         "dst_rule": plan.dst_rules.get(due),
                     }
                     rows.append(row)
+                    if starts:
+                        starting.add(run_id)
                     if independent:
                         tasks[run_id] = self._new_task_row(task_id, schedule, now)
                 advances.append(
@@ -136,11 +148,13 @@ class Claiming(LedgerBase):
                 full = len(found) >= room
             else:
                 full = True
+        ready = {run.id: workdirs[run.task_id] for run in claimed if run.task_id in workdirs}
         return Claim(
             runs=claimed,
             full=full or len(schedules) >= limit,
             recovered=recovered,
-            prepared={run.id: workdirs[run.task_id] for run in claimed if run.task_id in workdirs},
+            prepared={id: workdir for id, workdir in ready.items() if id not in starting},
+            started={id: workdir for id, workdir in ready.items() if id in starting},
         )
 
     async def next_wakeup(self) -> Wakeup:

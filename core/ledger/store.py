@@ -28,16 +28,19 @@ class RunStore(Protocol):
         becoming available, a lease running out) and the earliest delivery lease to run out.
         One statement, no lock: what an idle replica pays per tick."""
 
-    async def claim_due_jobs(self, now: datetime, limit: int = 500) -> Claim:
+    async def claim_due_jobs(self, now: datetime, limit: int = 500, start: int = 0) -> Claim:
         """Take due work and lease it to us until ``now + lease_seconds``.
 
         Afterwards: every due time ``<= now`` of each claimed schedule has exactly one row
         (``pending`` and ours, or ``skipped`` with its reason); ``next_run`` is past ``now``;
         runs nobody held (manual, replay, retry, released) and runs whose lease ran out are
-        ours. Locks: the due schedules' rows (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so
-        replicas claim disjoint sets; SQLite's write lock). ``Claim.full``: ``limit`` was
-        reached, claim again. A schedule that cannot be planned is taken off the timetable
-        (``next_run`` NULL) and logged, never retried on every claim."""
+        ours. Up to ``start`` new runs that need no look at other runs (isolated, overlap
+        ``allow``, no jitter) are admitted by the claim itself: ``running``, attempt 1, their
+        task made (``Claim.started``). Locks: the due schedules' rows (``FOR UPDATE SKIP
+        LOCKED`` on PostgreSQL, so replicas claim disjoint sets; SQLite's write lock).
+        ``Claim.full``: ``limit`` was reached, claim again. A schedule that cannot be
+        planned is taken off the timetable (``next_run`` NULL) and logged, never retried on
+        every claim."""
 
     async def start_attempt(self, run_id: uuid.UUID) -> StartDecision:
         """Admit one attempt of a run of ours, under its schedule's row lock.

@@ -34,6 +34,9 @@ class Claim:
     # looking at its other runs (overlap ``allow``, isolated): run id -> task working directory.
     # They may be admitted in batches (``admit_batch``); every other run goes one by one.
     prepared: dict[uuid.UUID, str] = field(default_factory=dict)
+    # Runs the claim admitted (``running``, attempt 1, their task made): run id -> working
+    # directory. They start at once, with no admission of their own.
+    started: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -297,3 +297,36 @@ async def test_the_loop_admits_and_records_a_burst_in_batches(
     # Batched: fewer transactions than runs, for both admissions and results.
     flushes = engine.loop.flushes
     assert 0 < flushes["admissions"] < 200 and 0 < flushes["results"] < 200
+
+
+async def test_the_claim_admits_up_to_the_free_slots(db: Database, tmp_path: Path) -> None:
+    """With ``start`` free slots, the claim itself makes that many runs ``running`` (attempt
+    1, lease, task), the runs that need no look at others only; the rest are claimed pending,
+    admitted later as before."""
+    plain = [await add(db, name=f"plain {i}") for i in range(3)]
+    guarded = await add(db, name="guarded", overlap="skip")
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW, start=2)
+
+    assert len(claim.runs) == 4 and len(claim.started) == 2
+    assert not set(claim.started) & set(claim.prepared)
+    by_id = {run.id: run for run in claim.runs}
+    for run_id, workdir in claim.started.items():
+        run = by_id[run_id]
+        assert run.schedule_id in plain
+        stored = await fetch(db, Run, run_id)
+        assert (stored.status, stored.attempt, stored.started_at) == ("running", 1, NOW)
+        assert stored.lease_owner == "replica-a" and stored.lease_expires_at is not None
+        assert (run.status, run.attempt, run.started_at) == ("running", 1, NOW)
+        task = await fetch(db, Task, stored.task_id)
+        assert task is not None and task.workdir == workdir
+    waiting = [run for run in claim.runs if run.id not in claim.started]
+    assert {run.schedule_id for run in waiting} == {*plain, guarded} - {
+        by_id[run_id].schedule_id for run_id in claim.started
+    }
+    for run in waiting:
+        assert ((await fetch(db, Run, run.id)).status, run.attempt) == ("pending", 0)
+    # An admitted run is recorded like any other attempt.
+    first = by_id[next(iter(claim.started))]
+    assert await me.record_batch([Outcome(first, "succeeded", "done")]) == [first]
+    assert (await fetch(db, Run, first.id)).status == "succeeded"

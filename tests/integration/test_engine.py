@@ -646,11 +646,11 @@ async def test_loop_survives_an_exception_and_keeps_running(
     real_claim = engine.ledger.claim_due_jobs
     failures: list[int] = []
 
-    async def flaky_claim(now: datetime, limit: int = 500) -> Any:
+    async def flaky_claim(now: datetime, limit: int = 500, start: int = 0) -> Any:
         if not failures:
             failures.append(1)
             raise RuntimeError("database went away for a moment")
-        return await real_claim(now, limit)
+        return await real_claim(now, limit, start)
 
     monkeypatch.setattr(engine.ledger, "claim_due_jobs", flaky_claim)
     engine.loop.start()

@@ -18,7 +18,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-# Run statuses (core.states), delivery statuses and the derived schedule states.
+# Run statuses, delivery statuses and the derived schedule states.
 STATUS_STYLES = {
     "succeeded": "green",
     "delivered": "green",
@@ -32,6 +32,9 @@ STATUS_STYLES = {
     "skipped": "dim",
     "finished": "dim",
 }
+# The terminal run statuses of core.states, restated: an HTTP client imports nothing of the
+# server side (a test holds it).
+TERMINAL = frozenset({"succeeded", "failed", "skipped", "timed_out", "cancelled"})
 # Wide enough that a pipe gets whole rows: grep and awk see one line per row.
 _PIPE_WIDTH = 4096
 

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from core.states import TERMINAL
 from web.cli import render
 from web.cli.client import (
     DEFAULT_URL,
@@ -58,7 +57,7 @@ def finish(api: Api, response_text: str, as_json: bool, wait: bool) -> None:
     run = json.loads(response_text)
     text = response_text
     if wait:
-        while run["status"] not in TERMINAL:
+        while run["status"] not in render.TERMINAL:
             time.sleep(POLL_SECONDS)
             response = api.get(f"/api/v1/runs/{run['id']}")
             run, text = response.json(), response.text
