@@ -110,9 +110,10 @@ async def test_every_adapter_and_workload(
     assert all(row["claims"] >= 1 for row in bigidle.values()), bigidle
     for figures in (idle_pg, idle_sqlite):
         assert figures["noticed_ms"] is not None, figures  # the outside schedule ran
-        # An idle replica sends about one statement per tick (1 s here): at least one look in
-        # the window, and no more than one per tick (plus the one the window's edge cuts).
-        assert 1 <= figures["statements"] <= IDLE_WINDOW + 1, figures
+        # An idle replica looks once per tick (1 s here), and on PostgreSQL also reads the
+        # database's clock: at least one look in the window, at most two statements a tick
+        # (plus those the window's edges cut).
+        assert 1 <= figures["statements"] <= 2 * (IDLE_WINDOW + 1), figures
     assert idle_pg["commits_per_min"] is not None and idle_sqlite["commits_per_min"] is None
     assert steady_pg["measured"] > 0, steady_pg
     assert steady_pg["delay_p50_ms"] is not None, steady_pg
