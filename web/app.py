@@ -37,7 +37,7 @@ log = get_logger(__name__)
 def engine_properties(
     settings: Settings, db: Database, containment: Containment | None = None
 ) -> EngineProperties:
-    """The promises this configuration makes (logged at start, contract point 14)."""
+    """The promises this configuration makes (logged at start, docs/design.md, promise 14)."""
     caps = db.capabilities
     containment = containment or containment_from_settings(settings)
     return EngineProperties(

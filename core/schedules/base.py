@@ -19,13 +19,8 @@ log = get_logger(__name__)
 
 
 class ServiceBase:
-    """What the schedule verbs share: the database, the policy, the clock and the wake-up.
-
-    ``owner=None`` means an administrator (sees everything); otherwise a schedule of another
-    owner is ``NotFound``, never "forbidden". ``on_change`` is called after every committed
-    change to a timetable so the local loop can re-plan its sleep; on PostgreSQL the same
-    transaction also sends a NOTIFY on ``agentcron_schedules`` for other replicas.
-    """
+    """What the schedule verbs share: the database, the policy, the clock and the wake-up
+    (``ScheduleService`` says what they mean)."""
 
     def __init__(
         self,

@@ -143,7 +143,7 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
 # still lets it start without a look at its other runs (enabled, undeleted, overlap ``allow``,
 # isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's write
 # transaction serialises anyway), so a pause either waits for the admission or is seen by it:
-# pause visibility stays immediate (contract point 9).
+# pause visibility stays immediate (docs/design.md, promise 9).
 _OPEN_SCHEDULES = (
     select(SCHEDULES.c.id)
     .where(

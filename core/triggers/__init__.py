@@ -1,8 +1,8 @@
 """Due-time arithmetic: cron, interval and one-shot triggers, time zones, DST, validation.
 
 Everything here is a pure function of its arguments: the current time is always passed in
-(``now`` / ``after``), never read. The meaning of cron (DESIGN.md contract point 1) is decided
-by our own parser (:mod:`core.triggers.cron`), and the DST rules (contract point 2) are applied
+(``now`` / ``after``), never read. The meaning of cron (docs/design.md, promise 1) is decided
+by our own parser (:mod:`core.triggers.cron`), and the DST rules (promise 2) are applied
 with :mod:`zoneinfo` by :mod:`core.triggers.search`, the only module that imports croniter;
 croniter is only ever asked one question: "which naive wall-clock minutes match this (already
 validated and normalised) expression?". The trigger kinds, their validation and stored form

@@ -1,4 +1,4 @@
-"""Cron field parsing and validation: what a cron expression means (DESIGN.md contract 1).
+"""Cron field parsing and validation: what a cron expression means (docs/design.md, promise 1).
 
 ``parse_cron`` turns an expression (5 fields or an ``@macro``) into a ``Cron``: the explicit
 value set of each field plus what the day rule and the DST rules need. Everything Debian cron

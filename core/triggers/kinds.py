@@ -18,7 +18,7 @@ from core.errors import InvalidSchedule
 from core.triggers.cron import CRON_FIELD, parse_cron
 
 MAX_INTERVAL_SECONDS: Final = 31_536_000
-# DST policies (DESIGN.md contract point 2 gives the defaults, which depend on the job kind).
+# DST policies (docs/design.md, promise 2 gives the defaults, which depend on the job kind).
 GAP_POLICIES: Final = ("shift", "skip")
 REPEAT_POLICIES: Final = ("first", "last", "both")
 
