@@ -9,13 +9,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.clock import Clock, utcnow
 from core.errors import ScheduleCapacityExceeded
-from core.logging import get_logger
 from core.policy import ExecutionPolicy
 from core.policy import current as current_policy
 from core.storage import Database, Schedule
 from core.storage.wakeups import announce_change
-
-log = get_logger(__name__)
 
 
 class ServiceBase:

@@ -7,7 +7,6 @@ import uuid
 from sqlalchemy import or_, select, update
 
 from core import triggers
-from core.logging import get_logger
 from core.notify import keep_masked_secrets, validate_channels
 from core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from core.runners import validate_runner
@@ -28,8 +27,6 @@ from core.specs import (
 from core.states import RunReason, RunStatus
 from core.storage import Run, Schedule
 from core.transitions import finished
-
-log = get_logger(__name__)
 
 # Fields whose change makes an update recompute the schedule's warnings.
 WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap"})

@@ -10,11 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import triggers
 from core.errors import NotFound
-from core.logging import get_logger
 from core.notify import masked_channels
 from core.storage import Schedule
-
-log = get_logger(__name__)
 
 
 def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:
