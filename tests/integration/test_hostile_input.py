@@ -621,3 +621,74 @@ async def test_an_id_of_another_kind_is_not_found(client: httpx.AsyncClient, db:
         error = assert_error(await client.request(method, path, **kwargs), 404)
         assert error["type"] == "NotFound"
     assert await rows(db) == before
+
+
+async def _send_and_hang_up(app: Any, method: str, path: str, headers: dict[str, str]) -> int:
+    """Send half a body to ``app`` over raw ASGI, then disconnect: what a browser does when it
+    aborts a superseded request. Returns the status the app answered (nobody would read it)."""
+    chunks: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b'{"name": "half', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+    await app(scope, receive, send)
+    starts = [m for m in sent if m["type"] == "http.response.start"]
+    return int(starts[0]["status"]) if starts else 0
+
+
+async def test_a_client_that_hangs_up_mid_body_is_no_error_and_writes_nothing(
+    client: httpx.AsyncClient, live_app: Any, db: Database
+) -> None:
+    from structlog.testing import capture_logs
+
+    key = client.headers["authorization"]
+    # The dashboard's preview is signed in by cookie: take one from the sign-in form.
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=live_app), base_url="http://testserver"
+    ) as web:
+        signed_in = await web.post(
+            "/login",
+            data={"key": key.removeprefix("Bearer "), "next": "/"},
+            headers={"origin": "http://testserver"},
+        )
+        assert signed_in.status_code == 303, signed_in.text
+        cookie = "; ".join(f"{name}={value}" for name, value in web.cookies.items())
+    posts = [
+        (API, {"authorization": key, "content-type": "application/json"}),
+        (
+            "/ui/preview",
+            {
+                "cookie": cookie,
+                "content-type": "application/x-www-form-urlencoded",
+                "origin": "http://testserver",
+                "host": "testserver",
+            },
+        ),
+    ]
+    with capture_logs() as logs:
+        statuses = [await _send_and_hang_up(live_app, "POST", path, h) for path, h in posts]
+    assert all(status != 500 for status in statuses), statuses
+    events = [entry["event"] for entry in logs]
+    assert "unhandled_error" not in events, logs
+    assert await rows(db) == EMPTY

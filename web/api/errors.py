@@ -11,8 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from core.errors import (
     AgentcronError,
@@ -118,6 +119,14 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _client_gone(request: Request, _exc: Exception) -> Response:
+    # The client closed the connection before its body arrived (a browser aborting a
+    # superseded preview, a CLI interrupted): nobody reads the answer and nothing was
+    # changed, so it is an info line, not an error.
+    log.info("client_disconnected", method=request.method, path=request.url.path)
+    return Response(status_code=499)
+
+
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled_error", exc_info=exc)
     return JSONResponse(error_body("InternalError", "internal error"), 500)
@@ -128,4 +137,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AgentcronError, _agentcron_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _unexpected)
