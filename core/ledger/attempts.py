@@ -38,6 +38,23 @@ def breaker_note(streak: int, limit: int, error: str | None) -> str:
     )
 
 
+def schedule_result(schedule: Schedule, run: Run, now: datetime) -> str | None:
+    """Write a finished run onto its schedule (``last_*``, the failure streak); returns the
+    breaker's pause note if this failure trips it (the run's reason then says so)."""
+    schedule.last_run_at = now
+    schedule.last_status = run.status
+    schedule.last_error = run.error
+    schedule.last_run_id = run.id
+    succeeded = run.status == RunStatus.SUCCEEDED
+    schedule.consecutive_failures = 0 if succeeded else schedule.consecutive_failures + 1
+    limit = schedule.pause_after_failures
+    streak = schedule.consecutive_failures
+    if run.status not in FAILURES or limit is None or streak < limit or not schedule.enabled:
+        return None
+    run.reason = RunReason.CIRCUIT_BREAKER.value
+    return breaker_note(streak, limit, run.error or run.status)
+
+
 class Attempts(Leases):
     # -- admission ------------------------------------------------------------------------
 
@@ -229,7 +246,7 @@ class Attempts(Leases):
             if run.origin in QUEUED_ORIGINS:
                 promoted = await promote_next(session, run.schedule_id, now)
             if schedule is not None:
-                note = self._schedule_result(schedule, run, now)
+                note = schedule_result(schedule, run, now)
                 if note is None and pause_schedule and schedule.enabled:
                     note = f"paused by agentcron: {run.error}"
                 if note is not None:
@@ -243,23 +260,6 @@ class Attempts(Leases):
         if promoted:
             self._changed()  # after the commit, so the loop's claim sees the next queued run
         return run
-
-    @staticmethod
-    def _schedule_result(schedule: Schedule, run: Run, now: datetime) -> str | None:
-        """Write a finished run onto its schedule (``last_*``, the failure streak); returns
-        the breaker's pause note if this failure trips it (the run's reason then says so)."""
-        schedule.last_run_at = now
-        schedule.last_status = run.status
-        schedule.last_error = run.error
-        schedule.last_run_id = run.id
-        succeeded = run.status == RunStatus.SUCCEEDED
-        schedule.consecutive_failures = 0 if succeeded else schedule.consecutive_failures + 1
-        limit = schedule.pause_after_failures
-        streak = schedule.consecutive_failures
-        if run.status not in FAILURES or limit is None or streak < limit or not schedule.enabled:
-            return None
-        run.reason = RunReason.CIRCUIT_BREAKER.value
-        return breaker_note(streak, limit, run.error or run.status)
 
     async def record_batch(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
         """Record plain outcomes of attempts this instance ran, in one transaction: each run

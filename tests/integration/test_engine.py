@@ -90,34 +90,6 @@ async def test_transient_failures_retry_then_succeed(engine: Engine, fake: FakeR
     assert (await fetch_schedule(engine.db, schedule.id)).consecutive_failures == 0
 
 
-async def test_transient_failures_beyond_max_attempts_fail(
-    engine: Engine, fake: FakeRunnerType
-) -> None:
-    runner = fake.script("down", [transient("rate limited")])
-    schedule = await engine.create(spec(fake.config("down"), HOURLY, max_attempts=2))
-    queued = await engine.run_now(schedule.id)
-
-    run = await wait_status(engine.db, queued.id, "succeeded", "failed")
-    assert run.status == "failed"
-    assert run.attempt == 2
-    assert runner.attempts(run.id) == [1, 2]
-    assert run.error is not None and "rate limited" in run.error
-    s = await fetch_schedule(engine.db, schedule.id)
-    assert (s.last_status, s.consecutive_failures) == ("failed", 1)
-
-
-async def test_permanent_error_fails_at_once(engine: Engine, fake: FakeRunnerType) -> None:
-    runner = fake.script("bad", [permanent("bad runner config"), succeed()])
-    schedule = await engine.create(spec(fake.config("bad"), HOURLY, max_attempts=5))
-    queued = await engine.run_now(schedule.id)
-
-    run = await wait_status(engine.db, queued.id, "succeeded", "failed")
-    assert run.status == "failed"
-    assert run.attempt == 1
-    assert run.error == "bad runner config"
-    assert len(runner.calls) == 1
-
-
 async def test_timeout_stops_the_process_group_and_delivers_nothing(engine: Engine) -> None:
     script = "echo $$ > leader.pid; sleep 30 & echo $! > child.pid; wait"
     runner = {"type": "command", "argv": ["sh", "-c", script]}
@@ -429,32 +401,6 @@ async def test_cancel_a_running_run_locally_and_through_the_heartbeat(
 # -- leases -------------------------------------------------------------------------------
 
 
-async def test_a_lost_lease_stops_the_local_attempt_without_recording(
-    engine: Engine, fake: FakeRunnerType
-) -> None:
-    runner = fake.script("long", [sleep(30)])
-    schedule = await engine.create(spec(fake.config("long"), HOURLY))
-    queued = await engine.run_now(schedule.id)
-    await wait_status(engine.db, queued.id, "running")
-
-    # Another replica took the run over (say this process stalled past its lease).
-    async with engine.db.session() as session:
-        run = await session.get(Run, queued.id)
-        assert run is not None
-        run.lease_owner = "engine-z"
-        run.lease_expires_at = datetime.now(UTC) + timedelta(seconds=60)
-
-    async def stopped() -> bool:
-        return bool(runner.cancelled)
-
-    await wait_for(stopped, 5, "local attempt stopped")
-    assert runner.cancelled == [(queued.id, "lease_lost")]
-    await asyncio.sleep(0.2)
-    run = await fetch_run(engine.db, queued.id)
-    # The new owner records the outcome; this process writes nothing.
-    assert (run.status, run.lease_owner, run.finished_at) == ("running", "engine-z", None)
-
-
 async def test_an_expired_lease_is_continued_with_the_same_run_and_task(
     make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
@@ -529,19 +475,6 @@ async def test_work_queued_by_another_replica_wakes_the_loop(
 
 
 # -- shutdown -----------------------------------------------------------------------------
-
-
-async def test_stop_lets_a_short_run_finish(make_engine: MakeEngine, fake: FakeRunnerType) -> None:
-    engine = make_engine(drain_timeout=10)
-    fake.script("short", [sleep(0.5, "finished during drain")])
-    schedule = await engine.create(spec(fake.config("short"), HOURLY))
-    queued = await engine.run_now(schedule.id)
-    await wait_status(engine.db, queued.id, "running")
-
-    await engine.loop.stop()
-    run = await fetch_run(engine.db, queued.id)
-    assert run.status == "succeeded" and run.output == "finished during drain"
-    assert not engine.loop.running
 
 
 async def test_stop_releases_a_long_run_for_another_engine(
@@ -637,26 +570,3 @@ async def test_file_channel_gets_one_line_per_succeeded_run(
 
 
 # -- resilience ---------------------------------------------------------------------------
-
-
-async def test_loop_survives_an_exception_and_keeps_running(
-    make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine = make_engine(start=False)
-    real_claim = engine.ledger.claim_due_jobs
-    failures: list[int] = []
-
-    async def flaky_claim(now: datetime, limit: int = 500, start: int = 0) -> Any:
-        if not failures:
-            failures.append(1)
-            raise RuntimeError("database went away for a moment")
-        return await real_claim(now, limit, start)
-
-    monkeypatch.setattr(engine.ledger, "claim_due_jobs", flaky_claim)
-    engine.loop.start()
-    schedule = await engine.create(spec(fake.config(), HOURLY))
-    run = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "succeeded")
-    assert run.status == "succeeded"
-    assert failures == [1]
-    assert engine.loop.iterations >= 2
-    assert engine.loop.healthy

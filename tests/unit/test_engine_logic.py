@@ -1,0 +1,277 @@
+"""The engine's logic on the in-memory run store: no database, no timetable.
+
+Runs are queued straight into ``MemoryRunStore`` and are due at once, so each test waits only
+on the behaviour it is about (a retry, a timeout, a cancel, a lost lease, a drain), never on a
+schedule's next due time. The SQL ledger's side of every verb is tested in tests/integration
+on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import SchedulerUnavailable
+from core.ledger.memory import MemoryRunStore
+from core.runners import register_runner_type
+from core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
+from core.storage import Run
+from web.leases import LEASE_LOST
+from web.loop import SchedulerLoop
+
+LEASE = 0.9  # the heartbeat renews every 0.3 s: a cancel or a takeover is seen within that
+
+
+class Bench:
+    """A loop over a memory store, and the fake runner type its schedules use."""
+
+    def __init__(self, tmp_path: Path, fake: FakeRunnerType) -> None:
+        self.fake = fake
+        self.store = MemoryRunStore(owner="engine-a", lease_seconds=LEASE, data_dir=tmp_path)
+        self.loops: list[SchedulerLoop] = []
+
+    def loop(self, *, concurrency: int = 4, drain_timeout: float = 0.5) -> SchedulerLoop:
+        loop = SchedulerLoop(
+            self.store,
+            concurrency=concurrency,
+            tick_seconds=0.05,
+            drain_timeout=drain_timeout,
+            retry_base=0.01,
+        )
+        self.store.on_change = loop.wake
+        self.loops.append(loop)
+        loop.start()
+        return loop
+
+    async def until(self, run_id: uuid.UUID, *statuses: str, within: float = 5.0) -> Run:
+        return await until(lambda: self.store.run(run_id), lambda r: r.status in statuses, within)
+
+
+async def until(read: Callable[[], Any], test: Callable[[Any], bool], within: float = 5.0) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = read()
+        if test(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {within} s: {value!r}")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
+    fake = FakeRunnerType()
+    register_runner_type(fake)
+    made = Bench(tmp_path, fake)
+    try:
+        yield made
+    finally:
+        for loop in made.loops:
+            if loop.running:
+                await loop.stop()
+
+
+# -- outcomes -------------------------------------------------------------------------------
+
+
+async def test_transient_failures_retry_in_the_same_task_then_succeed(bench: Bench) -> None:
+    runner = bench.fake.script(
+        "flaky", [transient(), transient(), succeed("third")], per_attempt=True
+    )
+    schedule = bench.store.add_schedule(bench.fake.config("flaky"), max_attempts=3)
+    bench.loop()
+    queued = bench.store.queue(schedule)
+
+    run = await bench.until(queued.id, "succeeded", "failed")
+    assert (run.status, run.attempt, run.output, run.error) == ("succeeded", 3, "third", None)
+    assert runner.attempts(run.id) == [1, 2, 3]
+    assert {call.task_id for call in runner.calls} == {run.task_id}
+    assert schedule.consecutive_failures == 0 and schedule.last_status == "succeeded"
+
+
+async def test_transient_failures_beyond_max_attempts_fail_once(bench: Bench) -> None:
+    runner = bench.fake.script("down", [transient("rate limited")])
+    schedule = bench.store.add_schedule(bench.fake.config("down"), max_attempts=2)
+    bench.loop()
+    run = await bench.until(bench.store.queue(schedule).id, "succeeded", "failed")
+    assert (run.status, run.attempt) == ("failed", 2)
+    assert runner.attempts(run.id) == [1, 2]
+    assert run.error is not None and "rate limited" in run.error
+    assert (schedule.last_status, schedule.consecutive_failures) == ("failed", 1)
+
+
+async def test_a_permanent_error_fails_at_once(bench: Bench) -> None:
+    runner = bench.fake.script("bad", [permanent("bad config"), succeed()])
+    schedule = bench.store.add_schedule(bench.fake.config("bad"), max_attempts=5)
+    bench.loop()
+    run = await bench.until(bench.store.queue(schedule).id, "succeeded", "failed")
+    assert (run.status, run.attempt, run.error) == ("failed", 1, "bad config")
+    assert len(runner.calls) == 1
+
+
+async def test_a_timeout_stops_the_attempt_and_records_timed_out(bench: Bench) -> None:
+    runner = bench.fake.script("slow", [sleep(30)])
+    schedule = bench.store.add_schedule(bench.fake.config("slow"), timeout_seconds=0.3)
+    bench.loop()
+    run = await bench.until(bench.store.queue(schedule).id, "timed_out")
+    assert run.error == "timed out after 0.3 s" and run.output is None
+    assert [reason for _, reason in runner.cancelled] == ["timeout"]
+
+
+async def test_a_runner_type_that_is_gone_fails_the_run_and_pauses_the_schedule(
+    bench: Bench,
+) -> None:
+    schedule = bench.store.add_schedule({"type": "uninstalled-plugin"}, max_attempts=3)
+    bench.loop()
+    run = await bench.until(bench.store.queue(schedule).id, "failed")
+    assert run.attempt == 1  # not retried: no attempt could work
+    assert not schedule.enabled
+    assert schedule.paused_note is not None and schedule.paused_note.startswith(
+        "paused by agentcron"
+    )
+
+
+async def test_the_breaker_trips_from_the_schedule_streak_on_the_batched_path(
+    bench: Bench,
+) -> None:
+    bench.fake.script("broken", [permanent("boom")])
+    schedule = bench.store.add_schedule(bench.fake.config("broken"), pause_after_failures=2)
+    bench.loop()
+    first = await bench.until(bench.store.queue(schedule).id, "failed")
+    assert first.reason is None and schedule.enabled
+    second = await bench.until(bench.store.queue(schedule).id, "failed")
+    assert second.reason == "circuit_breaker"
+    assert not schedule.enabled and schedule.next_run is None
+    assert (
+        schedule.paused_note is not None and "after 2 failed runs in a row" in schedule.paused_note
+    )
+    assert bench.store.calls.get("record_batch", 0) >= 2  # plain outcomes went in batches
+
+
+# -- admission and concurrency --------------------------------------------------------------
+
+
+async def test_concurrency_bounds_the_attempts_and_the_claim_admits_only_free_slots(
+    bench: Bench,
+) -> None:
+    runner = bench.fake.script("work", [sleep(0.15)])
+    schedule = bench.store.add_schedule(bench.fake.config("work"))
+    queued = [bench.store.queue(schedule) for _ in range(12)]
+    bench.loop(concurrency=3)
+    for run in queued:
+        await bench.until(run.id, "succeeded")
+    assert runner.max_running == 3
+    assert all(bench.store.run(run.id).attempt == 1 for run in queued)
+
+
+async def test_a_cancel_before_the_attempt_ends_the_run_without_running_it(bench: Bench) -> None:
+    runner = bench.fake.script("work", [sleep(0.3)])
+    schedule = bench.store.add_schedule(bench.fake.config("work"))
+    blocker = bench.store.queue(schedule)
+    bench.loop(concurrency=1)
+    await asyncio.wait_for(runner.wait_calls(1), 5)
+    waiting = bench.store.queue(schedule)
+    bench.store.request_cancel(waiting.id)
+    run = await bench.until(waiting.id, "cancelled")
+    assert run.reason == "cancel_requested" and run.attempt == 0
+    await bench.until(blocker.id, "succeeded")
+    assert [call.run_id for call in runner.calls] == [blocker.id]
+
+
+# -- stopping an attempt --------------------------------------------------------------------
+
+
+async def test_a_cancel_reaches_a_running_attempt_through_the_heartbeat(bench: Bench) -> None:
+    runner = bench.fake.script("long", [sleep(30)])
+    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    bench.loop()
+    queued = bench.store.queue(schedule)
+    await asyncio.wait_for(runner.wait_calls(1), 5)
+    bench.store.request_cancel(queued.id)  # as the API's cancel on another replica writes it
+    run = await bench.until(queued.id, "cancelled", within=3)
+    assert run.error == "cancelled on request"
+    assert [reason for _, reason in runner.cancelled] == ["cancel"]
+
+
+async def test_a_local_cancel_stops_the_attempt_at_once(bench: Bench) -> None:
+    runner = bench.fake.script("long", [sleep(30)])
+    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    loop = bench.loop()
+    queued = bench.store.queue(schedule)
+    await asyncio.wait_for(runner.wait_calls(1), 5)
+    bench.store.request_cancel(queued.id)
+    loop.cancel_local(queued.id)
+    run = await bench.until(queued.id, "cancelled", within=0.5)
+    assert run.attempt == 1
+
+
+async def test_a_lease_taken_over_stops_the_attempt_and_records_nothing(bench: Bench) -> None:
+    runner = bench.fake.script("long", [sleep(30)])
+    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    loop = bench.loop()
+    queued = bench.store.queue(schedule)
+    await asyncio.wait_for(runner.wait_calls(1), 5)
+    bench.store.take_over(queued.id)
+    await until(lambda: runner.cancelled, bool, within=3)
+    assert [reason for _, reason in runner.cancelled] == [LEASE_LOST]
+    await until(lambda: queued.id in loop.engine.held, lambda held: not held)
+    run = bench.store.run(queued.id)
+    # The other replica's attempt is untouched: still running, under its lease.
+    assert (run.status, run.lease_owner, run.finished_at) == ("running", "another-replica", None)
+    assert loop.metrics.leases_lost._value.get() == 1
+
+
+async def test_stop_lets_a_short_attempt_finish(bench: Bench) -> None:
+    runner = bench.fake.script("short", [sleep(0.2, "done")])
+    schedule = bench.store.add_schedule(bench.fake.config("short"))
+    loop = bench.loop(drain_timeout=5)
+    queued = bench.store.queue(schedule)
+    await asyncio.wait_for(runner.wait_calls(1), 5)
+    await loop.stop()
+    run = bench.store.run(queued.id)
+    assert (run.status, run.output) == ("succeeded", "done")
+
+
+async def test_stop_releases_a_long_attempt_and_the_queue_for_another_replica(
+    bench: Bench,
+) -> None:
+    runner = bench.fake.script("long", [sleep(30)])
+    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    loop = bench.loop(concurrency=1, drain_timeout=0.2)
+    running = bench.store.queue(schedule)
+    await asyncio.wait_for(runner.wait_calls(1), 5)
+    queued = bench.store.queue(schedule)
+    await until(lambda: queued.id in loop.engine.held, bool)
+    await loop.stop()
+    for run_id in (running.id, queued.id):
+        run = bench.store.run(run_id)
+        assert (run.status, run.lease_owner) == ("pending", None), run_id
+    assert bench.store.run(running.id).reason == "released"
+    assert [reason for _, reason in runner.cancelled] == ["shutdown"]
+
+
+# -- the loop survives ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "verb", ["next_wakeup", "claim_due_jobs", "admit_batch", "record_batch", "renew_leases"]
+)
+async def test_the_loop_survives_a_verb_that_fails_and_the_run_still_happens(
+    bench: Bench, verb: str
+) -> None:
+    bench.fake.script("quick", [succeed("fine")])
+    schedule = bench.store.add_schedule(bench.fake.config("quick"))
+    bench.store.fail_next(verb, SchedulerUnavailable("database unreachable"))
+    loop = bench.loop(concurrency=1)
+    first = bench.store.queue(schedule)
+    second = bench.store.queue(schedule)  # goes through admit_batch: the claim admitted one
+    for queued in (first, second):
+        run = await bench.until(queued.id, "succeeded", within=5)
+        assert run.output == "fine"
+    assert loop.healthy
