@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from core import triggers
 from core.states import RunReason
 from core.storage import Schedule
-from core.timeline import Gap, find_gap, last_fire_before, utc
+from core.timeline import Gap, find_gap, last_fire_before
 
 MAX_DUE_PER_CLAIM = 100  # due times of one schedule handled per claim; the rest stay due
 
@@ -59,11 +59,11 @@ def plan_due_times(schedule: Schedule, now: datetime) -> DuePlan:
         if schedule.catchup == "latest":
             floor = max(schedule.next_run, now - window)
             latest_missed = last_fire_before(trigger, boundary, floor)
-        due = utc(triggers.next_fire(trigger, boundary - timedelta(microseconds=1)))
+        due = triggers.next_fire(trigger, boundary - timedelta(microseconds=1))
     on_time: list[datetime] = []
     while due is not None and due <= now and len(on_time) < MAX_DUE_PER_CLAIM:
         on_time.append(due)
-        due = utc(triggers.next_fire(trigger, due))
+        due = triggers.next_fire(trigger, due)
     run_at = on_time
     if schedule.catchup == "latest" and not on_time and latest_missed is not None:
         run_at = [latest_missed]

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from sqlalchemy import exists, or_, select, update
@@ -65,18 +67,12 @@ class Gap:
         return self.times[-1] if self.times else None
 
 
-def utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
 def find_gap(trigger: triggers.Trigger, start: datetime, end: datetime) -> Gap:
     """The due times ``d`` of ``trigger`` with ``start <= d < end``, bounded (module doc)."""
-    times: list[datetime] = []
-    due = utc(triggers.next_fire(trigger, start - _TICK))
-    while due is not None and due < end and len(times) < MAX_ROWS:
-        times.append(due)
-        due = utc(triggers.next_fire(trigger, due))
-    if due is None or due >= end:
+    upcoming = triggers.fire_times(trigger, start - _TICK, until=end)
+    times = list(islice(upcoming, MAX_ROWS))
+    due = next(upcoming, None)
+    if due is None:
         return Gap(times)
     first = last = due
     count: int | None = 1
@@ -85,8 +81,8 @@ def find_gap(trigger: triggers.Trigger, start: datetime, end: datetime) -> Gap:
             count = None
             last = last_fire_before(trigger, end, last) or last
             break
-        later = utc(triggers.next_fire(trigger, last))
-        if later is None or later >= end:
+        later = next(upcoming, None)
+        if later is None:
             break
         last = later
         if count is not None:
@@ -102,12 +98,9 @@ def last_fire_before(
     step = timedelta(seconds=1)
     while True:
         probe = max(before - step, floor)
-        found = utc(triggers.next_fire(trigger, probe - _TICK))
-        if found is not None and found < before:
-            later = utc(triggers.next_fire(trigger, found))
-            while later is not None and later < before:
-                found, later = later, utc(triggers.next_fire(trigger, later))
-            return found
+        last = deque(triggers.fire_times(trigger, probe - _TICK, until=before), maxlen=1)
+        if last:
+            return last[0]
         if probe <= floor:
             return None
         step *= 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from sqlalchemy import select
@@ -25,7 +26,7 @@ from core.timeline import (
     gap_rows,
     last_fire_before,
 )
-from core.warnings import schedule_warnings
+from core.triggers.warnings import schedule_warnings
 
 log = get_logger(__name__)
 
@@ -45,7 +46,9 @@ def preview(
     reject_nul(trigger_data, "trigger")
     trigger = triggers.parse_trigger(trigger_data, now)
     start = after if after is not None else now
-    return Preview(triggers.describe(trigger), triggers.preview(trigger, start, count))
+    # Shown as the trigger's own clock reads them: a cron trigger's zone, with its offset.
+    due = [triggers.in_zone(trigger, at) for at in triggers.preview(trigger, start, count)]
+    return Preview(triggers.describe(trigger), due)
 
 
 def exhausted(schedule: Schedule) -> bool:
@@ -66,8 +69,7 @@ def safe_warnings(
 
 
 def next_run_after(trigger: triggers.Trigger, now: datetime) -> datetime | None:
-    due = triggers.next_fire(trigger, now)
-    return None if due is None else due.astimezone(UTC)
+    return triggers.next_fire(trigger, now)
 
 
 RESUME_ALL_CAP = 100  # due times catch-up ``all`` queues at most; more is a backfill's job
@@ -121,15 +123,13 @@ def due_times_between(
     field: str = "end",
 ) -> list[datetime]:
     """Every due time in ``[start, end)``; ``InvalidSchedule`` naming ``field`` past ``cap``."""
-    found: list[datetime] = []
-    due = triggers.next_fire(trigger, start - timedelta(microseconds=1))
-    while due is not None and due.astimezone(UTC) < end:
-        if len(found) == cap:
-            raise InvalidSchedule(
-                f"more than {cap} due times in that range; ask for a shorter one", field=field
-            )
-        found.append(due.astimezone(UTC))
-        due = triggers.next_fire(trigger, due)
+    found = list(
+        islice(triggers.fire_times(trigger, start - timedelta(microseconds=1), end), cap + 1)
+    )
+    if len(found) > cap:
+        raise InvalidSchedule(
+            f"more than {cap} due times in that range; ask for a shorter one", field=field
+        )
     return found
 
 
@@ -207,8 +207,8 @@ def upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetim
         raise InvalidSchedule("due_at has passed: only an upcoming due time", field="due_at")
     trigger = triggers.trigger_from_dict(schedule.trigger)
     found = triggers.next_fire(trigger, due - timedelta(microseconds=1))
-    if found is None or found.astimezone(UTC) != due:
-        following = "none" if found is None else found.isoformat()
+    if found is None or found != due:
+        following = "none" if found is None else triggers.in_zone(trigger, found).isoformat()
         raise InvalidSchedule(
             f"{due_at} is not a due time of this schedule (the next one from there: {following})",
             field="due_at",

@@ -43,7 +43,7 @@ class ScheduleService(TimetableVerbs):
 
     async def create(self, spec: ScheduleCreate, owner: str, *, trusted: bool = True) -> Schedule:
         """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
-        warnings (``core.warnings``: things worth knowing, never a reason to refuse).
+        warnings (``core.triggers.warnings``: things worth knowing, never a reason to refuse).
         ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
 
         Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret

@@ -33,7 +33,9 @@ Without a policy of its own a trigger follows the contract: a fixed-time job ``s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from zoneinfo import ZoneInfo
 
 from core.triggers.cron import is_wildcard_job
@@ -66,6 +68,8 @@ __all__ = [
     "Trigger",
     "describe",
     "dst_rule",
+    "fire_times",
+    "in_zone",
     "is_wildcard_job",
     "next_fire",
     "parse_trigger",
@@ -76,21 +80,19 @@ __all__ = [
 
 
 def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
-    """The smallest fire instant strictly after ``after``, or ``None`` if there is none.
+    """The smallest fire instant strictly after ``after``, in UTC, or ``None`` if there is none.
 
     ``after`` is an aware datetime in any zone (``ValueError`` if naive). The result is a pure
     function of the instant ``after``: asking from inside the second pass of a repeated hour
     never returns a first-pass instant, and never anything at or before ``after``.
 
-    * cron: an aware datetime in the trigger's ``ZoneInfo`` (its ``utcoffset()`` is the zone's
-      offset at that instant), following the DST rules in the module docstring;
-    * interval: UTC, the smallest ``start_at + k * every_seconds`` (k >= 0) after ``after``,
-      so a future ``start_at`` is itself the first fire;
-    * one-shot: ``at`` (UTC) if it lies after ``after``, else ``None``.
+    * cron: the instants the DST rules of the module docstring give in the trigger's zone;
+    * interval: the smallest ``start_at + k * every_seconds`` (k >= 0) after ``after``, so a
+      future ``start_at`` is itself the first fire;
+    * one-shot: ``at`` if it lies after ``after``, else ``None``.
 
-    Store and compare cron results in UTC (``.astimezone(UTC)``): Python compares two datetimes
-    sharing one ``ZoneInfo`` by wall clock, and ``==`` across zones is always False for a time
-    in a repeated hour (PEP 495).
+    Every answer is UTC, so callers compare and store instants without converting; to show one
+    in the trigger's own zone, ``in_zone``.
     """
     moment = require_aware(after, "after")
     if isinstance(trigger, CronTrigger):
@@ -99,7 +101,7 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
         found = next_cron(trigger, moment)
         if found is None or (trigger.end_at is not None and found > trigger.end_at):
             return None
-        return found.astimezone(ZoneInfo(trigger.timezone))
+        return found.astimezone(UTC)
     if isinstance(trigger, IntervalTrigger):
         start = trigger.start_at.astimezone(UTC)
         if start > moment:
@@ -115,6 +117,25 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
     return at if at > moment else None
 
 
+def fire_times(
+    trigger: Trigger, after: datetime, until: datetime | None = None
+) -> Iterator[datetime]:
+    """Successive fire instants (UTC) strictly after ``after`` and, given ``until``, before it.
+
+    The one loop over due times: previews, plans, gaps and warnings take from it what they
+    need (``itertools.islice`` for a count)."""
+    due = next_fire(trigger, after)
+    while due is not None and (until is None or due < until):
+        yield due
+        due = next_fire(trigger, due)
+
+
+def in_zone(trigger: Trigger, instant: datetime) -> datetime:
+    """``instant`` as the trigger's own clock shows it: a cron trigger's zone, else UTC."""
+    zone = ZoneInfo(trigger.timezone) if isinstance(trigger, CronTrigger) else UTC
+    return instant.astimezone(zone)
+
+
 def dst_rule(trigger: Trigger, due: datetime) -> str | None:
     """Which DST rule decided the fire instant ``due`` of ``trigger``: ``gap_shift``,
     ``repeat_first``, ``repeat_last``, ``repeat_both``, or ``None`` for an ordinary instant
@@ -127,13 +148,5 @@ def dst_rule(trigger: Trigger, due: datetime) -> str | None:
 
 
 def preview(trigger: Trigger, after: datetime, count: int) -> list[datetime]:
-    """Up to ``count`` successive fire instants strictly after ``after`` (fewer if they end)."""
-    times: list[datetime] = []
-    cursor = after
-    while len(times) < count:
-        found = next_fire(trigger, cursor)
-        if found is None:
-            break
-        times.append(found)
-        cursor = found
-    return times
+    """Up to ``count`` successive fire instants (UTC) strictly after ``after``."""
+    return list(islice(fire_times(trigger, after), count))

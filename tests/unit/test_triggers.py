@@ -14,6 +14,7 @@ from core.triggers import (
     IntervalTrigger,
     OneShotTrigger,
     describe,
+    in_zone,
     is_wildcard_job,
     next_fire,
     parse_trigger,
@@ -148,8 +149,9 @@ def test_next_fire_strictly_after_and_in_zone() -> None:
     at_fire = datetime(2025, 1, 2, 8, 0, tzinfo=timezone(timedelta(hours=8)))
     got = next_fire(trigger, at_fire)
     assert got is not None
-    assert got.isoformat() == "2025-01-03T08:00:00+08:00"
-    assert str(got.tzinfo) == "Asia/Shanghai"
+    assert got.isoformat() == "2025-01-03T00:00:00+00:00"  # every answer is UTC
+    assert in_zone(trigger, got).isoformat() == "2025-01-03T08:00:00+08:00"
+    assert str(in_zone(trigger, got).tzinfo) == "Asia/Shanghai"
 
 
 def test_next_fire_rejects_naive_after() -> None:

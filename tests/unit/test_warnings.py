@@ -15,7 +15,7 @@ import pytest
 from core import triggers
 from core.triggers import CronTrigger, IntervalTrigger, OneShotTrigger, Trigger
 from core.triggers.transitions import transitions
-from core.warnings import schedule_warnings
+from core.triggers.warnings import schedule_warnings
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 NY = "America/New_York"

@@ -20,7 +20,8 @@ millisecond): two years of offset probes, at most 50 due times, eight years of c
 from __future__ import annotations
 
 import calendar
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from itertools import islice, pairwise
 from typing import Final
 from zoneinfo import ZoneInfo
 
@@ -155,20 +156,12 @@ def _shortest_spacing(trigger: triggers.Trigger, now: datetime, longer_than: int
         return None
     if longer_than <= _spacing_floor(trigger):
         return None
-    shortest: int | None = None
-    previous = triggers.next_fire(trigger, now)
-    for _ in range(OVERLAP_SAMPLE):
-        if previous is None:
-            break
-        following = triggers.next_fire(trigger, previous)
-        if following is None:
-            break
-        spacing = int((following.astimezone(UTC) - previous.astimezone(UTC)).total_seconds())
-        if spacing < longer_than and (shortest is None or spacing < shortest):
-            shortest = spacing
-            break
-        previous = following
-    return shortest
+    sample = islice(triggers.fire_times(trigger, now), OVERLAP_SAMPLE + 1)
+    for previous, following in pairwise(sample):
+        spacing = int((following - previous).total_seconds())
+        if spacing < longer_than:
+            return spacing
+    return None
 
 
 def _spacing_floor(trigger: triggers.CronTrigger) -> int:
@@ -258,7 +251,11 @@ def _rare_day_warning(trigger: triggers.CronTrigger, now: datetime) -> list[Warn
         weekdays = [WEEKDAY_NAMES[day] for day in sorted(spec.weekdays, key=lambda d: (d + 6) % 7)]
         reasons.append(f"it runs only when day {numbers} falls on {_join(weekdays, 'or')}")
     upcoming = triggers.next_fire(trigger, now)
-    after = f" (next: {upcoming.date().isoformat()})" if upcoming is not None else ""
+    after = (
+        f" (next: {triggers.in_zone(trigger, upcoming).date().isoformat()})"
+        if upcoming is not None
+        else ""
+    )
     because = f": {'; '.join(reasons)}" if reasons else ""
     return [
         {
