@@ -9,9 +9,10 @@ module and raises ``InvalidSchedule`` naming the field.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic.fields import FieldInfo
 
 from core.errors import InvalidSchedule
 
@@ -103,8 +104,18 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class ScheduleCreate(_Input):
-    """A new schedule. Defaults follow docs/api.md; ``overlap`` defaults by ``mode``."""
+class _ScheduleChecks(_Input):
+    # check_fields=False: the fields are declared once, in ScheduleCreate; the update model
+    # made from it inherits these checks by name.
+    _nul = field_validator("name", "prompt", check_fields=False)(_no_nul)
+    _blank = field_validator("name", check_fields=False)(_non_blank)
+
+
+class ScheduleCreate(_ScheduleChecks):
+    """A new schedule: every field a caller sets, declared once (type, bounds, default,
+    description). ``ScheduleUpdate`` and the settings part of the public shape
+    (``ScheduleSettingsOut``) are made from these fields, and the row is built from them.
+    Defaults follow docs/api.md; ``overlap`` defaults by ``mode``."""
 
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
@@ -130,45 +141,59 @@ class ScheduleCreate(_Input):
         default=None, ge=1, le=MAX_JITTER_SECONDS, description=JITTER_DOC
     )
 
-    _nul = field_validator("name", "prompt")(_no_nul)
-    _blank = field_validator("name")(_non_blank)
+
+SETTINGS: tuple[str, ...] = tuple(ScheduleCreate.model_fields)  # a schedule's settable fields
 
 
-class ScheduleUpdate(_Input):
-    """A partial update: each field named replaces the stored one whole."""
-
-    name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_CHARS)
-    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_PROMPT_CHARS)
-    trigger: dict[str, Any] | None = Field(default=None, description=TRIGGER_DOC)
-    enabled: bool | None = None
-    mode: Mode | None = None
-    overlap: Overlap | None = None
-    catchup: Catchup | None = None
-    catchup_window_seconds: int | None = Field(default=None, ge=0, le=MAX_WINDOW_SECONDS)
-    misfire_grace_seconds: int | None = Field(default=None, ge=1, le=86_400)
-    timeout_seconds: int | None = Field(default=None, ge=1, le=MAX_TIMEOUT_SECONDS)
-    max_attempts: int | None = Field(default=None, ge=1, le=100)
-    runner: dict[str, Any] | None = None
-    notify: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_NOTIFY_CHANNELS)
-    retention_days: int | None = Field(
-        default=None, ge=1, le=MAX_RETENTION_DAYS, description=RETENTION_DOC
-    )
-    pause_after_failures: int | None = Field(default=None, ge=1, le=1000, description=BREAKER_DOC)
-    max_runs: int | None = Field(default=None, ge=1, le=MAX_RUNS, description=MAX_RUNS_DOC)
-    jitter_seconds: int | None = Field(
-        default=None, ge=1, le=MAX_JITTER_SECONDS, description=JITTER_DOC
-    )
-
-    _nul = field_validator("name", "prompt")(_no_nul)
-    _blank = field_validator("name")(_non_blank)
+class SchedulePatch(_ScheduleChecks):
+    """What ``ScheduleUpdate`` adds to its fields: reading the caller's changes."""
 
     def changes(self) -> dict[str, Any]:
-        """The fields the caller named. A null for any of them is refused: none is nullable."""
+        """The fields the caller named. A null is refused for any not in ``NULLABLE``."""
         named = {name: getattr(self, name) for name in self.model_fields_set}
         for name, value in named.items():
             if value is None and name not in NULLABLE:
                 raise InvalidSchedule(f"{name} may not be null", field=name)
         return named
+
+
+def _optional(field: FieldInfo) -> tuple[Any, FieldInfo]:
+    """The same field with the same bounds and description, absent by default (None)."""
+    annotation: Any = field.annotation
+    return annotation | None, FieldInfo.merge_field_infos(field, default=None, default_factory=None)
+
+
+def _shown(name: str, field: FieldInfo) -> tuple[Any, FieldInfo]:
+    """The field as the API shows it: its type and description, no bounds (a stored value
+    is shown as it is, even one outside bounds tightened since), null only if nullable."""
+    annotation: Any = field.annotation
+    if name not in NULLABLE and type(None) in get_args(annotation):
+        kept = tuple(arg for arg in get_args(annotation) if arg is not type(None))
+        annotation = Union[kept]  # noqa: UP007 (a Union built at run time)
+    return annotation, FieldInfo(annotation=annotation, description=field.description)
+
+
+if TYPE_CHECKING:
+    # For the type checker: the models below have exactly ScheduleCreate's fields.
+
+    class ScheduleUpdate(SchedulePatch):
+        pass
+
+    class ScheduleSettingsOut(BaseModel):
+        pass
+
+else:
+    ScheduleUpdate = create_model(
+        "ScheduleUpdate",
+        __base__=SchedulePatch,
+        __doc__="A partial update: each field named replaces the stored one whole.",
+        **{name: _optional(field) for name, field in ScheduleCreate.model_fields.items()},
+    )
+    ScheduleSettingsOut = create_model(
+        "ScheduleSettingsOut",
+        __doc__="A schedule's settings as the API shows them.",
+        **{name: _shown(name, field) for name, field in ScheduleCreate.model_fields.items()},
+    )
 
 
 class PauseRequest(_Input):

@@ -19,6 +19,7 @@ from core.schedules.timetable import TimetableVerbs
 from core.schedules.views import load_schedule
 from core.secrets import check_references
 from core.specs import (
+    SETTINGS,
     ScheduleCreate,
     ScheduleUpdate,
     reject_nul,
@@ -62,27 +63,20 @@ class ScheduleService(TimetableVerbs):
         if not trusted:
             runner = self.policy.check_tenant(runner, notify) or runner
         overlap = spec.overlap or ("skip" if spec.mode == "persistent" else "allow")
-        schedule = Schedule(
-            id=uuid.uuid4(),
-            owner=owner,
-            name=spec.name,
-            prompt=spec.prompt,
+        # The row is the spec's fields (each declared once, in ScheduleCreate), with the
+        # validated forms of those that have one, and what the service keeps.
+        values = {name: getattr(spec, name) for name in SETTINGS}
+        values.update(
             trigger=triggers.trigger_to_dict(trigger),
-            enabled=spec.enabled,
-            mode=spec.mode,
             overlap=overlap,
-            catchup=spec.catchup,
-            catchup_window_seconds=spec.catchup_window_seconds,
-            misfire_grace_seconds=spec.misfire_grace_seconds,
-            timeout_seconds=spec.timeout_seconds,
-            max_attempts=spec.max_attempts,
             runner=runner,
             notify=notify,
-            retention_days=spec.retention_days,
-            pause_after_failures=spec.pause_after_failures,
-            max_runs=spec.max_runs,
+        )
+        schedule = Schedule(
+            **values,
+            id=uuid.uuid4(),
+            owner=owner,
             scheduled_runs=0,
-            jitter_seconds=spec.jitter_seconds,
             warnings=safe_warnings(trigger, overlap, spec.timeout_seconds, now),
             next_run=next_run_after(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core import triggers
 from core.errors import NotFound
 from core.notify import masked_channels
+from core.specs import SETTINGS
 from core.storage import Schedule
 
 
@@ -28,20 +29,9 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
     """The public shape of a schedule (docs/api.md): secrets masked, description in words."""
     trigger = triggers.trigger_from_dict(schedule.trigger)
     return {
+        **{name: getattr(schedule, name) for name in SETTINGS},
         "id": schedule.id,
         "owner": schedule.owner,
-        "name": schedule.name,
-        "prompt": schedule.prompt,
-        "trigger": schedule.trigger,
-        "enabled": schedule.enabled,
-        "mode": schedule.mode,
-        "overlap": schedule.overlap,
-        "catchup": schedule.catchup,
-        "catchup_window_seconds": schedule.catchup_window_seconds,
-        "misfire_grace_seconds": schedule.misfire_grace_seconds,
-        "timeout_seconds": schedule.timeout_seconds,
-        "max_attempts": schedule.max_attempts,
-        "runner": schedule.runner,
         "notify": masked_channels(schedule.notify),
         "next_run": schedule.next_run,
         "description": triggers.describe(trigger),
@@ -52,11 +42,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_error": schedule.last_error,
         "last_run_id": schedule.last_run_id,
         "consecutive_failures": schedule.consecutive_failures,
-        "retention_days": schedule.retention_days,
-        "pause_after_failures": schedule.pause_after_failures,
-        "max_runs": schedule.max_runs,
         "scheduled_runs": schedule.scheduled_runs or 0,
-        "jitter_seconds": schedule.jitter_seconds,
         "warnings": schedule.warnings or [],
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,

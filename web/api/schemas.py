@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.specs import ScheduleSettingsOut
+
 
 class WarningOut(BaseModel):
     code: str = Field(description="dst_gap | dst_repeat | overlap_skips | rare_day")
@@ -15,22 +17,12 @@ class WarningOut(BaseModel):
     field: str = Field(description="the input the warning is about, e.g. trigger.dst_gap")
 
 
-class ScheduleOut(BaseModel):
+class ScheduleOut(ScheduleSettingsOut):
+    """A schedule: its settings (declared once, in ``core.specs.ScheduleCreate``) and what
+    the service keeps about it."""
+
     id: uuid.UUID
     owner: str
-    name: str
-    prompt: str
-    trigger: dict[str, Any]
-    enabled: bool
-    mode: str
-    overlap: str
-    catchup: str
-    catchup_window_seconds: int
-    misfire_grace_seconds: int
-    timeout_seconds: int
-    max_attempts: int
-    runner: dict[str, Any]
-    notify: list[dict[str, Any]]
     next_run: datetime | None
     description: str
     paused_at: datetime | None
@@ -40,11 +32,7 @@ class ScheduleOut(BaseModel):
     last_error: str | None
     last_run_id: uuid.UUID | None
     consecutive_failures: int
-    retention_days: int | None
-    pause_after_failures: int | None
-    max_runs: int | None
     scheduled_runs: int = Field(description="due times the timetable has taken (see max_runs)")
-    jitter_seconds: int | None
     warnings: list[WarningOut] = Field(
         description="what the last create or update found worth saying, not errors: a cron "
         "time in a DST gap or repeated hour in the next two years (and what the schedule's "
