@@ -16,18 +16,53 @@ import sys
 import termios
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
+from itertools import count
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.e2e.conftest import AGENTCRON, Server, free_port
+from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
 from tests.e2e.test_serve import readme_block
 
 LOCAL_ZONE = "America/New_York"  # the viewer's zone in these tests; DST starts 2026-03-08
 # Variables that would change how rich prints (or which service the command reaches).
 _PRINTING = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "TERM")
+# One server for the module; each test is a different owner on it, so it sees only what it
+# made (owners are isolated as in production) and no test pays for a server start.
+OWNERS = tuple(f"cli-{index:02d}" for index in range(40))
+
+
+@pytest.fixture(scope="module")
+def shared_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Server, dict[str, str]]]:
+    root: Path = tmp_path_factory.mktemp("cli-server")
+    env = dict(os.environ)
+    env.update(
+        AGENTCRON_DATABASE_URL=f"sqlite+aiosqlite:///{root / 'agentcron.db'}",
+        AGENTCRON_DATA_DIR=str(root / "data"),
+        AGENTCRON_LOG_FORMAT="json",
+        AGENTCRON_TRUSTED_OWNERS=",".join(("local", *OWNERS)),  # command runners allowed
+    )
+    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+    running = start_server(env, root / "server.log")
+    yield running, env
+    running.stop()
+
+
+_next_owner = count()
+
+
+@pytest.fixture
+def server(shared_server: tuple[Server, dict[str, str]]) -> Server:
+    """The module's server, with the key of an owner no other test of the module uses."""
+    running, env = shared_server
+    return replace(running, key=make_key(env, OWNERS[next(_next_owner)]))
 
 
 def client_env(server: Server | None = None, **extra: str) -> dict[str, str]:
