@@ -45,6 +45,7 @@ from core.storage import Run
 from web.delivery import Deliveries, run_log
 from web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
 from web.metrics import EngineMetrics
+from web.timing import sleep_or_stop
 
 log = get_logger("agentcron.engine")
 Item = TypeVar("Item")
@@ -186,7 +187,7 @@ class RunEngine:
             # ``available_at``; the lease is renewed meanwhile like any claimed backlog.
             delay = (run.available_at - self.clock()).total_seconds()
             if delay > 0:
-                await self._sleep_or_stop(delay)
+                await sleep_or_stop(self._stop, delay)
             while not self._stop.is_set():
                 async with self.semaphore:
                     if self._stop.is_set():
@@ -213,7 +214,7 @@ class RunEngine:
                             reason=decision.run.reason,
                         )
                     return
-                await self._sleep_or_stop(WAIT_POLL_SECONDS)
+                await sleep_or_stop(self._stop, WAIT_POLL_SECONDS)
             if verdict is not None:
                 await self._record(verdict)
         except Exception as exc:
@@ -227,10 +228,6 @@ class RunEngine:
             # even if this task gave up before ``stop()`` looked (a slot freed meanwhile).
             if not self._stop.is_set():
                 self.held.discard(run.id)
-
-    async def _sleep_or_stop(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
         """Run the agent for an admitted attempt; return what to record."""
