@@ -11,7 +11,6 @@ warning says this host's clock needs fixing, which matters to everything else on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from core.clock import DatabaseClock
@@ -19,6 +18,7 @@ from core.logging import get_logger
 from core.storage import Database
 from web.metrics import EngineMetrics
 from web.supervisor import Supervisor
+from web.timing import sleep_or_stop
 
 log = get_logger("agentcron.clock")
 
@@ -110,7 +110,6 @@ class ClockWatch:
 
     async def _run(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval)
+            await sleep_or_stop(self._stop, self.interval)
             if not self._stop.is_set():
                 await self.measure()

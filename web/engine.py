@@ -19,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from core.batching import GroupCommit, retrying
 from core.clock import Clock
@@ -37,57 +36,22 @@ from core.ledger import Outcome, PreparedTask, RunStore, StartDecision
 from core.logging import get_logger
 from core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from core.retry import RetryPolicy
-from core.runners import CancelToken, RunOutcome, RunRequest, build_runner
+from core.runners import CancelToken, RunRequest, build_runner
 from core.runners.containment import Containment
-from core.secrets import Keyring, load, redact, referenced_secrets
+from core.secrets import Keyring, load, referenced_secrets
 from core.states import RunStatus
 from core.storage import Run
 from web.delivery import Deliveries, run_log
 from web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
 from web.metrics import EngineMetrics
+from web.timing import sleep_or_stop
+from web.verdict import Verdict, redact_verdict
 
 log = get_logger("agentcron.engine")
-Item = TypeVar("Item")
-Result = TypeVar("Result")
 
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
-
-
-@dataclass
-@dataclass
-class Verdict:
-    """What one attempt came to, waiting to be recorded."""
-
-    run: Run
-    workdir: str
-    timeout: float
-    bound: Any  # the run's bound logger
-    batch: bool  # a prepared run: plain outcomes are recorded in a batch
-    outcome: RunOutcome | None = None
-    error: str | None = None
-    transient: bool = False
-    unavailable: bool = False  # the runner can no longer work at all: pause the schedule
-    cancelled: str | None = None  # the cancel token's reason, if it was cancelled
-
-
-def _redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:
-    """Replace every resolved secret value in what the attempt will record (its output, its
-    turns, its error) before it is recorded or logged: an agent that prints its key must not
-    leak it through the API, a delivery or a log line."""
-    verdict.error = redact(verdict.error, secrets)
-    outcome = verdict.outcome
-    if outcome is not None:
-        verdict.outcome = RunOutcome(
-            output=redact(outcome.output, secrets),
-            turns=[
-                {**turn, "content": redact(turn["content"], secrets)}
-                if isinstance(turn.get("content"), str)
-                else turn
-                for turn in outcome.turns
-            ],
-        )
 
 
 class RunEngine:
@@ -186,7 +150,7 @@ class RunEngine:
             # ``available_at``; the lease is renewed meanwhile like any claimed backlog.
             delay = (run.available_at - self.clock()).total_seconds()
             if delay > 0:
-                await self._sleep_or_stop(delay)
+                await sleep_or_stop(self._stop, delay)
             while not self._stop.is_set():
                 async with self.semaphore:
                     if self._stop.is_set():
@@ -213,7 +177,7 @@ class RunEngine:
                             reason=decision.run.reason,
                         )
                     return
-                await self._sleep_or_stop(WAIT_POLL_SECONDS)
+                await sleep_or_stop(self._stop, WAIT_POLL_SECONDS)
             if verdict is not None:
                 await self._record(verdict)
         except Exception as exc:
@@ -227,10 +191,6 @@ class RunEngine:
             # even if this task gave up before ``stop()`` looked (a slot freed meanwhile).
             if not self._stop.is_set():
                 self.held.discard(run.id)
-
-    async def _sleep_or_stop(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
         """Run the agent for an admitted attempt; return what to record."""
@@ -308,7 +268,7 @@ class RunEngine:
             self.leases.disarm(run.id)
         verdict.cancelled = token.reason if token.cancelled else None
         if secrets:
-            _redact_verdict(verdict, secrets)
+            redact_verdict(verdict, secrets)
         return verdict
 
     async def _record(self, verdict: Verdict) -> None:

@@ -21,6 +21,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 
 from core.clock import Clock, utcnow
 from core.errors import AgentcronError, SchedulerUnavailable
@@ -35,6 +36,7 @@ from core.storage.wakeups import listen
 from web.engine import HARD_STOP_GRACE, RunEngine
 from web.metrics import EngineMetrics
 from web.supervisor import Supervisor
+from web.timing import sleep_or_stop
 
 log = get_logger("agentcron.engine")
 
@@ -235,30 +237,26 @@ class SchedulerLoop:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _sleep_or_stop(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
-
     def cancel_local(self, run_id: uuid.UUID) -> None:
         """Stop an attempt running in this process at once (the API's cancel)."""
         self.engine.cancel_local(run_id)
 
     async def _listen(self) -> None:
-        await listen(self.ledger.db, self.wake, self._stop, self._sleep_or_stop)
+        await listen(self.ledger.db, self.wake, self._stop, partial(sleep_or_stop, self._stop))
 
     # -- retention ----------------------------------------------------------------------------
 
     async def _prune(self, policy: RetentionPolicy) -> None:
         # The first pass waits a little (at most a minute) so a restart's catch-up claims go
         # first; then one pass per interval. A failed pass is logged and tried next interval.
-        await self._sleep_or_stop(min(self.retention_interval, 60.0))
+        await sleep_or_stop(self._stop, min(self.retention_interval, 60.0))
         while not self._stop.is_set():
             try:
                 report = await prune_runs(self.ledger.db, self.clock(), policy)
                 self._pruned(report)
             except Exception:
                 log.exception("retention_failed")
-            await self._sleep_or_stop(self.retention_interval)
+            await sleep_or_stop(self._stop, self.retention_interval)
 
     def _pruned(self, report: PruneReport) -> None:
         if report.deleted:

@@ -266,7 +266,7 @@ async def test_a_tenants_model_host_resolving_to_a_private_address_is_refused_at
             resolved.append(host)
             return [ip_address("127.0.0.1")]
 
-        monkeypatch.setattr("core.runners.openai.resolve", rebinding)
+        monkeypatch.setattr("core.runners.openai.runner.resolve", rebinding)
         monkeypatch.setenv("SHARED_MODEL_KEY", "sk-shared")
         base_url = f"http://models.example:{port}/v1"
         runner = {**OPENAI, "base_url": base_url, "api_key_env": "SHARED_MODEL_KEY"}

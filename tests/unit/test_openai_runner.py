@@ -25,6 +25,7 @@ from core.runners import (
     validate_runner,
 )
 from core.runners import openai as openai_runner
+from core.runners.openai import reply as openai_reply
 from tests.chat_server import ChatServer, Reply, completion
 from tests.factories import run_request
 
@@ -215,7 +216,7 @@ async def test_a_malformed_reply_is_permanent(server: ChatServer, reply: Reply) 
 async def test_an_oversized_reply_is_permanent(
     server: ChatServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(openai_runner, "RESPONSE_LIMIT", 1000)
+    monkeypatch.setattr(openai_reply, "RESPONSE_LIMIT", 1000)  # read where the body is read
     server.script(Reply(json=completion("y" * 5000)))
     with pytest.raises(RunPermanentError, match="larger than 1000 bytes"):
         await run(server)

@@ -2,7 +2,7 @@
 that the engine's signals (timeout, cancel, freeze and thaw) still reach the agent.
 
 bwrap's ``--new-session`` gives the agent a process group of the sandbox's own; the runner
-learns it from bwrap's info and signals it (see core/runners/command.py). Each test's agent
+learns it from bwrap's info and signals it (see core/runners/command/). Each test's agent
 carries a marker in its argv so its processes can be found in the host's /proc.
 """
 
