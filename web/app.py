@@ -16,6 +16,7 @@ from core.logging import configure_logging, get_logger
 from core.policy import ExecutionPolicy
 from core.policy import configure as configure_policy
 from core.retention import RetentionPolicy
+from core.runners.command.reaper import REAPER
 from core.runners.containment import Containment, check_sandbox, containment_from_settings
 from core.runs import RunService
 from core.schedules import ScheduleService
@@ -118,6 +119,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if not settings.disable_scheduler:
                 # Before anything runs: a sandbox that cannot start would fail every command.
                 await asyncio.to_thread(check_sandbox, containment)
+                # The process that kills every command agent's group when this one dies,
+                # SIGKILL included (core.runners.command.reaper): started before any run.
+                REAPER.start()
                 if not db.capabilities.multi_process:
                     lock.acquire()
                 loop = SchedulerLoop(
@@ -159,6 +163,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             if loop is not None:
                 await loop.stop()
+                # The runs are stopped; whatever a run left registered dies with the reaper.
+                await asyncio.to_thread(REAPER.close)
             if watch is not None:
                 await watch.stop()
             lock.release()

@@ -23,8 +23,8 @@ the fleet and checks, from the database and from the agents' own START/END log:
 - no attempt executed twice; a run re-executes only as a new attempt, after the replica of its
   previous execution was SIGKILLed;
 - no two executions of one run overlap in time, except where the earlier one belonged to a
-  SIGKILLed replica: a killed ``agentcron serve`` does not yet kill its agent's process group,
-  a known limitation tracked separately. Those are counted as ``orphaned_overlaps``;
+  SIGKILLed replica: its agent is killed with it but logs no END, so the log cannot tell when
+  it stopped. Those are counted as ``orphaned_overlaps``;
 - nothing ran early, or later than the schedules' misfire grace.
 
 It prints a JSON summary and exits 1 if any check failed. ``tests/faults/test_soak.py`` runs a

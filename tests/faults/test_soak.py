@@ -19,7 +19,7 @@ async def test_soak_replicas_killed_at_random_lose_and_double_nothing(
     pg_url: str, tmp_path: Path
 ) -> None:
     """One schedule in ten runs a 6 s command agent, two 3 s leases, beside the instant ones:
-    its lease is renewed while runs keep starting, and a kill leaves it running orphaned."""
+    its lease is renewed while runs keep starting, and a kill takes it down with its replica."""
     config = SoakConfig(
         replicas=3,
         schedules=200,

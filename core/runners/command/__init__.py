@@ -18,9 +18,14 @@ since bwrap would die of it and take the agent with it at once, without its grac
 A sandboxed agent killed by a signal makes bwrap exit with 128 + the signal's number, which is
 read as death by that signal.
 
+No agent outlives the service, however it dies: every agent is started through a gate that
+waits until its group is registered with the service's reaper process, which SIGKILLs every
+registered group when the service's end of its pipe closes (``reaper``).
+
 - ``config``: ``CommandRunnerType``, the runner's configuration validated and built;
 - ``runner``: ``CommandRunner``, one attempt: environment, start, stop, exit status;
 - ``process``: the started process's signals, suspension, exit and output tails.
+- ``reaper``: the per-service reaper and the gate every agent starts through.
 """
 
 from __future__ import annotations

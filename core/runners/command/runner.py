@@ -28,6 +28,7 @@ from core.runners.command.process import (
     sandbox_pid,
     signal_group,
 )
+from core.runners.command.reaper import GO, REAPER, gated
 from core.runners.containment import Sandbox, agent_environment, environment_args
 
 EX_TEMPFAIL = 75
@@ -98,7 +99,11 @@ class CommandRunner:
     async def _spawn(
         self, workdir: Path, env: dict[str, str], sandbox: Sandbox | None
     ) -> tuple[asyncio.subprocess.Process, int | None]:
-        """The started process, and in a sandbox the read end of bwrap's info pipe."""
+        """The started process, and in a sandbox the read end of bwrap's info pipe.
+
+        Started through the reaper's gate (``core.runners.command.reaper``), so a missing
+        command is looked for first, as ``execvp`` would, rather than seen as the shell's 127.
+        """
         pipes: dict[str, Any] = {
             "stdin": asyncio.subprocess.PIPE,
             "stdout": asyncio.subprocess.PIPE,
@@ -106,12 +111,12 @@ class CommandRunner:
             "start_new_session": True,
         }
         try:
+            self._check_executable(env.get("PATH", ""), workdir)
             if sandbox is None:
                 proc = await asyncio.create_subprocess_exec(
-                    *self.argv, cwd=workdir, env=env, **pipes
+                    *gated(self.argv, env), cwd=workdir, env=env, **pipes
                 )
                 return proc, None
-            self._check_executable(env.get("PATH", ""), workdir)
             info_read, info_write = os.pipe()
             env_fd = os.memfd_create("agentcron-agent-env")
             try:
@@ -123,7 +128,7 @@ class CommandRunner:
                 # bwrap itself starts with an empty environment: the agent's (read from
                 # env_fd) must not apply to bwrap, which runs outside the sandbox.
                 proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=workdir, env={}, pass_fds=(info_write, env_fd), **pipes
+                    *gated(argv, {}), cwd=workdir, env={}, pass_fds=(info_write, env_fd), **pipes
                 )
             except BaseException:
                 os.close(info_read)
@@ -138,8 +143,9 @@ class CommandRunner:
             raise TargetUnavailable(f"cannot start {what!r}: {exc.strerror}") from exc
 
     def _check_executable(self, path: str, workdir: Path) -> None:
-        """``TargetUnavailable`` unless ``argv[0]`` resolves to an executable, as the sandbox's
-        execvp will look for it: else bwrap's exit 1 would hide a command that is gone."""
+        """``TargetUnavailable`` unless ``argv[0]`` resolves to an executable, as the gate's
+        (or the sandbox's) exec will look for it: else the shell's exit 127 (or bwrap's exit 1)
+        would hide a command that is gone."""
         program = self.argv[0]
         if os.sep in program:
             found = (workdir / program).is_file() and os.access(workdir / program, os.X_OK)
@@ -166,12 +172,16 @@ class CommandRunner:
             asyncio.ensure_future(stdout.drain(proc.stdout)),
             asyncio.ensure_future(stderr.drain(proc.stderr)),
         ]
-        feeder = asyncio.ensure_future(self._feed(proc.stdin, prompt))
         waiter = asyncio.ensure_future(exit_status(proc))
         cancelled = asyncio.ensure_future(cancel.wait())
+        feeder: asyncio.Future[None] | None = None
         learner: asyncio.Future[int | None] | None = None
         freezer: asyncio.Future[None] | None = None
         try:
+            # Registered before GO opens the gate: from now on the service's death, however
+            # it comes, kills the group (a sandbox dies with bwrap, --die-with-parent).
+            REAPER.register(proc.pid)
+            feeder = asyncio.ensure_future(self._feed(proc.stdin, GO + prompt.encode()))
             if info_fd is not None:
                 # Known before anything is signalled, so a SIGTERM reaches the agent, not bwrap.
                 learner = asyncio.ensure_future(sandbox_pid(info_fd))
@@ -203,6 +213,9 @@ class CommandRunner:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+            # However the attempt ended, nothing of its group may outlive the registration.
+            group.signal(signal.SIGKILL)
+            REAPER.unregister(proc.pid)
 
         code = proc.returncode
         if cancel.cancelled:
@@ -221,10 +234,10 @@ class CommandRunner:
         raise RunPermanentError(f"exit code {code}{detail}")
 
     @staticmethod
-    async def _feed(stdin: asyncio.StreamWriter, prompt: str) -> None:
+    async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
         # An agent that never reads stdin must not fail the run with a broken pipe.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            stdin.write(prompt.encode())
+            stdin.write(data)
             await stdin.drain()
             stdin.close()
             await stdin.wait_closed()
