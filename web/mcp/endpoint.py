@@ -106,5 +106,7 @@ class McpEndpoint:
 def install(app: FastAPI) -> McpEndpoint:
     """Add ``/mcp`` to ``app``; the app's lifespan must run the endpoint's ``running()``."""
     endpoint = McpEndpoint(app)
-    app.router.routes.append(Route(PATH, endpoint, methods=["GET", "POST", "DELETE"]))
+    # POST only: with no sessions and JSON answers there is no stream for a GET to open and no
+    # session for a DELETE to end, and the protocol's answer to both is then 405.
+    app.router.routes.append(Route(PATH, endpoint, methods=["POST"]))
     return endpoint
