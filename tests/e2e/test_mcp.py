@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
-from tests.e2e.conftest import AGENTCRON, Server, make_key, start_server
+from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
 from tests.e2e.test_serve import README
 from web.mcp.tools import TOOLS
 
@@ -313,3 +313,14 @@ async def test_http_serves_post_only(service: Service) -> None:
             answer = await http.request(method, f"{service.server.url}/mcp", headers=headers)
             assert answer.status_code == 405
             assert answer.json()["error"]["type"] == "MethodNotAllowed"
+
+
+async def test_stdio_says_in_each_result_that_the_service_is_not_there() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    parameters = StdioServerParameters(
+        command=AGENTCRON, args=["mcp", "--url", url, "--key", "ac_000000000000_unused"]
+    )
+    async with Client(parameters) as client:
+        message = await refused(client, "list_schedules", {})
+    assert message.startswith(f"Unreachable: cannot connect to {url} (")
+    assert message.endswith("is `agentcron serve` running there? (--url or AGENTCRON_URL)")

@@ -53,15 +53,19 @@ class CliError(Exception):
         self.code = code
 
 
+def error_line(error: dict[str, Any]) -> str:
+    """The ``error`` of an error body (docs/api.md) in one line: ``Type: message (field: name)``."""
+    line = f"{error['type']}: {error['message']}"
+    return line + (f" (field: {error['field']})" if error.get("field") else "")
+
+
 def error_summary(response: httpx.Response) -> str | None:
-    """``Type: message (field: name)`` of an error body (docs/api.md), or None when the answer
-    is not one (a proxy in between, or not an agentcron service at that URL)."""
+    """``error_line`` of the answer's error body, or None when the answer is not one (a proxy
+    in between, or not an agentcron service at that URL)."""
     try:
-        error = response.json()["error"]
-        kind, message, field = error["type"], error["message"], error.get("field")
-    except (ValueError, KeyError, TypeError):
+        return error_line(response.json()["error"])
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return f"{kind}: {message}" + (f" (field: {field})" if field else "")
 
 
 def describe_error(response: httpx.Response) -> str:

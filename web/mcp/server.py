@@ -6,8 +6,10 @@ one asking (the remote service for ``agentcron mcp``, the app itself for ``/mcp`
 is then one API request, and its answer becomes the tool's result: the API's JSON as text and
 as structured content, or, for any refusal, an error result (``isError``) whose text is the
 API's error in one line, ``Type: message (field: name)``, and whose structured content is the
-API's error body. Nothing a model sends ends in a protocol error or a traceback: an unknown
-tool is an error result too, and a fault here is logged and answered ``InternalError``.
+API's error body. What is said here takes the same shape (``ValidationError`` for an id refused
+before any request, ``Unreachable`` for a service that does not answer, ``NotFound`` for an
+unknown tool). Nothing a model sends ends in a protocol error or a traceback: a fault here is
+logged and answered ``InternalError``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from web.cli.client import CliError, describe_error, error_summary, require_json, unreachable
+from web.cli.client import (
+    CliError,
+    describe_error,
+    error_line,
+    error_summary,
+    require_json,
+    unreachable,
+)
 from web.mcp.tools import BY_NAME, TOOLS, ApiTool
 
 log = logging.getLogger(__name__)
@@ -61,21 +70,24 @@ _RUNS_URI = re.compile(r"^agentcron://schedules/(?P<schedule_id>[^/]+)/runs$")
 RECENT_RUNS = 20
 
 
-def _error(text: str, body: dict[str, Any] | None = None) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(text=text)],
-        structured_content=body if body is not None else {"error": {"message": text}},
-        is_error=True,
-    )
+def _refusal(body: dict[str, Any]) -> CallToolResult:
+    """An error result for an error body of docs/api.md: its one line, and the body itself."""
+    text = error_line(body["error"])
+    return CallToolResult(content=[TextContent(text=text)], structured_content=body, is_error=True)
 
 
-def _local_refusal(exc: ValidationError) -> tuple[str, dict[str, Any]]:
-    """An id refused before any request, worded as the API words a ValidationError."""
+def _error(type_: str, message: str, field: str | None = None) -> CallToolResult:
+    """An error result said here, in the shape the API's would have."""
+    return _refusal({"error": {"type": type_, "message": message, "field": field}})
+
+
+def _invalid(exc: ValidationError) -> CallToolResult:
+    """An id refused before any request, worded as the API words a ValidationError (here, not
+    borrowed from web.api.errors: `agentcron mcp` does not load FastAPI)."""
     first = exc.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or None
     message = f"{field}: {first['msg']}" if field else str(first["msg"])
-    body = {"type": "ValidationError", "message": message, "field": field}
-    return f"ValidationError: {message}" + (f" (field: {field})" if field else ""), {"error": body}
+    return _error("ValidationError", message, field)
 
 
 async def _request(
@@ -95,20 +107,20 @@ async def call_tool(
     try:
         path, ids, rest = tool.split(arguments)
     except ValidationError as exc:
-        return _error(*_local_refusal(exc))
+        return _invalid(exc)
     try:
         response = await _request(http, tool, path, rest)
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        return _error(unreachable(str(http.base_url).rstrip("/"), exc).message)
+        return _error("Unreachable", unreachable(str(http.base_url).rstrip("/"), exc).message)
     if not response.is_success:
-        summary = error_summary(response)
-        if summary is None:
-            return _error(describe_error(response))
-        return _error(summary, response.json())
+        if error_summary(response) is None:
+            # Not the API's error body: a proxy in between, or no agentcron at that URL.
+            return _error("HTTPError", describe_error(response))
+        return _refusal(response.json())
     try:
         require_json(response)
     except CliError as exc:
-        return _error(exc.message)
+        return _error("HTTPError", exc.message)
     if not response.content:
         # 204: a delete, the one tool whose answer has no body; said as `agentcron schedules
         # delete --json` says it.
@@ -130,14 +142,14 @@ def build_server(caller: Caller) -> Server[Any]:
         tool = BY_NAME.get(params.name)
         if tool is None:
             known = ", ".join(BY_NAME)
-            return _error(f"NotFound: there is no tool {params.name!r}; the tools are {known}")
+            return _error("NotFound", f"there is no tool {params.name!r}; the tools are {known}")
         try:
             async with caller(ctx) as http:
                 return await call_tool(http, tool, params.arguments or {})
         except Exception:
             # A fault of ours, not the caller's input: its text stays in the log.
             log.exception("mcp tool %s failed", tool.name)
-            return _error("InternalError: internal error")
+            return _error("InternalError", "internal error")
 
     async def list_resources(
         _ctx: Context, _params: PaginatedRequestParams | None
