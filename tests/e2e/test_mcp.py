@@ -170,8 +170,8 @@ async def test_a_schedule_created_through_mcp_runs_and_its_output_is_read_back(
     connect: Connect, service: Service
 ) -> None:
     async with connect(service.key) as client:
-        # Once, a few seconds from now (whole seconds: 2 to 3 s ahead).
-        due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+        # Once, a few seconds from now (whole seconds: 3 to 4 s ahead, room for a slow call).
+        due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
         created = await ok(
             client, "create_schedule", schedule("soon", trigger={"at": due.isoformat()})
         )
