@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from core.errors import InvalidSchedule
+from core.pagination import MAX_LIMIT
 
 Mode = Literal["isolated", "persistent"]
 Overlap = Literal["allow", "skip", "buffer_one", "cancel_other"]
@@ -246,6 +247,21 @@ class PreviewRequest(_Input):
     count: int = Field(default=10, ge=1, le=1000)
     after: str | None = Field(
         default=None, description="ISO 8601 datetime with an offset; default now"
+    )
+
+
+class PageRequest(BaseModel):
+    """Query of a paginated list (``?limit=&cursor=``, docs/api.md#pagination).
+
+    Not strict, unlike the bodies above: a query string carries ``limit`` as text. Unknown
+    query parameters are ignored, as they always were.
+    """
+
+    limit: int = Field(default=50, ge=1, le=MAX_LIMIT, description="items per page")
+    cursor: str | None = Field(
+        default=None,
+        max_length=500,
+        description="the next_cursor of the previous page; none: the first page",
     )
 
 

@@ -29,6 +29,7 @@ from web.api.errors import install_error_handlers
 from web.clockwatch import ClockWatch
 from web.dashboard import install as install_dashboard
 from web.loop import EngineProperties, SchedulerLoop
+from web.mcp.endpoint import install as install_mcp
 from web.metrics import EngineMetrics
 from web.supervisor import Supervisor
 
@@ -159,7 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 log.info("engine_started", **vars(engine_properties(settings, db, containment)))
             else:
                 log.info("engine_disabled", reason="AGENTCRON_DISABLE_SCHEDULER")
-            yield
+            async with mcp.running():
+                yield
         finally:
             if loop is not None:
                 await loop.stop()
@@ -185,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(secrets.router)
     install_dashboard(app)
+    mcp = install_mcp(app)
     return app
 
 

@@ -483,12 +483,26 @@ def test_delete_asks_on_a_terminal(server: Server) -> None:
     assert "HTTP 404" in failed(env, "schedules", "show", schedule_id)
 
 
-def test_http_commands_do_not_load_the_server_side() -> None:
+@pytest.mark.parametrize(
+    ("imports", "server_side"),
+    [
+        ("web.cli", ("core", "sqlalchemy", "alembic", "fastapi", "uvicorn", "structlog")),
+        # `agentcron mcp` also reads core's request models (its tools' schemas), nothing more;
+        # the MCP SDK brings uvicorn along.
+        (
+            "web.cli.mcp, web.mcp.server, mcp.server.stdio",
+            ("sqlalchemy", "alembic", "fastapi", "structlog", "asyncpg"),
+        ),
+    ],
+    ids=["cli", "mcp"],
+)
+def test_http_commands_do_not_load_the_server_side(
+    imports: str, server_side: tuple[str, ...]
+) -> None:
     # The client runs where only the URL and a key are known: no settings, no database driver.
     probe = (
-        "import sys, web.cli; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('core', 'sqlalchemy', 'alembic', 'fastapi', 'uvicorn', 'structlog')))"
+        f"import sys, {imports}; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {server_side!r}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True

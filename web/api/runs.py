@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from core.runs import run_view
+from core.specs import PageRequest
 from web.api.deps import AuthDep, OwnerDep, PrincipalDep, RunsDep
 from web.api.schedules import ERRORS
 from web.api.schemas import RunOut, RunPage
@@ -31,11 +32,10 @@ async def list_runs(
     schedule_id: str,
     runs: RunsDep,
     owner: OwnerDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    query: Annotated[PageRequest, Query()],
 ) -> RunPage:
     """Runs of a schedule, newest first, across every trigger."""
-    page = await runs.list_runs(schedule_id, owner, limit, cursor)
+    page = await runs.list_runs(schedule_id, owner, query.limit, query.cursor)
     items = [RunOut.model_validate(run_view(run, deliveries)) for run, deliveries in page.items]
     return RunPage(items=items, next_cursor=page.next_cursor)
 

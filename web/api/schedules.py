@@ -12,6 +12,7 @@ from core.schedules import check_preview_after, preview, schedule_view
 from core.specs import (
     BackfillRequest,
     OccurrenceRequest,
+    PageRequest,
     PauseRequest,
     PreviewRequest,
     ResumeRequest,
@@ -49,12 +50,9 @@ async def create_schedule(
 
 @router.get("")
 async def list_schedules(
-    schedules: SchedulesDep,
-    owner: OwnerDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    schedules: SchedulesDep, owner: OwnerDep, query: Annotated[PageRequest, Query()]
 ) -> SchedulePage:
-    page = await schedules.list(owner, limit, cursor)
+    page = await schedules.list(owner, query.limit, query.cursor)
     items = [ScheduleOut.model_validate(schedule_view(s)) for s in page.items]
     return SchedulePage(items=items, next_cursor=page.next_cursor)
 

@@ -2,9 +2,10 @@
 
 On the server's machine: ``serve``, ``migrate``, ``example``, ``keys``, ``secrets-key`` and
 ``secrets-rotate`` (``local``). From anywhere, as a client of a running service over HTTP:
-``schedules``, ``runs``, ``secrets`` and ``preview`` (``schedules``, ``runs``, ``secrets``,
-``client``). Exit codes: 0 done, 1 the service refused or could not be
-reached (the message says which), 2 a usage error or a service that cannot start.
+``schedules``, ``runs``, ``secrets``, ``preview`` and ``mcp``, the MCP server for agents
+(``schedules``, ``runs``, ``secrets``, ``mcp``, ``client``). Exit codes: 0 done, 1 the service
+refused or could not be reached (the message says which), 2 a usage error or a service that
+cannot start.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 import typer
 
-from web.cli import local, runs, schedules, secrets
+from web.cli import local, mcp, runs, schedules, secrets
 from web.cli.client import CliError
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ app.add_typer(schedules.app, name="schedules")
 app.add_typer(runs.app, name="runs")
 app.add_typer(secrets.app, name="secrets")
 app.command("preview")(schedules.preview)
+app.command("mcp")(mcp.mcp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,23 +53,62 @@ class CliError(Exception):
         self.code = code
 
 
+def error_line(error: dict[str, Any]) -> str:
+    """The ``error`` of an error body (docs/api.md) in one line: ``Type: message (field: name)``."""
+    line = f"{error['type']}: {error['message']}"
+    return line + (f" (field: {error['field']})" if error.get("field") else "")
+
+
+def error_summary(response: httpx.Response) -> str | None:
+    """``error_line`` of the answer's error body, or None when the answer is not one (a proxy
+    in between, or not an agentcron service at that URL)."""
+    try:
+        return error_line(response.json()["error"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def describe_error(response: httpx.Response) -> str:
     """The one-line message for a non-2xx answer: status, and the error body's ``type``,
     ``message`` and ``field`` (docs/api.md) when it has one; else the start of the body."""
     status = f"HTTP {response.status_code}"
-    try:
-        error = response.json()["error"]
-        kind, message, field = error["type"], error["message"], error.get("field")
-    except (ValueError, KeyError, TypeError):
-        # Not our error body: a proxy in between, or not an agentcron service at that URL.
+    summary = error_summary(response)
+    if summary is None:
         text = " ".join(response.text.split())[:200] or response.reason_phrase
         return f"{status} from {response.request.url}: {text}"
-    described = f"{status} {kind}: {message}"
-    if field:
-        described += f" (field: {field})"
+    described = f"{status} {summary}"
     if response.status_code == 401:
         described += "; check --key or AGENTCRON_KEY"
     return described
+
+
+def unreachable(url: str, exc: Exception) -> CliError:
+    """What to say when a request to the service at ``url`` got no HTTP answer (``exc``, an
+    httpx error or ``httpx.InvalidURL``)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return CliError(f"no answer from {url} within {TIMEOUT.read:g} s")
+    if isinstance(exc, httpx.ConnectError):
+        return CliError(
+            f"cannot connect to {url} ({_reason(exc)}): is `agentcron serve` running"
+            " there? (--url or AGENTCRON_URL)"
+        )
+    if isinstance(exc, httpx.InvalidURL):
+        return CliError(f"invalid --url {url!r}: {exc}", USAGE)
+    return CliError(f"request to {url} failed: {_reason(exc)}")
+
+
+def require_json(response: httpx.Response) -> None:
+    """``CliError`` for a 2xx answer with a body that is not JSON: the URL reaches some other
+    web server."""
+    if not response.content:
+        return
+    try:
+        response.json()
+    except ValueError:
+        raise CliError(
+            f"HTTP {response.status_code} from {response.request.url} is not JSON:"
+            " is --url an agentcron service?"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -94,6 +133,18 @@ class Api:
             )
         return cls(url.rstrip("/"), key)
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What every request carries: the key."""
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def async_client(self) -> httpx.AsyncClient:
+        """An asyncio client of the service, the key set, for a long-lived caller making many
+        requests (``agentcron mcp``); the same timeouts and redirect rule as ``request``."""
+        return httpx.AsyncClient(
+            base_url=self.url, headers=self.headers, timeout=TIMEOUT, follow_redirects=False
+        )
+
     def request(
         self,
         method: str,
@@ -104,39 +155,17 @@ class Api:
     ) -> httpx.Response:
         """``method`` on ``path`` (``/api/v1/...``), with a JSON ``body`` when not None; the
         answer is a 2xx whose body, if any, is JSON."""
-        target = f"{self.url}{path}"
         try:
             # One short-lived client per request: a command makes a handful at most.
             with httpx.Client(timeout=TIMEOUT, follow_redirects=False) as http:
                 response = http.request(
-                    method,
-                    target,
-                    json=body,
-                    params=params,
-                    headers={"Authorization": f"Bearer {self.key}"},
+                    method, f"{self.url}{path}", json=body, params=params, headers=self.headers
                 )
-        except httpx.TimeoutException:
-            raise CliError(f"no answer from {self.url} within {TIMEOUT.read:g} s") from None
-        except httpx.ConnectError as exc:
-            raise CliError(
-                f"cannot connect to {self.url} ({_reason(exc)}): is `agentcron serve` running"
-                " there? (--url or AGENTCRON_URL)"
-            ) from None
-        except httpx.InvalidURL as exc:
-            raise CliError(f"invalid --url {self.url!r}: {exc}", USAGE) from None
-        except httpx.HTTPError as exc:
-            raise CliError(f"request to {self.url} failed: {_reason(exc)}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise unreachable(self.url, exc) from None
         if not response.is_success:
             raise CliError(describe_error(response))
-        if response.content:
-            try:
-                response.json()
-            except ValueError:
-                # A 2xx that is not JSON: the URL reaches some other web server.
-                raise CliError(
-                    f"HTTP {response.status_code} from {target} is not JSON:"
-                    " is --url an agentcron service?"
-                ) from None
+        require_json(response)
         return response
 
     def get(self, path: str, params: dict[str, str | int] | None = None) -> httpx.Response:
