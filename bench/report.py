@@ -24,6 +24,8 @@ BURST: Columns = [
     ("statements/fire", "statements_per_fire"),
     ("peak RSS MB", "peak_rss_mb"),
     ("max loop lag ms", "max_loop_lag_ms"),
+    ("slot gap p50 ms", "slot_gap_p50_ms"),
+    ("slot gap p99 ms", "slot_gap_p99_ms"),
 ]
 REPLICAS: Columns = [
     ("all started s", "all_started_s"),

@@ -60,6 +60,7 @@ from bench.adapters.common import (
     percentile,
     result,
     sleep_until,
+    slot_gap_figures,
     with_driver,
 )
 from core import triggers
@@ -329,6 +330,7 @@ async def fire(
             "statements_per_fire": round(statements / count, 3) if count else None,
             "executed_here": len(noop.CALLS),
             "cpu_s": round(cpu, 3),
+            **slot_gap_figures(noop.SPANS, int(settings["concurrency"])),
             **claims,
             **settings,
         },
