@@ -92,6 +92,12 @@ BURST_RATIOS: Ratios = {
         "all_started_s",
     ),
     "agentcron-c64 / ceiling (all started)": ("agentcron-c64", "ceiling", "all_started_s"),
+    "apscheduler3 / agentcron-c256 (all started)": (
+        "apscheduler3",
+        "agentcron-c256",
+        "all_started_s",
+    ),
+    "agentcron-c256 / ceiling (all started)": ("agentcron-c256", "ceiling", "all_started_s"),
     "apscheduler3 / ceiling (all started)": ("apscheduler3", "ceiling", "all_started_s"),
     "apscheduler4 / ceiling (all started)": ("apscheduler4", "ceiling", "all_started_s"),
 }
