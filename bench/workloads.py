@@ -123,10 +123,10 @@ async def burst(
             # A cloned template (bigidle) or a dropped database leaves much to write: do it
             # now, not in the lead time before T0 (the CHECKPOINT before firing is then short).
             await sql(admin, "CHECKPOINT")
-        t0 = t0_after(count, lead)  # populating is not timed: T0 leaves it room
+        t0 = t0_after(count, lead + contender.lead_s)  # populating is not timed: T0 leaves it room
         await run(contender, "populate", dsn, count=count, at=t0)
         figures = await fire(contender, admin, dsn, count, t0, processes)
-    if processes == 1 and contender.name == AGENTCRON:
+    if processes == 1 and "executed_here" in figures:  # the agentcron contenders
         figures["executed"] = figures["executed_here"]
     return figures
 

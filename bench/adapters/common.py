@@ -126,10 +126,15 @@ def slot_gap_figures(spans: Sequence[tuple[float, float]], slots: int) -> dict[s
 
 
 class LagMonitor:
-    """Maximum event-loop lag: how much later than asked a 10 ms sleep wakes up."""
+    """Maximum event-loop lag: how much later than asked a 10 ms sleep wakes up.
 
-    def __init__(self) -> None:
+    ``keep_beats``: also keep every beat as ``(time.time(), lag s)``, for a process whose
+    probe cannot be stopped when the burst ends (``bench.inside``): the reader then takes the
+    maximum over the burst's own window."""
+
+    def __init__(self, keep_beats: bool = False) -> None:
         self.max_lag = 0.0
+        self.beats: list[tuple[float, float]] | None = [] if keep_beats else None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -139,7 +144,10 @@ class LagMonitor:
         while True:
             before = time.perf_counter()
             await asyncio.sleep(HEARTBEAT_SECONDS)
-            self.max_lag = max(self.max_lag, time.perf_counter() - before - HEARTBEAT_SECONDS)
+            lag = time.perf_counter() - before - HEARTBEAT_SECONDS
+            self.max_lag = max(self.max_lag, lag)
+            if self.beats is not None:
+                self.beats.append((time.time(), lag))
 
     async def stop(self) -> float:
         """Stop the probe; the maximum lag seen, in milliseconds."""
