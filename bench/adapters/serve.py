@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import math
 import os
@@ -75,6 +76,7 @@ READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 60.0
 PROBE_TARGET = "bench.inside:run"
 LOG_TAIL_LINES = 20
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def command() -> list[str]:
@@ -97,6 +99,13 @@ def migrate(url: str) -> None:
     )
     if done.returncode != 0:
         raise SystemExit(f"agentcron migrate failed (exit {done.returncode}): {done.stderr}")
+
+
+def _die_with_parent() -> None:
+    """In the service's process before it runs: Linux sends it SIGINT should this adapter
+    die without stopping it (killed), so no server outlives a benchmark."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 def free_port() -> int:
@@ -140,15 +149,20 @@ class Service:
                 cwd=ROOT,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
+
+    def check(self) -> None:
+        """Fail (with the log's end) if the service has exited."""
+        assert self.process is not None
+        if self.process.returncode is not None:
+            raise self.failed(f"exited with {self.process.returncode}")
 
     async def ready(self, client: httpx.AsyncClient) -> None:
         """Wait until ``/readyz`` answers 200 (database reachable, engine started)."""
-        assert self.process is not None
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
-            if self.process.returncode is not None:
-                raise self.failed(f"exited with {self.process.returncode}")
+            self.check()
             with contextlib.suppress(httpx.TransportError):
                 if (await client.get("/readyz")).status_code == 200:
                     return
@@ -272,6 +286,7 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
                     deadline = t0.timestamp() + give_up_after
                     try:
                         while time.time() < deadline:
+                            service.check()
                             own += 1
                             if (await succeeded(probe)) >= count:
                                 break
