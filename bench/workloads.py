@@ -104,6 +104,11 @@ def combine(results: list[dict[str, Any]], count: int) -> dict[str, Any]:
         "cpu_s": round(sum(result["cpu_s"] for result in results), 3),
         "peak_rss_mb": max(result["peak_rss_mb"] for result in results),
         "max_loop_lag_ms": max(result["max_loop_lag_ms"] for result in results),
+        # A slot gap is one process's: its slots, its runs. Pooled over processes that share
+        # the burst it would pair runs of different engines, so none is given for the whole.
+        "slot_gaps": None,
+        "slot_gap_p50_ms": None,
+        "slot_gap_p99_ms": None,
     }
 
 
