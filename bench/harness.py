@@ -3,10 +3,14 @@
 Workloads (``--workloads``, default all of them):
 
 - burst: N one-shot schedules due at one instant T0 (10,000; ``--count``), every contender
-  (agentcron, the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6), each in its own
-  process started before T0 on a fresh scratch database: time until every run started and
-  finished, fires/s, lost and doubled runs, commits per fire (``pg_stat_database``),
-  statements per fire (agentcron: SQLAlchemy engine events), peak RSS, event-loop lag;
+  (agentcron in process at its defaults and at concurrency 256, agentcron as a real
+  ``agentcron serve`` process, the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6;
+  ``--contenders``), each in its own process started before T0 on a fresh scratch database:
+  time until every run started and finished, fires/s, lost and doubled runs, commits per
+  fire (``pg_stat_database``), statements per fire (agentcron in process: SQLAlchemy engine
+  events), peak RSS, event-loop lag; for agentcron the slot gap (from a run's end to the next
+  start in its concurrency slot, p50/p99), and for the served one the latency of
+  ``GET /api/v1/schedules`` read every 50 ms while the burst runs;
 - replicas: the agentcron burst with two engine processes on one PostgreSQL database against
   one process, same round: duplicates, no-op executions, throughput;
 - bigidle: the agentcron burst of 1,000 next to 1,000,000 schedules due in 30 days
@@ -230,7 +234,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg", default=DEFAULT_PG, help="admin URL of the PostgreSQL server")
     parser.add_argument(
         "--contenders",
-        default="agentcron,ceiling,apscheduler3,apscheduler4",
+        default="agentcron,agentcron-c256,agentcron-serve,ceiling,apscheduler3,apscheduler4",
         help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}",
     )
     parser.add_argument("--bigidle-rows", type=int, default=1_000_000)
@@ -296,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     for workload, sections in results["workloads"].items():
         for database, section in sections.items():
             print(headline(workload, database, section) + "\n")
-            print(report.table(section, report.COLUMNS[workload]) + "\n")
+            print(report.tables(workload, section) + "\n")
     for name, reason in results["skipped"].items():
         print(f"skipped {name}: {reason}")
     latest = RESULTS / "latest.json"

@@ -3,7 +3,9 @@
 ``run`` is the agentcron ``python`` runner target (``bench.noop:run``); ``aps_job`` is the
 APScheduler job; the ceiling calls ``run`` directly. ``CALLS`` holds the wall-clock time
 (``time.time()``) of each call, so an adapter knows without asking the database when every
-run has started. Standard library only: the peers' virtualenvs import it too.
+run has started. ``SPANS`` holds each call's ``(start, end)`` on the monotonic clock: the
+slot gap of a burst (``bench.adapters.common.slot_gaps``) is read from them. Standard library
+only: the peers' virtualenvs import it too.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import time
 from typing import Any
 
 CALLS: list[float] = []
+SPANS: list[tuple[float, float]] = []
 STARTS: dict[str, list[float]] = {}
 
 
 def run(ctx: Any) -> str:
-    """Do nothing but note the call time (``list.append`` is atomic under the GIL)."""
+    """Do nothing but note the call time and the call's span (``list.append`` is atomic
+    under the GIL, and the runner calls this in worker threads)."""
+    start = time.monotonic()
     CALLS.append(time.time())
+    SPANS.append((start, time.monotonic()))
     return "ok"
 
 

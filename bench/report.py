@@ -24,6 +24,17 @@ BURST: Columns = [
     ("statements/fire", "statements_per_fire"),
     ("peak RSS MB", "peak_rss_mb"),
     ("max loop lag ms", "max_loop_lag_ms"),
+    ("slot gap p50 ms", "slot_gap_p50_ms"),
+    ("slot gap p99 ms", "slot_gap_p99_ms"),
+]
+# The HTTP API read while the burst runs (agentcron-serve only): a table of its own, of the
+# contenders that have these figures.
+BURST_API: Columns = [
+    ("API requests", "api_requests"),
+    ("API errors", "api_errors"),
+    ("API p50 ms", "api_p50_ms"),
+    ("API p99 ms", "api_p99_ms"),
+    ("API max ms", "api_max_ms"),
 ]
 REPLICAS: Columns = [
     ("all started s", "all_started_s"),
@@ -90,6 +101,17 @@ BURST_RATIOS: Ratios = {
         "all_started_s",
     ),
     "agentcron-c64 / ceiling (all started)": ("agentcron-c64", "ceiling", "all_started_s"),
+    "apscheduler3 / agentcron-c256 (all started)": (
+        "apscheduler3",
+        "agentcron-c256",
+        "all_started_s",
+    ),
+    "agentcron-c256 / ceiling (all started)": ("agentcron-c256", "ceiling", "all_started_s"),
+    "agentcron-serve / agentcron (all started)": (
+        "agentcron-serve",
+        "agentcron",
+        "all_started_s",
+    ),
     "apscheduler3 / ceiling (all started)": ("apscheduler3", "ceiling", "all_started_s"),
     "apscheduler4 / ceiling (all started)": ("apscheduler4", "ceiling", "all_started_s"),
 }
@@ -165,3 +187,18 @@ def table(section: dict[str, Any], columns: Columns) -> str:
             f"max {value['max']:.2f})"
         )
     return "\n".join(lines)
+
+
+def tables(workload: str, section: dict[str, Any]) -> str:
+    """Every table of a workload's section: its main one with the ratios, and for the burst
+    the API table of the contenders that read the API during it (none: no such table)."""
+    text = table(section, COLUMNS[workload])
+    if workload == "burst":
+        served = {
+            name: row
+            for name, row in section["medians"].items()
+            if row.get("api_requests") is not None
+        }
+        if served:
+            text += "\n\n" + table({"medians": served}, BURST_API)  # no ratios twice
+    return text

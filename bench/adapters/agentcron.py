@@ -60,6 +60,7 @@ from bench.adapters.common import (
     percentile,
     result,
     sleep_until,
+    slot_gap_figures,
     with_driver,
 )
 from core import triggers
@@ -165,9 +166,15 @@ def shaped_rows(shape: str, count: int, t0: datetime, every: int) -> list[dict[s
     ]
 
 
-async def populate(url: str, rows: list[dict[str, Any]], idle_rows: int) -> None:
-    """Migrate, then insert ``rows`` (1,000 per INSERT) and ``idle_rows`` far-future ones."""
-    await asyncio.to_thread(upgrade, url)
+async def populate(
+    url: str,
+    rows: list[dict[str, Any]],
+    idle_rows: int,
+    migrate: Callable[[str], None] = upgrade,
+) -> None:
+    """Migrate (``migrate(url)``: Alembic in this process unless told otherwise), then insert
+    ``rows`` (1,000 per INSERT) and ``idle_rows`` far-future ones."""
+    await asyncio.to_thread(migrate, url)
     # Loading a million rows is one statement far longer than the service's 10 s bound.
     db = Database(url, timeout=POPULATE_TIMEOUT_SECONDS)
     try:
@@ -248,8 +255,7 @@ class Engine:
         return lag
 
     async def query(self, sql: str) -> list[Any]:
-        async with self.probe.session(write=False) as session:
-            return list((await session.execute(text(sql))).all())
+        return await query(self.probe, sql)
 
     async def dispose(self) -> None:
         await self.db.dispose()
@@ -277,6 +283,34 @@ COUNTS_SQLITE = (
 )
 
 
+async def query(probe: Database, sql: str) -> list[Any]:
+    """The rows of one raw statement on the adapter's own ``Database`` (never counted)."""
+    async with probe.session(write=False) as session:
+        return list((await session.execute(text(sql))).all())
+
+
+async def succeeded(probe: Database) -> int:
+    """How many runs the ledger records ``succeeded`` (one transaction)."""
+    rows = await query(probe, "SELECT count(*) FROM runs WHERE status = 'succeeded'")
+    return int(rows[0][0])
+
+
+async def ledger(probe: Database) -> dict[str, Any]:
+    """What the ledger shows of a burst, as ``common.result`` takes it: every run's start and
+    finish (epoch seconds), how many runs for how many schedules, how many succeeded (two
+    transactions)."""
+    rows = await query(probe, "SELECT started_at, finished_at FROM runs")
+    counts = COUNTS if probe.capabilities.dialect == "postgresql" else COUNTS_SQLITE
+    recorded, distinct, done = (await query(probe, counts))[0]
+    return {
+        "starts": [_epoch(row[0]) for row in rows if row[0] is not None],
+        "finishes": [_epoch(row[1]) for row in rows if row[1] is not None],
+        "recorded": recorded,
+        "distinct": distinct,
+        "succeeded": done or 0,
+    }
+
+
 async def fire(
     url: str, count: int, t0: datetime, give_up_after: float, replicas: int
 ) -> dict[str, Any]:
@@ -295,21 +329,19 @@ async def fire(
             polls += 1
             if replicas > 1 and polls % 5 == 0 and time.time() > t0.timestamp():
                 own += 1
-                if (await _succeeded(engine)) >= count:
+                if (await succeeded(engine.probe)) >= count:
                     break
         # Every no-op has been called; wait for the ledger to record the outcomes.
         while time.time() < deadline:
             own += 1
-            if (await _succeeded(engine)) >= count:
+            if (await succeeded(engine.probe)) >= count:
                 break
             await asyncio.sleep(POLL_SECONDS)
         cpu = cpu_seconds() - cpu
         statements = engine.statements
         max_lag = await engine.stop()
         own += 2
-        rows = await engine.query("SELECT started_at, finished_at FROM runs")
-        counts = COUNTS if engine.db.capabilities.dialect == "postgresql" else COUNTS_SQLITE
-        recorded, distinct, succeeded = (await engine.query(counts))[0]
+        shown = await ledger(engine.probe)
         claims = engine.claim_figures()
         settings = engine.settings
         await engine.dispose()
@@ -317,11 +349,7 @@ async def fire(
         contender="agentcron",
         count=count,
         t0=t0,
-        starts=[_epoch(row[0]) for row in rows if row[0] is not None],
-        finishes=[_epoch(row[1]) for row in rows if row[1] is not None],
-        recorded=recorded,
-        distinct=distinct,
-        succeeded=succeeded or 0,
+        **shown,
         max_lag_ms=max_lag,
         own_transactions=own,
         extra={
@@ -329,15 +357,11 @@ async def fire(
             "statements_per_fire": round(statements / count, 3) if count else None,
             "executed_here": len(noop.CALLS),
             "cpu_s": round(cpu, 3),
+            **slot_gap_figures(noop.SPANS, int(settings["concurrency"])),
             **claims,
             **settings,
         },
     )
-
-
-async def _succeeded(engine: Engine) -> int:
-    rows = await engine.query("SELECT count(*) FROM runs WHERE status = 'succeeded'")
-    return int(rows[0][0])
 
 
 def _epoch(value: datetime | str) -> float:
@@ -445,11 +469,16 @@ async def create(url: str) -> dict[str, Any]:
     return {"created": str(schedule.id), "due_at": due.isoformat()}
 
 
+def engine_url(dsn: str) -> str:
+    """The SQLAlchemy URL of the harness's plain ``postgresql://``/``sqlite:///`` one: the
+    service's async drivers."""
+    return with_driver(dsn, "asyncpg" if backend(dsn) == "postgresql" else "aiosqlite")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv, COMMANDS)
     configure_logging("json", "WARNING")
-    driver = "asyncpg" if backend(args.dsn) == "postgresql" else "aiosqlite"
-    url = with_driver(args.dsn, driver)
+    url = engine_url(args.dsn)
     if args.command == "populate":
         rows = shaped_rows(args.shape, args.count, args.at, args.every)
         asyncio.run(populate(url, rows, args.idle_rows))

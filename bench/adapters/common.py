@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
 import resource
 import statistics
@@ -89,11 +90,51 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-class LagMonitor:
-    """Maximum event-loop lag: how much later than asked a 10 ms sleep wakes up."""
+def slot_gaps(spans: Sequence[tuple[float, float]], slots: int) -> list[float]:
+    """How long a concurrency slot stayed empty between one run's end and the next run's
+    start in it, in seconds, from the runs' ``(start, end)`` spans as the job noted them.
 
-    def __init__(self) -> None:
+    The engine does not say which slot a run held, so ``slots`` slots are replayed: runs in
+    start order, each into the slot freed earliest (a min-heap of end times). The first
+    ``slots`` runs fill empty slots and have no predecessor; every later run of a burst was
+    already due when the slot it takes was freed, so start minus that end is time the engine
+    spent between runs (recording the outcome, admitting the next, the thread hop), not time
+    it had nothing to do. A run starting before the earliest end (more runs at once than
+    slots: clocks of two threads) gives no gap rather than a negative one.
+    """
+    ordered = sorted(spans)
+    ends = [end for _, end in ordered[:slots]]
+    heapq.heapify(ends)
+    gaps: list[float] = []
+    for start, end in ordered[slots:]:
+        freed = heapq.heapreplace(ends, end)
+        if start >= freed:
+            gaps.append(start - freed)
+    return gaps
+
+
+def slot_gap_figures(spans: Sequence[tuple[float, float]], slots: int) -> dict[str, Any]:
+    """``slot_gaps`` as figures: how many, median and p99 in ms (None when the burst never
+    filled every slot, so no gap was measured)."""
+    gaps = slot_gaps(spans, slots)
+    median, p99 = percentile(gaps, 0.5), percentile(gaps, 0.99)
+    return {
+        "slot_gaps": len(gaps),
+        "slot_gap_p50_ms": None if median is None else round(median * 1000, 3),
+        "slot_gap_p99_ms": None if p99 is None else round(p99 * 1000, 3),
+    }
+
+
+class LagMonitor:
+    """Maximum event-loop lag: how much later than asked a 10 ms sleep wakes up.
+
+    ``keep_beats``: also keep every beat as ``(time.time(), lag s)``, for a process whose
+    probe cannot be stopped when the burst ends (``bench.inside``): the reader then takes the
+    maximum over the burst's own window."""
+
+    def __init__(self, keep_beats: bool = False) -> None:
         self.max_lag = 0.0
+        self.beats: list[tuple[float, float]] | None = [] if keep_beats else None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -103,7 +144,10 @@ class LagMonitor:
         while True:
             before = time.perf_counter()
             await asyncio.sleep(HEARTBEAT_SECONDS)
-            self.max_lag = max(self.max_lag, time.perf_counter() - before - HEARTBEAT_SECONDS)
+            lag = time.perf_counter() - before - HEARTBEAT_SECONDS
+            self.max_lag = max(self.max_lag, lag)
+            if self.beats is not None:
+                self.beats.append((time.time(), lag))
 
     async def stop(self) -> float:
         """Stop the probe; the maximum lag seen, in milliseconds."""
