@@ -5,12 +5,14 @@ another directory. Each answer is one plain line and an exit status, never a tra
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
 
 from tests.conftest import PG_URL, PgServer, clone_pg
@@ -20,12 +22,14 @@ pytestmark = pytest.mark.slow
 
 
 def agentcron(
-    *args: str, database_url: str, cwd: Path, timeout: float = 60
+    *args: str, database_url: str | None, cwd: Path, timeout: float = 60, **extra: str
 ) -> subprocess.CompletedProcess[str]:
-    """``agentcron ARGS`` in ``cwd`` with only ``AGENTCRON_DATABASE_URL`` set (of agentcron's
-    variables), as in a newcomer's shell."""
+    """``agentcron ARGS`` in ``cwd`` with no AGENTCRON_* variable but ``database_url`` (none:
+    the default) and ``extra`` (names without the prefix), as in a newcomer's shell."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AGENTCRON_")}
-    env["AGENTCRON_DATABASE_URL"] = database_url
+    if database_url is not None:
+        env["AGENTCRON_DATABASE_URL"] = database_url
+    env.update({f"AGENTCRON_{key}": value for key, value in extra.items()})
     return subprocess.run(
         [AGENTCRON, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
@@ -81,3 +85,66 @@ def test_a_sqlite_url_without_a_driver_uses_aiosqlite(tmp_path: Path) -> None:
     assert_plain(agentcron("migrate", database_url=url, cwd=tmp_path), 0)
     listed = agentcron("keys", "list", database_url=url, cwd=tmp_path)
     assert "no API keys" in assert_plain(listed, 0)
+
+
+# -- 2. a PostgreSQL database that does not exist ----------------------------------------------
+
+
+def one_line(output: str, needle: str) -> str:
+    """The single line of ``output`` that holds ``needle``, starting ``agentcron:``."""
+    lines = [line for line in output.splitlines() if line.startswith("agentcron:")]
+    assert len(lines) == 1 and needle in lines[0], output
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["serve", "--port", "0"], ["keys", "list"]])
+async def test_a_missing_postgresql_database_is_named_with_its_remedy(
+    pg_server: PgServer | None, tmp_path: Path, command: list[str]
+) -> None:
+    if pg_server is None:
+        await clone_pg(pg_server)  # skips (or fails under AGENTCRON_REQUIRE_PG=1)
+    name = f"agentcron_nc_missing_{uuid.uuid4().hex[:12]}"  # never created
+    url = make_url(PG_URL).set(database=name)
+    done = agentcron(*command, database_url=server_url(name, "postgresql"), cwd=tmp_path)
+    line = one_line(assert_plain(done, 2), f'database "{name}" does not exist')
+    assert f"on {url.host}:{url.port or 5432}" in line
+    assert f"create it with: createdb -h {url.host}" in line and line.endswith(name)
+    assert "listen_unavailable" not in done.stderr  # serve refused instead of starting
+
+
+# -- 3. commands run where there is no database, or an empty one ------------------------------
+
+COMMANDS = [
+    ["keys", "list"],
+    ["keys", "create", "--owner", "local"],
+    ["keys", "revoke", "ac_000000000000"],
+    ["example"],
+    ["secrets-rotate"],
+    ["serve", "--port", "0"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command))
+def test_no_database_here_says_migrate_first_and_creates_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # The default URL, ./var/agentcron.db, from a directory that has none.
+    done = agentcron(*command, database_url=None, cwd=tmp_path, SECRETS_KEY=secrets_key())
+    line = one_line(assert_plain(done, 2), "run `agentcron migrate`")
+    assert str(tmp_path / "var" / "agentcron.db") in line
+    assert not (tmp_path / "var").exists()  # neither the file nor its directory
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command))
+def test_an_unmigrated_database_says_migrate_first(tmp_path: Path, command: list[str]) -> None:
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    done = agentcron(
+        *command, database_url=f"sqlite:///{path}", cwd=tmp_path, SECRETS_KEY=secrets_key()
+    )
+    line = one_line(assert_plain(done, 2), "run `agentcron migrate`")
+    assert f"the database {path} is at schema nothing" in line
+
+
+def secrets_key() -> str:
+    return Fernet.generate_key().decode()
