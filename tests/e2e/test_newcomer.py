@@ -90,11 +90,18 @@ def test_a_sqlite_url_without_a_driver_uses_aiosqlite(tmp_path: Path) -> None:
 # -- 2. a PostgreSQL database that does not exist ----------------------------------------------
 
 
-def one_line(output: str, needle: str) -> str:
-    """The single line of ``output`` that holds ``needle``, starting ``agentcron:``."""
-    lines = [line for line in output.splitlines() if line.startswith("agentcron:")]
-    assert len(lines) == 1 and needle in lines[0], output
+def the_line(output: str, prefix: str) -> str:
+    """The one line of ``output`` that starts with ``prefix``."""
+    lines = [line for line in output.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, output
     return lines[0]
+
+
+def one_line(output: str, needle: str) -> str:
+    """The one ``agentcron:`` message of ``output``, which holds ``needle``."""
+    line = the_line(output, "agentcron:")
+    assert needle in line, output
+    return line
 
 
 @pytest.mark.parametrize("command", [["migrate"], ["serve", "--port", "0"], ["keys", "list"]])
@@ -148,3 +155,27 @@ def test_an_unmigrated_database_says_migrate_first(tmp_path: Path, command: list
 
 def secrets_key() -> str:
     return Fernet.generate_key().decode()
+
+
+# -- 5. the hint `agentcron example` prints can be typed as printed ----------------------------
+
+
+def test_the_another_key_hint_runs_as_printed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agentcron.db'}"
+    assert_plain(agentcron("migrate", database_url=url, cwd=tmp_path), 0)
+    assert_plain(agentcron("example", database_url=url, cwd=tmp_path), 0)  # makes the first key
+    again = assert_plain(agentcron("example", database_url=url, cwd=tmp_path), 0)
+    hint = the_line(again, "# Another one: ").removeprefix("# Another one: ")
+    # The shell of `make run`: .venv/bin is not on PATH.
+    venv_bin = str(Path(AGENTCRON).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    done = subprocess.run(
+        ["sh", "-c", hint],
+        env={**os.environ, "PATH": path, "AGENTCRON_DATABASE_URL": url},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_plain(done, 0)
+    assert done.stdout.strip().splitlines()[-1].startswith("ac_")

@@ -112,8 +112,29 @@ def example() -> None:
         _print(
             f'# Owner "{LOCAL_OWNER}" already has an API key ({existing}); keys are shown only'
             " when made.",
-            f"# Another one: agentcron keys create --owner {LOCAL_OWNER}",
+            f"# Another one: {self_command()} keys create --owner {LOCAL_OWNER}",
         )
+
+
+def self_command() -> str:
+    """This executable as the user can type it again in the same shell: ``agentcron`` when
+    that name on PATH is this very program, else its path. `make run` leaves .venv/bin off
+    PATH, so a bare ``agentcron`` in a hint would answer "command not found"."""
+    import os
+    import shlex
+    import shutil
+
+    me = Path(sys.argv[0])
+    if me.name != "agentcron":  # `python -m web.cli`
+        return f"{shlex.quote(sys.executable)} -m web.cli"
+    found = shutil.which("agentcron")
+    if found is not None and Path(found).resolve() == me.resolve():
+        return "agentcron"
+    relative = os.path.relpath(me.resolve(), Path.cwd())
+    if relative.startswith(".."):
+        return shlex.quote(str(me.resolve()))
+    # A path without a slash would be looked up on PATH, not in the current directory.
+    return shlex.quote(relative if os.sep in relative else f".{os.sep}{relative}")
 
 
 def _print(*lines: str) -> None:
