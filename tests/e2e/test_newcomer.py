@@ -16,7 +16,7 @@ from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
 
 from tests.conftest import PG_URL, PgServer, clone_pg
-from tests.e2e.conftest import AGENTCRON, _pg_admin
+from tests.e2e.conftest import AGENTCRON, _pg_admin, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -179,3 +179,19 @@ def test_the_another_key_hint_runs_as_printed(tmp_path: Path) -> None:
     )
     assert_plain(done, 0)
     assert done.stdout.strip().splitlines()[-1].startswith("ac_")
+
+
+# -- 6. start-up logs are what an operator needs -----------------------------------------------
+
+
+def test_migrate_and_serve_do_not_narrate_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agentcron.db'}"
+    migrated = assert_plain(agentcron("migrate", database_url=url, cwd=tmp_path), 0)
+    assert "alembic" not in migrated and '"migrated"' in migrated
+    env = {**os.environ, "AGENTCRON_DATABASE_URL": url, "AGENTCRON_DATA_DIR": str(tmp_path)}
+    server = start_server(env, tmp_path / "serve.log")
+    server.stop()
+    started = server.log()
+    assert "Application startup complete" in started and "alembic" not in started, started
+    verbose = agentcron("migrate", database_url=url, cwd=tmp_path, LOG_LEVEL="DEBUG")
+    assert "alembic" in assert_plain(verbose, 0)  # still there for whoever asks
