@@ -11,7 +11,7 @@ TEST_WORKERS ?= 4
 SERVER_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint format migrate bench bench-quick soak screenshots clean
+.PHONY: help install install-runtime run test lint format migrate bench bench-quick soak screenshots clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -19,16 +19,25 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
+# Two stamps: `make run` needs only the runtime dependencies, so a first start does not wait
+# for the test, lint and browser tools; the tasks that test, lint or measure add those. The dev
+# set includes the runtime one, so installing it stamps both.
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
 	@touch $@
 
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@ $(VENV)/.installed-runtime
+
 help: ## list the tasks
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-install: $(VENV)/.installed ## create .venv and install agentcron with its dev tools
+install: $(VENV)/.installed-dev ## create .venv and install agentcron with its dev tools
 
-run: install ## migrate the SQLite database, add the example schedule, serve on 127.0.0.1:8000 (HOST=, PORT=)
+install-runtime: $(VENV)/.installed-runtime ## create .venv and install agentcron alone (what `make run` needs)
+
+run: install-runtime ## migrate the SQLite database, add the example schedule, serve on 127.0.0.1:8000 (HOST=, PORT=)
 	$(BIN)/agentcron migrate
 	$(BIN)/agentcron example
 	$(BIN)/agentcron serve --host $(HOST) --port $(PORT)
@@ -49,7 +58,7 @@ format: install ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-migrate: install ## apply database migrations to AGENTCRON_DATABASE_URL
+migrate: install-runtime ## apply database migrations to AGENTCRON_DATABASE_URL
 	$(BIN)/agentcron migrate
 
 bench: install ## every workload (burst, idle, steady, bigidle, replicas) on PostgreSQL and SQLite; long

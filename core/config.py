@@ -14,6 +14,25 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The URL schemes people paste (from `psql`, a cloud console, Heroku-style DATABASE_URLs) name
+# no driver, so SQLAlchemy would pick a synchronous one this project does not install
+# (psycopg) or none at all ("postgres"): they mean the async drivers agentcron ships with.
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
+
+
+def normalize_database_url(url: str) -> str:
+    """``url`` with its scheme made explicit for the async drivers: ``postgresql://`` and
+    ``postgres://`` become ``postgresql+asyncpg://``, ``sqlite://`` ``sqlite+aiosqlite://``.
+    Anything else (an explicit driver included) is returned unchanged."""
+    scheme, separator, rest = url.partition("://")
+    driver = _ASYNC_DRIVERS.get(scheme.lower()) if separator else None
+    # Only the scheme is rewritten, as text: parsing and re-rendering the URL could re-quote
+    # a password's special characters.
+    return f"{driver}://{rest}" if driver else url
 
 
 def _default_instance_id() -> str:
@@ -69,6 +88,11 @@ class Settings(BaseSettings):
     # Comma-separated absolute paths the sandbox also hides (a directory shows empty, a file
     # cannot be opened).
     sandbox_hide: str = ""
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str) -> str:
+        return normalize_database_url(value)
 
     @field_validator("agent_env")
     @classmethod

@@ -49,6 +49,11 @@ def configure_logging(fmt: Literal["console", "json"] | None = None, level: str 
     root.setLevel(level)
     # httpx logs every request URL at INFO; a webhook URL's query may hold a token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Alembic narrates its own set-up at INFO (plugins, "Context impl", each revision applied)
+    # whenever the schema is checked or migrated: nine lines per `serve` that tell an operator
+    # nothing; `agentcron migrate` logs the revision it reached instead. AGENTCRON_LOG_LEVEL=DEBUG
+    # shows them again.
+    logging.getLogger("alembic").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     # uvicorn installs its own handlers; let its records flow through ours instead.
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)

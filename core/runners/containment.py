@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy.engine import make_url
-
 from core.errors import StartupError
+from core.storage.database import sqlite_file
 
 if TYPE_CHECKING:
     from core.config import Settings
@@ -162,13 +161,9 @@ class Containment:
 
 
 def _sqlite_files(database_url: str) -> list[Path]:
-    url = make_url(database_url)
-    database = url.database
-    if not url.drivername.startswith("sqlite") or not database or database == ":memory:":
+    main = sqlite_file(database_url)
+    if main is None:
         return []
-    if database.startswith("file:"):
-        return []
-    main = Path(database).expanduser().resolve()
     return [main, *(main.with_name(main.name + suffix) for suffix in SQLITE_SIBLINGS)]
 
 

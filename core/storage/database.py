@@ -83,11 +83,23 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite database on disk, absolute; None for another backend, an
+    in-memory database or a ``file:`` URI (whose options SQLite interprets, not us)."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):
+        return None
+    return Path(database).expanduser().resolve()
+
+
 def ensure_sqlite_dir(url: str) -> None:
     """Create the directory of a SQLite database file (SQLite creates the file, not its folder)."""
-    database = make_url(url).database
-    if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 class Database:

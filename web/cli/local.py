@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from web.cli.database import fail, on_database, unreachable
+
 # ``core`` is imported inside each command: the HTTP commands registered beside these never
 # need it, and should start without loading settings, logging or SQLAlchemy.
 if TYPE_CHECKING:
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     import structlog
 
     from core.config import Settings
-    from core.storage import ApiKey
+    from core.storage import ApiKey, Database
 
 keys = typer.Typer(
     help="API keys on the server's database: create, list, revoke.", no_args_is_help=True
@@ -46,12 +48,18 @@ def _configure_logging() -> None:
 
 def migrate() -> None:
     """Apply the database migrations to AGENTCRON_DATABASE_URL."""
-    from core.storage.migrate import upgrade
+    from core.errors import SchedulerUnavailable, StartupError
+    from core.storage.migrate import head_revision, upgrade
 
     _configure_logging()
     settings = _settings()
-    upgrade(settings.database_url)
-    _log().info("migrated", database_url=_safe_url(settings.database_url))
+    try:
+        upgrade(settings.database_url)
+    except StartupError as exc:
+        fail(exc.message, 2)
+    except SchedulerUnavailable as exc:
+        fail(unreachable(settings.database_url, exc), 1)
+    _log().info("migrated", database_url=_safe_url(settings.database_url), revision=head_revision())
 
 
 EXAMPLE_NAME = "example: hello agent"
@@ -64,41 +72,34 @@ def example() -> None:
     The schedule runs the stand-in agent every 30 seconds; the key is printed once, never
     stored (only its hash is).
     """
-    import asyncio
-
     from core.keys import LOCAL_OWNER, create_key, display_prefix, list_keys
     from core.schedules import ScheduleService
     from core.specs import ScheduleCreate
-    from core.storage import Database
 
-    async def create() -> tuple[str, str | None, str | None]:
-        db = Database(_settings().database_url)
-        try:
-            service = ScheduleService(db)
-            page = await service.list(LOCAL_OWNER, limit=500)
-            outcome = ""
-            for schedule in page.items:
-                if schedule.name == EXAMPLE_NAME:
-                    outcome = f"exists: {schedule.id}"
-            if not outcome:
-                spec = ScheduleCreate(
-                    name=EXAMPLE_NAME,
-                    prompt="Say hello and count the words of this prompt.",
-                    trigger={"every_seconds": 30},
-                    runner={"type": "command", "argv": [sys.executable, str(EXAMPLE_AGENT)]},
-                    notify=[{"type": "file", "path": "deliveries.jsonl"}],
-                )
-                outcome = f"created: {(await service.create(spec, LOCAL_OWNER)).id}"
-            existing = await list_keys(db, LOCAL_OWNER, include_revoked=False)
-            if existing:
-                return outcome, None, display_prefix(existing[0])
-            token, _record = await create_key(db, LOCAL_OWNER)
-            return outcome, token, None
-        finally:
-            await db.dispose()
+    async def create(db: Database) -> tuple[str, str | None, str | None]:
+        service = ScheduleService(db)
+        page = await service.list(LOCAL_OWNER, limit=500)
+        outcome = ""
+        for schedule in page.items:
+            if schedule.name == EXAMPLE_NAME:
+                outcome = f"exists: {schedule.id}"
+        if not outcome:
+            spec = ScheduleCreate(
+                name=EXAMPLE_NAME,
+                prompt="Say hello and count the words of this prompt.",
+                trigger={"every_seconds": 30},
+                runner={"type": "command", "argv": [sys.executable, str(EXAMPLE_AGENT)]},
+                notify=[{"type": "file", "path": "deliveries.jsonl"}],
+            )
+            outcome = f"created: {(await service.create(spec, LOCAL_OWNER)).id}"
+        existing = await list_keys(db, LOCAL_OWNER, include_revoked=False)
+        if existing:
+            return outcome, None, display_prefix(existing[0])
+        token, _record = await create_key(db, LOCAL_OWNER)
+        return outcome, token, None
 
     _configure_logging()
-    outcome, token, existing = asyncio.run(create())
+    outcome, token, existing = on_database(create)
     _log().info("example_schedule", result=outcome, name=EXAMPLE_NAME)
     if token is not None:
         _print(
@@ -111,8 +112,29 @@ def example() -> None:
         _print(
             f'# Owner "{LOCAL_OWNER}" already has an API key ({existing}); keys are shown only'
             " when made.",
-            f"# Another one: agentcron keys create --owner {LOCAL_OWNER}",
+            f"# Another one: {self_command()} keys create --owner {LOCAL_OWNER}",
         )
+
+
+def self_command() -> str:
+    """This executable as the user can type it again in the same shell: ``agentcron`` when
+    that name on PATH is this very program, else its path. `make run` leaves .venv/bin off
+    PATH, so a bare ``agentcron`` in a hint would answer "command not found"."""
+    import os
+    import shlex
+    import shutil
+
+    me = Path(sys.argv[0])
+    if me.name != "agentcron":  # `python -m web.cli`
+        return f"{shlex.quote(sys.executable)} -m web.cli"
+    found = shutil.which("agentcron")
+    if found is not None and Path(found).resolve() == me.resolve():
+        return "agentcron"
+    relative = os.path.relpath(me.resolve(), Path.cwd())
+    if relative.startswith(".."):
+        return shlex.quote(str(me.resolve()))
+    # A path without a slash would be looked up on PATH, not in the current directory.
+    return shlex.quote(relative if os.sep in relative else f".{os.sep}{relative}")
 
 
 def _print(*lines: str) -> None:
@@ -129,27 +151,19 @@ def keys_create(
     ] = False,
 ) -> None:
     """Make a key; prints it once, alone on the last line."""
-    import asyncio
-
     from core.keys import check_owner, create_key
-    from core.storage import Database
 
     _configure_logging()
     try:
         check_owner(owner)
     except ValueError as exc:
-        sys.stderr.write(f"agentcron: --owner: {exc}\n")
-        raise typer.Exit(2) from None
+        fail(f"--owner: {exc}", 2)
 
-    async def create() -> tuple[str, str]:
-        db = Database(_settings().database_url)
-        try:
-            token, record = await create_key(db, owner, admin=admin)
-            return token, str(record.id)
-        finally:
-            await db.dispose()
+    async def create(db: Database) -> tuple[str, str]:
+        token, record = await create_key(db, owner, admin=admin)
+        return token, str(record.id)
 
-    token, key_id = asyncio.run(create())
+    token, key_id = on_database(create)
     role = "admin: sees every owner" if admin else "sees its own owner only"
     _print(
         f'# API key {key_id} for owner "{owner}" ({role}). Shown only now: only its hash'
@@ -164,21 +178,14 @@ def keys_list(
     include_revoked: Annotated[bool, typer.Option("--all", help="include revoked keys")] = False,
 ) -> None:
     """Keys without their secrets: id, prefix, owner, role, creation and last use."""
-    import asyncio
-
     from core.keys import list_keys
-    from core.storage import Database
 
     _configure_logging()
 
-    async def fetch() -> list[ApiKey]:
-        db = Database(_settings().database_url)
-        try:
-            return await list_keys(db, owner, include_revoked=include_revoked)
-        finally:
-            await db.dispose()
+    async def fetch(db: Database) -> list[ApiKey]:
+        return await list_keys(db, owner, include_revoked=include_revoked)
 
-    found = asyncio.run(fetch())
+    found = on_database(fetch)
     _print(*([_key_line(key) for key in found] or ["# no API keys (agentcron keys create)"]))
 
 
@@ -203,27 +210,19 @@ def keys_revoke(
     ],
 ) -> None:
     """Revoke a key at once (by id or prefix); the next request with it answers 401."""
-    import asyncio
-
     from core.errors import NotFound
     from core.keys import display_prefix, revoke_key
-    from core.storage import Database
 
     _configure_logging()
 
-    async def revoke() -> str:
-        db = Database(_settings().database_url)
-        try:
-            record = await revoke_key(db, key)
-            return f"revoked {record.id} ({display_prefix(record)}, owner {record.owner})"
-        finally:
-            await db.dispose()
+    async def revoke(db: Database) -> str:
+        record = await revoke_key(db, key)
+        return f"revoked {record.id} ({display_prefix(record)}, owner {record.owner})"
 
     try:
-        _print(asyncio.run(revoke()))
+        _print(on_database(revoke))
     except NotFound:
-        sys.stderr.write(f"agentcron: no API key {key!r} (see `agentcron keys list --all`)\n")
-        raise typer.Exit(1) from None
+        fail(f"no API key {key!r} (see `agentcron keys list --all`)", 1)
 
 
 def secrets_key() -> None:
@@ -240,34 +239,24 @@ def secrets_key() -> None:
 def secrets_rotate() -> None:
     """Re-encrypt every stored secret under the first key of AGENTCRON_SECRETS_KEY, so the
     keys after it can be dropped. Safe to run while the service runs, and to run again."""
-    import asyncio
-
     from core.errors import StartupError
     from core.secrets import KEY_SETTING, Keyring, SecretUnreadable, reencrypt_all
-    from core.storage import Database
 
     _configure_logging()
     try:
         keyring = Keyring.from_setting(_settings().secrets_key)
     except StartupError as exc:
-        sys.stderr.write(f"agentcron: {exc.message}\n")
-        raise typer.Exit(2) from None
+        fail(exc.message, 2)
     if keyring is None:
-        sys.stderr.write(f"agentcron: {KEY_SETTING} is not set: there is no key to rotate to\n")
-        raise typer.Exit(2)
+        fail(f"{KEY_SETTING} is not set: there is no key to rotate to", 2)
 
-    async def rotate() -> int:
-        db = Database(_settings().database_url)
-        try:
-            return await reencrypt_all(db, keyring)
-        finally:
-            await db.dispose()
+    async def rotate(db: Database) -> int:
+        return await reencrypt_all(db, keyring)
 
     try:
-        count = asyncio.run(rotate())
+        count = on_database(rotate)
     except SecretUnreadable as exc:
-        sys.stderr.write(f"agentcron: {exc.message}; keep every old key in {KEY_SETTING}\n")
-        raise typer.Exit(1) from None
+        fail(f"{exc.message}; keep every old key in {KEY_SETTING}", 1)
     _print(f"re-encrypted {count} secret(s) under the first key of {KEY_SETTING}")
 
 
@@ -284,7 +273,7 @@ def _preflight() -> str | None:
     from core.secrets import Keyring
     from core.storage import Database
     from core.storage.lock import EngineLock
-    from core.storage.migrate import check_schema
+    from core.storage.migrate import check_schema, require_database_file
 
     settings = _settings()
     try:
@@ -293,6 +282,7 @@ def _preflight() -> str | None:
         return exc.message
 
     async def schema() -> None:
+        require_database_file(settings.database_url)  # and create no empty file (see there)
         db = Database(settings.database_url)
         try:
             await check_schema(db)
