@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # pytest-xdist workers: in-process tests wait on I/O more than they compute, so twice the
-# cores; tests of real server processes and agents get one per core, and those with margins
-# of a fraction of a second (marked solo) run alone at the end.
+# cores; tests of real server processes and agents mostly wait too (windows, drains, kills),
+# so three on two cores (4 min 26 s against 5 min 18 s with two); those with margins of a
+# fraction of a second (marked solo) run alone at the end.
 TEST_WORKERS ?= 4
-SERVER_WORKERS ?= 2
+SERVER_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-runtime run test lint format migrate bench bench-quick soak screenshots clean
