@@ -205,14 +205,14 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     sample: dict[str, Any] = {}
     seen = await outage_probes(server, key, until, sample)
     await asyncio.sleep(max(0.0, until - time.monotonic()))
+    # The long run's agent was frozen (SIGSTOP) once its lease could not be confirmed, before
+    # it could end: no replica could vouch for the run, so it must execute nothing while the
+    # database is gone. Read before the restore: once a renewal confirms the lease the agent is
+    # thawed, and its `sleep` (whose deadline passed while it was stopped) ends at once.
+    assert [line[2] for line in log_lines(long_log)] == ["start"]
     restore_at = datetime.now(UTC)
     await asyncio.to_thread(pg_proxy.restore)
     recovery = await wait_ready(server, within=30)
-
-    # The long run's agent was frozen (SIGSTOP) once its lease could not be confirmed, before
-    # it could end: no replica could vouch for the run, so it must execute nothing. Thawed
-    # once the database confirms the lease again, it finishes its attempt.
-    assert [line[2] for line in log_lines(long_log)] == ["start"]
 
     async def long_ended() -> bool:
         return [line[2] for line in log_lines(long_log)] == ["start", "end"]
