@@ -52,6 +52,11 @@ log = get_logger("agentcron.engine")
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
+# Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
+# 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
+# own; with a small one nearly every run is admitted by its claim, and a replica never
+# sits on due runs another could start.
+QUEUE_AHEAD = 32
 
 
 class RunEngine:
@@ -93,6 +98,11 @@ class RunEngine:
         # given back as running attempts are (``release_for_takeover``), not as queued ones.
         self.admitted: set[uuid.UUID] = set()
         self.tasks: set[asyncio.Task[None]] = set()  # runs and deliveries in hand
+        # Set whenever a run leaves ``held``: the loop, out of room, waits on it to claim more.
+        self.slot_freed = asyncio.Event()
+        # Runs whose attempt is over and whose outcome is being written: still held (their
+        # lease is renewed until it is), but no longer in the way of the next claim.
+        self.recording = 0
         self.leases = LeaseKeeper(
             ledger,
             clock,
@@ -123,6 +133,14 @@ class RunEngine:
     def free_slots(self) -> int:
         """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
         return max(0, self.concurrency - len(self.held))
+
+    def room(self) -> int:
+        """How many more runs the next claim may take in hand: the free slots plus a short
+        queue (``QUEUE_AHEAD``) that lets a slot go on to its next run while a claim is
+        still on its way. Runs beyond it stay in the database, unleased, for whichever
+        replica has room (or for this one, once ``slot_freed`` is set)."""
+        waiting_or_running = len(self.held) - self.recording
+        return max(0, self.concurrency + max(QUEUE_AHEAD, self.concurrency) - waiting_or_running)
 
     def dispatch(self, run: Run, workdir: str | None = None, *, started: bool = False) -> None:
         """Take a claimed run in hand. ``started``: the claim admitted it (``Claim.started``,
@@ -179,7 +197,12 @@ class RunEngine:
                     return
                 await sleep_or_stop(self._stop, WAIT_POLL_SECONDS)
             if verdict is not None:
-                await self._record(verdict)
+                self.recording += 1
+                self.slot_freed.set()
+                try:
+                    await self._record(verdict)
+                finally:
+                    self.recording -= 1
         except Exception as exc:
             # A database outage mid-run: the lease lapses and a replica (or this one, once the
             # database is back) takes the run over; nothing is lost.
@@ -191,6 +214,7 @@ class RunEngine:
             # even if this task gave up before ``stop()`` looked (a slot freed meanwhile).
             if not self._stop.is_set():
                 self.held.discard(run.id)
+                self.slot_freed.set()
 
     async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
         """Run the agent for an admitted attempt; return what to record."""

@@ -21,6 +21,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 
 from core.clock import Clock, utcnow
@@ -44,6 +45,7 @@ CLAIM_BATCH = 500  # the most due schedules one claim takes
 # The first claim after a quiet spell takes few, so the first runs of a burst start after
 # planning tens of schedules, not hundreds; each full claim after it takes four times more.
 FIRST_CLAIM = 32
+LOOK_EVERY_SECONDS = 1.0  # while claims come back full, the longest the loop goes without a look
 RECHECK_SECONDS = 0.05  # due work another replica holds locked: look again after this
 SERVICES = ("loop", "heartbeat", "listen", "retention")  # the loop's supervised tasks
 
@@ -172,25 +174,43 @@ class SchedulerLoop:
 
     async def _run_loop(self) -> None:
         # One cheap look per wake-up (the earliest instant anything could be due) decides
-        # whether to claim at all, so an idle replica sends one statement per tick.
+        # whether to claim at all, so an idle replica sends one statement per tick. While
+        # claims come back full, work is known to be due: the loop claims again without that
+        # look, though at least once a second it looks, for deliveries whose lease ran out.
         batch = FIRST_CLAIM
+        pressing = False  # the last claim was full (or out of room): claim without a look
+        looked = 0.0  # time.monotonic() of the last look
         while not self._stop.is_set():
             self._wake.clear()
+            self.engine.slot_freed.clear()
             self.iterations += 1
             self.metrics.iterations.inc()
             timeout = self.tick
             try:
                 now = self.clock()
-                wake = await self.ledger.next_wakeup()
-                deliveries_due = wake.deliveries is not None and wake.deliveries <= now
-                if deliveries_due and await self.engine.deliveries.recover(now):
-                    self._set_health(True)
-                    continue  # look again: more may have run out, and the next instant moved
-                wake_at = wake.work
+                wake_at: datetime | None = now
+                wake_next: datetime | None = None
+                deliveries_due = False
+                if not pressing or time.monotonic() - looked >= LOOK_EVERY_SECONDS:
+                    wake = await self.ledger.next_wakeup()
+                    looked = time.monotonic()
+                    deliveries_due = wake.deliveries is not None and wake.deliveries <= now
+                    if deliveries_due and await self.engine.deliveries.recover(now):
+                        self._set_health(True)
+                        continue  # look again: more may have run out, and the next instant moved
+                    wake_at, wake_next = wake.work, wake.at
+                pressing = False
+                room = self.engine.room()
+                if wake_at is not None and wake_at <= now and room == 0:
+                    # Every slot busy and the short queue full: the due runs stay in the
+                    # database for a replica with room, or for this one when a run ends.
+                    pressing = True
+                    await self._sleep(self.tick, self.engine.slot_freed)
+                    continue
                 if wake_at is not None and wake_at <= now:
                     began = time.perf_counter()
                     start = self.engine.free_slots()
-                    claim = await self.ledger.claim_due_jobs(now, batch, start=start)
+                    claim = await self.ledger.claim_due_jobs(now, min(batch, room), start=start)
                     self.metrics.claim_duration.observe(time.perf_counter() - began)
                     if claim.runs:
                         self.metrics.claim_size.observe(len(claim.runs))
@@ -204,33 +224,34 @@ class SchedulerLoop:
                         log.info("leases_recovered", runs=claim.recovered)
                     batch = min(batch * 4, CLAIM_BATCH) if claim.full else FIRST_CLAIM
                     self._set_health(True)
-                    if claim.runs or claim.full:
-                        continue  # claim again, or look when the next work is due
+                    if claim.full:
+                        pressing = True
+                        continue  # more is due: claim again
+                    if claim.runs:
+                        continue  # look when the next work is due
                     # Due, yet nothing claimable: another replica holds those rows this
                     # instant. Look again shortly rather than spin.
                     timeout = RECHECK_SECONDS
                 elif deliveries_due:
                     # Run out, yet none taken: another replica is taking them this instant.
                     timeout = RECHECK_SECONDS
-                elif wake.at is not None:
+                elif wake_next is not None:
                     # +1 ms: asyncio may fire a timer a hair early, and a claim an instant
                     # before the due time finds nothing.
-                    delay = (wake.at - self.clock()).total_seconds() + 0.001
+                    delay = (wake_next - self.clock()).total_seconds() + 0.001
                     timeout = max(0.0, min(self.tick, delay))
                 self._set_health(True)
             except Exception as exc:  # the loop survives everything and keeps ticking
                 self.metrics.errors.inc()
                 self._set_health(False, exc)
+                pressing = False
                 timeout = min(self.tick, 1.0)
             await self._sleep(timeout)
 
-    async def _sleep(self, seconds: float) -> None:
+    async def _sleep(self, seconds: float, *also: asyncio.Event) -> None:
         if seconds <= 0 or self._stop.is_set():
             return
-        waiters = {
-            asyncio.ensure_future(self._wake.wait()),
-            asyncio.ensure_future(self._stop.wait()),
-        }
+        waiters = {asyncio.ensure_future(event.wait()) for event in (self._wake, self._stop, *also)}
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:

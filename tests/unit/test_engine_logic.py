@@ -22,6 +22,7 @@ from core.ledger.memory import MemoryRunStore
 from core.runners import register_runner_type
 from core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
 from core.storage import Run
+from web.engine import QUEUE_AHEAD
 from web.leases import LEASE_LOST
 from web.loop import SchedulerLoop
 
@@ -168,6 +169,24 @@ async def test_concurrency_bounds_the_attempts_and_the_claim_admits_only_free_sl
         await bench.until(run.id, "succeeded")
     assert runner.max_running == 3
     assert all(bench.store.run(run.id).attempt == 1 for run in queued)
+
+
+async def test_a_busy_engine_leaves_due_runs_it_has_no_room_for_unleased(bench: Bench) -> None:
+    # Concurrency 2: the engine takes in hand the two runs it can start and a short queue
+    # (``QUEUE_AHEAD``), never the whole backlog, so another replica could start the rest.
+    runner = bench.fake.script("work", [sleep(0.4)])
+    schedule = bench.store.add_schedule(bench.fake.config("work"))
+    queued = [bench.store.queue(schedule) for _ in range(QUEUE_AHEAD + 20)]
+    loop = bench.loop(concurrency=2)
+    await asyncio.wait_for(runner.wait_calls(2), 5)
+    await asyncio.sleep(0.1)  # the claims that could follow have had their chance
+    leased = [run for run in queued if bench.store.run(run.id).lease_owner is not None]
+    assert len(leased) == 2 + QUEUE_AHEAD
+    assert len(loop.engine.held) == 2 + QUEUE_AHEAD
+    # As a slot frees, the loop takes the next run in hand without waiting for its tick.
+    loop.tick = 60.0
+    nxt = queued[2 + QUEUE_AHEAD].id
+    await until(lambda: bench.store.run(nxt), lambda run: run.lease_owner is not None, 2)
 
 
 async def test_a_cancel_before_the_attempt_ends_the_run_without_running_it(bench: Bench) -> None:
