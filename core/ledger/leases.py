@@ -30,7 +30,10 @@ class Leases(LedgerBase):
             if run_ids is None:
                 rows = list((await session.execute(q.renew_leases(self.owner, until))).all())
             else:
-                ids, rows = list(run_ids), []
+                # Sorted across the chunks too, not only within each (``q.renew_leases``):
+                # chunks in a random order would lock rows out of id order, and deadlock with
+                # a batched write locking the same rows in order.
+                ids, rows = sorted(run_ids), []
                 for start in range(0, len(ids), 1000):
                     batch = q.renew_leases(self.owner, until, ids[start : start + 1000])
                     rows.extend((await session.execute(batch)).all())
