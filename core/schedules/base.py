@@ -7,12 +7,12 @@ from collections.abc import Callable
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.clock import Clock, utcnow
-from core.errors import ScheduleCapacityExceeded
-from core.policy import ExecutionPolicy
-from core.policy import current as current_policy
-from core.storage import Database, Schedule
-from core.storage.wakeups import announce_change
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import ScheduleCapacityExceeded
+from agentcron.core.policy import ExecutionPolicy
+from agentcron.core.policy import current as current_policy
+from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.wakeups import announce_change
 
 
 class ServiceBase:

@@ -486,11 +486,14 @@ def test_delete_asks_on_a_terminal(server: Server) -> None:
 @pytest.mark.parametrize(
     ("imports", "server_side"),
     [
-        ("web.cli", ("core", "sqlalchemy", "alembic", "fastapi", "uvicorn", "structlog")),
+        (
+            "agentcron.web.cli",
+            ("agentcron.core", "sqlalchemy", "alembic", "fastapi", "uvicorn", "structlog"),
+        ),
         # `agentcron mcp` also reads core's request models (its tools' schemas), nothing more;
         # the MCP SDK brings uvicorn along.
         (
-            "web.cli.mcp, web.mcp.server, mcp.server.stdio",
+            "agentcron.web.cli.mcp, agentcron.web.mcp.server, mcp.server.stdio",
             ("sqlalchemy", "alembic", "fastapi", "structlog", "asyncpg"),
         ),
     ],
@@ -502,7 +505,8 @@ def test_http_commands_do_not_load_the_server_side(
     # The client runs where only the URL and a key are known: no settings, no database driver.
     probe = (
         f"import sys, {imports}; "
-        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {server_side!r}))"
+        f"print(sorted(m for m in sys.modules"
+        f" if any(m == p or m.startswith(p + '.') for p in {server_side!r})))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True

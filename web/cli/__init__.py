@@ -14,8 +14,8 @@ import sys
 
 import typer
 
-from web.cli import local, mcp, runs, schedules, secrets
-from web.cli.client import CliError
+from agentcron.web.cli import local, mcp, runs, schedules, secrets
+from agentcron.web.cli.client import CliError
 
 app = typer.Typer(
     name="agentcron",

@@ -1,0 +1,1 @@
+"""agentcron core: everything that is true without HTTP."""

@@ -1,0 +1,74 @@
+"""The ``email`` channel: the delivery as a plain-text and HTML mail over SMTP.
+
+The channel names where its SMTP URL is: an environment variable of the service
+(``smtp_url_env``) or a stored secret of the schedule's owner (``smtp_url_secret``,
+``core.secrets``), exactly one of the two. Either is read at every delivery, so a rotated
+credential applies without a restart, and the URL is never stored on the channel, logged or
+shown: errors name the variable or the secret, never its value. The URL forms are:
+
+- ``smtp://[user[:password]@]host[:port]``: plain SMTP, port 25 by default, never upgraded.
+  Credentials are refused on this scheme: they would cross the network in clear text.
+- ``smtp+starttls://[user[:password]@]host[:port]``: port 587 by default; the server must offer
+  STARTTLS and the upgrade must succeed before anything else (including AUTH) is sent.
+- ``smtps://[user[:password]@]host[:port]``: port 465 by default; TLS from the first byte.
+
+There is deliberately no opportunistic upgrade of ``smtp://``: an upgrade a man in the middle
+can strip by hiding the STARTTLS capability protects nothing, and a relay whose certificate
+cannot be verified would turn a working plain setup into failed deliveries. The scheme says
+exactly what happens on the wire.
+
+``user`` and ``password`` are percent-decoded (``%40`` for ``@``, ``%3A`` for ``:``). Query
+parameters: ``ca_file=/path/ca.pem`` trusts the CA certificates in that PEM file instead of the
+system store (TLS schemes only; for a private CA), ``timeout=<seconds>`` bounds connecting and
+each SMTP command (default 30, at most 300). Unknown parameters are refused, so a misspelt
+``ca_file`` cannot silently fall back to the system store. Certificates and host names are
+always verified.
+
+Outcomes, per the ``Notifier`` contract:
+
+- ``RunPermanentError``: the variable (or secret) is missing or not a valid URL; the CA file
+  cannot be loaded; the server's certificate is not trusted; the server lacks STARTTLS, AUTH or
+  SMTPUTF8 when needed; any 5xx reply (authentication refused, sender or recipient refused,
+  message rejected).
+- ``EmailDeferred`` (transient, retried with the shared ``RetryPolicy``): the server cannot be
+  reached, the connection drops or times out, any 4xx reply (greylisting, mailbox busy,
+  temporary authentication failure, 421 on connect).
+
+A delivery is idempotent by ``delivery_id``: the ``Message-ID`` and ``Date`` headers are
+derived from the run, so every retry sends the same message and a receiver can de-duplicate.
+When only some recipients are deferred, the retry in this process goes to those alone.
+
+- ``url``: ``SmtpSettings``, the URL forms above and reading the URL from the environment or
+  a secret;
+- ``message``: the mail of one delivery (``compose_message``);
+- ``transport``: the SMTP exchange and the classification of its failures (``classify``);
+- ``notifier``: ``EmailNotifier``, the channel's validation and its deliveries.
+"""
+
+from __future__ import annotations
+
+from agentcron.core.notify.email.message import compose_message
+from agentcron.core.notify.email.notifier import FIELDS, EmailNotifier
+from agentcron.core.notify.email.transport import EmailDeferred, classify
+from agentcron.core.notify.email.url import (
+    DEFAULT_TIMEOUT,
+    MAX_TIMEOUT,
+    SmtpSettings,
+    parse_smtp_url,
+    smtp_settings_from_env,
+    smtp_settings_from_secret,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "FIELDS",
+    "MAX_TIMEOUT",
+    "EmailDeferred",
+    "EmailNotifier",
+    "SmtpSettings",
+    "classify",
+    "compose_message",
+    "parse_smtp_url",
+    "smtp_settings_from_env",
+    "smtp_settings_from_secret",
+]

@@ -1,0 +1,170 @@
+"""The runner contract shared by every agent runner."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from agentcron.core.runners.containment import Containment
+
+
+class TransientRunError(Exception):
+    """An attempt failed in a way another attempt may not (retried while attempts remain)."""
+
+
+class CancelToken:
+    """A cooperative cancel signal handed to a runner for one attempt.
+
+    The engine sets it on timeout, on a user's cancel and on shutdown; a runner must stop its
+    work promptly once ``cancelled`` is true (or ``wait()`` returns) and then raise or return.
+    ``at_once`` says no grace period is allowed: the engine is about to lose (or has lost) the
+    run's lease and another replica may start the run, so a runner that can stop its work by
+    force (the ``command`` runner's SIGKILL of the process group) must do so immediately.
+
+    A runner that can freeze its work and thaw it later (``Runner.suspendable``) is also told
+    to ``suspend`` while the engine cannot vouch for the run's lease (the database did not
+    confirm it in time) and to ``resume`` once it can again: frozen, the attempt executes
+    nothing, so no other replica's attempt can overlap it, yet a short database outage does
+    not cost the work done so far. A cancel that arrives while suspended is always at once:
+    a frozen attempt is never thawed to wind down without a confirmed lease.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._urgent = asyncio.Event()
+        self._frozen = asyncio.Event()
+        self._thawed = asyncio.Event()
+        self._thawed.set()
+        self.reason: str | None = None
+
+    def cancel(self, reason: str, *, at_once: bool = False) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+        if at_once or self.suspended:
+            # A later, more urgent cancel still hurries a graceful stop already under way.
+            self._urgent.set()
+
+    @property
+    def at_once(self) -> bool:
+        return self._urgent.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    async def wait_at_once(self) -> None:
+        """Return once a cancel without grace (``at_once``) was asked for."""
+        await self._urgent.wait()
+
+    def suspend(self) -> None:
+        """Freeze the attempt until ``resume`` (see the class docstring)."""
+        if not self.cancelled:
+            self._thawed.clear()
+            self._frozen.set()
+
+    def resume(self) -> None:
+        self._frozen.clear()
+        self._thawed.set()
+
+    @property
+    def suspended(self) -> bool:
+        return self._frozen.is_set()
+
+    async def wait_suspended(self) -> None:
+        await self._frozen.wait()
+
+    async def wait_resumed(self) -> None:
+        await self._thawed.wait()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a runner gets for one attempt of one run."""
+
+    run_id: uuid.UUID
+    schedule_id: uuid.UUID
+    task_id: uuid.UUID
+    attempt: int
+    trigger: str
+    due_at: datetime | None
+    prompt: str
+    workdir: Path
+    timeout_seconds: float
+    # The task's conversation, oldest first (persistent schedules; empty for isolated ones):
+    # {"role": "user" | "assistant", "content": str, "run_id": str}.
+    history: Sequence[Mapping[str, Any]] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    # The owner's stored secrets this run's config refers to (name -> value), resolved by the
+    # engine for this attempt only (core.secrets). Out of repr: a request may be logged.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The engine instance running this attempt (the settings' instance id; "" outside one).
+    instance_id: str = ""
+    # The operator's rules for agent processes: the variables passed through, the sandbox.
+    containment: Containment = field(default_factory=Containment)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A successful attempt.
+
+    ``output`` is the excerpt kept on the run. ``turns`` are appended to the task's
+    conversation in the same transaction that records the success, each carrying the
+    ``run_id``; turns of a run id already in the conversation are not appended again, so a
+    resumed run never adds the same turn twice.
+    """
+
+    output: str
+    turns: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a ``python`` runner target receives: the request and its cancel token."""
+
+    request: RunRequest
+    cancel: CancelToken
+
+
+class Runner(Protocol):
+    """Runs one agent turn.
+
+    Contract:
+    - ``run`` is idempotent by ``request.run_id``: it may be called again for the same run after
+      a crash or a lost lease (with a higher ``attempt``) and must not duplicate an effect that
+      the first call already made durable.
+    - It returns a ``RunOutcome`` on success. It raises ``RunPermanentError`` when retrying
+      cannot help (bad configuration, target gone, input rejected); any other exception is
+      transient and the engine retries while attempts remain.
+    - It watches ``cancel`` and stops promptly once it is set (timeout, user cancel, shutdown);
+      the engine records the run as ``timed_out`` or ``cancelled`` and delivers nothing. With
+      ``cancel.at_once`` it stops by force, without a grace period, if it can.
+    - ``suspendable`` (optional, default false): it freezes its work while
+      ``cancel.suspended`` and thaws it on ``resume``. The engine then suspends rather than
+      cancels an attempt whose lease it cannot confirm in time; an unsuspendable one is
+      cancelled at once instead.
+    """
+
+    async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome: ...
+
+
+class RunnerType(Protocol):
+    """A named family of runners: validates configurations and builds runners from them."""
+
+    name: str
+
+    def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the normalised config or raise ``InvalidSchedule`` naming ``runner.<field>``."""
+        ...
+
+    def build(self, config: Mapping[str, Any]) -> Runner:
+        """A runner for a configuration that ``validate`` accepted."""
+        ...

@@ -1,0 +1,249 @@
+"""The ``python`` runner: a function of the host process, named by its import path.
+
+Configuration: ``{"type": "python", "target": "package.module:function"}`` (the part after the
+colon may be a dotted attribute path, ``module:Class.method``). ``validate`` imports the
+module and checks that the attribute exists and is callable, so a bad path is rejected when
+the schedule is created or updated (``InvalidSchedule`` on ``runner.target``). Importing runs
+the module's top-level code in the service process, and the call runs with the service's
+rights and in its environment (``os.environ``, database URL and keys included: neither
+``AGENTCRON_AGENT_ENV`` nor the sandbox applies to the service's own threads): this runner is
+for hosts that embed agentcron in their own application. So only the modules the host lists
+may be named: ``AGENTCRON_PYTHON_MODULES`` holds comma-separated module names (a name also
+admits its submodules) or ``fnmatch`` patterns (``myapp.agents.*``). Unset,
+the runner admits nothing: without it, anyone holding an API key could make the service call
+``os:system`` or import any installed module. The list is checked before anything is imported,
+when a schedule is saved and again at each attempt (a target taken off the list fails its run
+and pauses the schedule).
+
+Each attempt calls ``function(RunContext(request, cancel))``:
+
+- an ``async def`` target (or an object with an ``async def __call__``) runs on the event
+  loop; once the cancel token is set, its task is cancelled;
+- any other target runs in a worker thread (``asyncio.to_thread``), so it cannot block the
+  loop; a thread cannot be interrupted, so a long sync target should poll
+  ``ctx.cancel.cancelled`` and return. The attempt itself ends as soon as the token is set.
+  If a sync target returns an awaitable, it is awaited on the loop.
+
+The target is resolved again at each attempt, on the event loop: once its module is
+imported that is a dictionary lookup, and a module uninstalled since (seen after a restart)
+is noticed at once.
+
+Return value: a ``RunOutcome`` is used as is; a ``str`` becomes the output; ``None`` an empty
+output; anything else ``str(value)``. ``RunPermanentError`` (and its ``TargetUnavailable``)
+and ``TransientRunError`` raised by the target propagate; any other exception becomes a
+``TransientRunError`` naming its type and message. If the target cannot be resolved at run
+time (its module no longer imports, the attribute is gone or not callable), the run raises
+``TargetUnavailable``, which fails it and pauses the schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import importlib
+import inspect
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
+from agentcron.core.logging import get_logger
+from agentcron.core.runners.base import (
+    CancelToken,
+    RunContext,
+    Runner,
+    RunOutcome,
+    RunRequest,
+    TransientRunError,
+)
+
+log = get_logger(__name__)
+
+FIELDS = frozenset({"type", "target"})
+TARGET_LIMIT = 500
+CANCEL_GRACE_SECONDS = 5.0  # how long a cancelled async target may take to unwind
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_TARGET = re.compile(rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*:{_IDENTIFIER}(\.{_IDENTIFIER})*$")
+
+Target = Callable[[RunContext], Any]
+
+
+class _Unresolvable(Exception):
+    """The target path names nothing callable; ``message`` says why (safe to show)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+MODULES_VARIABLE = "AGENTCRON_PYTHON_MODULES"
+
+
+def allowed_modules() -> list[str]:
+    """The host's list of modules python targets may live in (read at each use, so a change
+    of the environment, in tests say, is seen at once)."""
+    return [
+        entry.strip() for entry in os.environ.get(MODULES_VARIABLE, "").split(",") if entry.strip()
+    ]
+
+
+def _admitted(module_name: str) -> bool:
+    return any(
+        module_name == entry
+        or module_name.startswith(entry + ".")
+        or fnmatch.fnmatchcase(module_name, entry)
+        for entry in allowed_modules()
+    )
+
+
+def _resolve(target: str) -> Target:
+    """Import ``module`` and walk ``attr.path`` of ``"module:attr.path"``.
+
+    Returns the callable; raises ``_Unresolvable`` if the module is not on the host's list
+    (checked before importing anything), does not import, an attribute is missing, or the
+    result is not callable. An exception raised by the module's own code while importing is
+    reported by type only (its text may hold anything).
+    """
+    module_name, _, attr_path = target.partition(":")
+    if not _admitted(module_name):
+        raise _Unresolvable(
+            f"module {module_name!r} is not one the host allows python targets in"
+            f" (the list in {MODULES_VARIABLE})"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        raise _Unresolvable(f"cannot import {module_name!r}: no module named {missing!r}") from exc
+    except Exception as exc:
+        log.warning("python_target_import_failed", target=target, exc_info=True)
+        raise _Unresolvable(
+            f"cannot import {module_name!r}: importing it raised {type(exc).__name__}"
+        ) from exc
+    parts = attr_path.split(".")
+    for index, part in enumerate(parts):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            path = ".".join(parts[: index + 1])
+            raise _Unresolvable(f"module {module_name!r} has no attribute {path!r}") from None
+    if not callable(obj):
+        raise _Unresolvable(f"{target!r} is not callable (it is a {type(obj).__name__})")
+    return obj  # type: ignore[no-any-return]
+
+
+def _is_async(target: Target) -> bool:
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - an instance with an async __call__
+    )
+
+
+def _outcome(value: object) -> RunOutcome:
+    if isinstance(value, RunOutcome):
+        return value
+    if value is None:
+        return RunOutcome(output="")
+    if isinstance(value, str):
+        return RunOutcome(output=value)
+    return RunOutcome(output=str(value))
+
+
+async def _invoke(target: Target, context: RunContext) -> RunOutcome:
+    """Call the target where it belongs (loop or thread) and convert its result."""
+    try:
+        if _is_async(target):
+            result = await target(context)
+        else:
+            result = await asyncio.to_thread(target, context)
+            if inspect.isawaitable(result):
+                result = await result
+        return _outcome(result)
+    except SystemExit as exc:
+        # Re-raised by asyncio out of the event loop, it would stop the whole service.
+        raise TransientRunError(f"the target called exit ({exc.code!r})") from exc
+
+
+class PythonRunner:
+    """Calls ``target`` once per attempt; see the module docstring for the contract."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __repr__(self) -> str:
+        return f"PythonRunner(target={self.target!r})"
+
+    async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome:
+        """Resolve the target, call it with ``RunContext(request, cancel)``, map the result.
+
+        Raises ``TargetUnavailable`` when the target no longer resolves,
+        ``RunPermanentError("cancelled (<reason>)")`` as soon as ``cancel`` is set, the
+        target's own ``RunPermanentError``/``TransientRunError``, and ``TransientRunError``
+        for any other exception it raised.
+        """
+        try:
+            target = _resolve(self.target)
+        except _Unresolvable as exc:
+            raise TargetUnavailable(
+                f"python target {self.target!r} is unavailable: {exc.message}"
+            ) from exc
+
+        call = asyncio.ensure_future(_invoke(target, RunContext(request, cancel)))
+        stopped = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not call.done():
+                # An async target gets CancelledError; a sync one keeps its thread until it
+                # returns (it should poll ``ctx.cancel.cancelled``) and its result is dropped.
+                call.cancel()
+                await asyncio.wait({call}, timeout=CANCEL_GRACE_SECONDS)
+            if call.done() and not call.cancelled():
+                call.exception()  # retrieved here; handled below
+        if cancel.cancelled:
+            raise RunPermanentError(f"cancelled ({cancel.reason})")
+        if call.cancelled():
+            raise TransientRunError("the target was cancelled by its own code")
+        error = call.exception()
+        if error is None:
+            return call.result()
+        if isinstance(error, RunPermanentError | TransientRunError):
+            raise error
+        raise TransientRunError(f"{type(error).__name__}: {error}") from error
+
+
+class PythonRunnerType:
+    """The ``python`` runner type: ``{"type": "python", "target": "module:function"}``."""
+
+    name = "python"
+
+    def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Return ``{"type": "python", "target": ...}`` once the target resolves.
+
+        Raises ``InvalidSchedule`` on ``runner.<key>`` for an unknown key, and on
+        ``runner.target`` when it is missing, not of the ``module:function`` form, or does not
+        import to a callable (the module is imported here, in this process).
+        """
+        unknown = set(config) - FIELDS
+        if unknown:
+            key = sorted(unknown)[0]
+            raise InvalidSchedule(f"unknown field {key!r}", field=f"runner.{key}")
+        target = config.get("target")
+        if not isinstance(target, str) or len(target) > TARGET_LIMIT or not _TARGET.match(target):
+            raise InvalidSchedule(
+                "target must be an import path of the form 'package.module:function'",
+                field="runner.target",
+            )
+        try:
+            _resolve(target)
+        except _Unresolvable as exc:
+            raise InvalidSchedule(exc.message, field="runner.target") from exc
+        return {"type": self.name, "target": target}
+
+    def build(self, config: Mapping[str, Any]) -> Runner:
+        """A runner for a validated configuration; the target is resolved at each run."""
+        return PythonRunner(str(config["target"]))
+
+
+__all__ = ["PythonRunner", "PythonRunnerType"]

@@ -1,0 +1,222 @@
+"""Runs as users see them: run now, replay, cancel, one run with its deliveries, history."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import Conflict, NotFound
+from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from agentcron.core.schedules import load_schedule, parse_id
+from agentcron.core.states import TERMINAL, RunReason, RunStatus
+from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.timeline import QUEUED_ORIGINS, promote_next, run_payload
+from agentcron.core.transitions import apply, finished
+
+
+@dataclass
+class RunService:
+    """The run verbs of the API, the dashboard and the CLI. ``on_change`` wakes the loop (a
+    run was queued); ``on_cancel`` stops an attempt of the run if it executes in this process
+    (other replicas hear of a cancel through their heartbeat)."""
+
+    db: Database
+    clock: Clock = utcnow
+    on_change: Callable[[], None] | None = None
+    on_cancel: Callable[[uuid.UUID], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def run_now(
+        self, schedule_id: str | uuid.UUID, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Queue a manual run of the schedule as it is now; ``next_run`` does not move.
+        ``by`` is who asked (the API key's owner), kept as the run's provenance."""
+        now = self.clock()
+        async with self.db.session() as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+            run = _queued_run(schedule.id, "manual", run_payload(schedule), now, by)
+            session.add(run)
+            await announce_change(self.db, session)
+        self._changed()
+        return run
+
+    async def replay(
+        self, run_id: str | uuid.UUID, owner: str | None, by: str | None = None
+    ) -> Run:
+        """Queue a re-run of an earlier run's saved payload (prompt and runner as they were);
+        ``by`` is who asked, kept as the run's provenance."""
+        now = self.clock()
+        async with self.db.session() as session:
+            original, schedule = await _visible_run(session, run_id, owner)
+            if schedule.deleted_at is not None:
+                raise Conflict("the schedule of this run was deleted; it cannot be replayed")
+            run = _queued_run(schedule.id, "replay", dict(original.payload), now, by)
+            run.replay_of = original.id
+            session.add(run)
+            await announce_change(self.db, session)
+        self._changed()
+        return run
+
+    async def cancel(self, run_id: str | uuid.UUID, owner: str | None) -> Run:
+        """Cancel a pending run at once, or ask a running one to stop (cooperatively).
+
+        Raises ``Conflict`` if the run already finished.
+        """
+        now = self.clock()
+        async with self.db.session() as session:
+            run, _ = await _visible_run(session, run_id, owner, lock=True)
+            if run.status in TERMINAL:
+                raise Conflict(f"run {run.id} already finished ({run.status})")
+            run.cancel_requested = True
+            if run.status == RunStatus.PENDING:
+                apply(run, finished(RunStatus.CANCELLED, now, RunReason.CANCEL_REQUESTED))
+                if run.origin in QUEUED_ORIGINS:
+                    await promote_next(session, run.schedule_id, now)  # woken just below
+        self._changed()
+        if self.on_cancel is not None:
+            self.on_cancel(run.id)
+        return run
+
+    async def get_run(
+        self, run_id: str | uuid.UUID, owner: str | None
+    ) -> tuple[Run, list[Delivery]]:
+        """A run (also of a deleted schedule) with its deliveries."""
+        async with self.db.session(write=False) as session:
+            run, _ = await _visible_run(session, run_id, owner)
+            deliveries = await _deliveries(session, [run.id])
+        return run, deliveries.get(run.id, [])
+
+    async def list_runs(
+        self,
+        schedule_id: str | uuid.UUID,
+        owner: str | None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[tuple[Run, list[Delivery]]]:
+        """Runs of a schedule newest first (ties by id) across every trigger."""
+        check_limit(limit)
+        async with self.db.session(write=False) as session:
+            schedule = await load_schedule(session, schedule_id, owner)
+            query = select(Run).where(Run.schedule_id == schedule.id)
+            if cursor is not None:
+                created, id = decode_cursor(cursor)
+                query = query.where(
+                    (Run.created_at < created) | ((Run.created_at == created) & (Run.id < id))
+                )
+            query = query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1)
+            runs = list((await session.execute(query)).scalars())
+            more = len(runs) > limit
+            runs = runs[:limit]
+            deliveries = await _deliveries(session, [run.id for run in runs])
+        next_cursor = encode_cursor(runs[-1].created_at, runs[-1].id) if more else None
+        return Page([(run, deliveries.get(run.id, [])) for run in runs], next_cursor)
+
+    async def count_runs(self, schedule_id: uuid.UUID) -> dict[str, int]:
+        """Runs of a schedule by status (diagnostics and tests)."""
+        async with self.db.session(write=False) as session:
+            rows = await session.execute(
+                select(Run.status, func.count())
+                .where(Run.schedule_id == schedule_id)
+                .group_by(Run.status)
+            )
+            return {status: int(count) for status, count in rows.all()}
+
+
+def _queued_run(
+    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime, by: str | None
+) -> Run:
+    return Run(
+        id=uuid.uuid4(),
+        schedule_id=schedule_id,
+        trigger=trigger,
+        origin=trigger,
+        started_by=by,
+        due_at=None,
+        status=RunStatus.PENDING.value,
+        attempt=0,
+        payload=payload,
+        created_at=now,
+        available_at=now,
+        cancel_requested=False,
+    )
+
+
+async def _visible_run(
+    session: AsyncSession, run_id: str | uuid.UUID, owner: str | None, *, lock: bool = False
+) -> tuple[Run, Schedule]:
+    id = parse_id(run_id, "run")
+    query = select(Run, Schedule).join(Schedule, Run.schedule_id == Schedule.id).where(Run.id == id)
+    if owner is not None:
+        query = query.where(Schedule.owner == owner)
+    if lock:
+        query = query.with_for_update(of=Run)
+    row = (await session.execute(query)).one_or_none()
+    if row is None:
+        raise NotFound("run", str(run_id))
+    return row[0], row[1]
+
+
+async def _deliveries(
+    session: AsyncSession, run_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, list[Delivery]]:
+    if not run_ids:
+        return {}
+    rows = await session.execute(
+        select(Delivery)
+        .where(Delivery.run_id.in_(run_ids))
+        .order_by(Delivery.run_id, Delivery.index)
+    )
+    result: dict[uuid.UUID, list[Delivery]] = {}
+    for delivery in rows.scalars():
+        result.setdefault(delivery.run_id, []).append(delivery)
+    return result
+
+
+def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
+    """The public shape of a run (docs/api.md)."""
+    return {
+        "id": run.id,
+        "schedule_id": run.schedule_id,
+        "trigger": run.trigger,
+        "due_at": run.due_at,
+        "replay_of": run.replay_of,
+        # Who or what started it; runs from before provenance was kept say their trigger.
+        "origin": run.origin or run.trigger,
+        "started_by": run.started_by,
+        "status": run.status,
+        "reason": run.reason,
+        # 1 for a run of its own due time; a summary row of a gap counts what it stands for,
+        # or null when it stopped counting (covers_until is the last due time either way).
+        "covers": 1 if run.covers_until is None else run.covers,
+        "covers_until": run.covers_until,
+        "dst_rule": run.dst_rule,
+        "attempt": run.attempt,
+        "task_id": run.task_id,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "error": run.error,
+        "output": run.output,
+        "deliveries": [
+            {
+                "index": d.index,
+                "channel": d.channel,
+                "target": d.target,
+                "status": d.status,
+                "attempts": d.attempts,
+                "error": d.error,
+            }
+            for d in deliveries
+        ],
+    }

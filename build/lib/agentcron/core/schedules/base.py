@@ -1,0 +1,57 @@
+"""What every schedule verb shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import ScheduleCapacityExceeded
+from agentcron.core.policy import ExecutionPolicy
+from agentcron.core.policy import current as current_policy
+from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.wakeups import announce_change
+
+
+class ServiceBase:
+    """What the schedule verbs share: the database, the policy, the clock and the wake-up
+    (``ScheduleService`` says what they mean)."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        max_active: int = 100_000,
+        clock: Clock = utcnow,
+        on_change: Callable[[], None] | None = None,
+        allow_private: bool = False,
+        policy: ExecutionPolicy | None = None,
+    ) -> None:
+        self.db = db
+        # What tenants may run (core.policy); checked for callers that are not trusted.
+        self.policy = policy or current_policy()
+        self.max_active = max_active
+        # AGENTCRON_ALLOW_PRIVATE_WEBHOOKS: notify targets on loopback/private networks.
+        self.allow_private = allow_private
+        self.clock = clock
+        self.on_change = on_change
+
+    async def _announce(self, session: AsyncSession) -> None:
+        await announce_change(self.db, session)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def _check_capacity(self, session: AsyncSession) -> None:
+        active = await session.scalar(
+            select(func.count())
+            .select_from(Schedule)
+            .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
+        )
+        if (active or 0) >= self.max_active:
+            raise ScheduleCapacityExceeded(
+                f"at most {self.max_active} active schedules (AGENTCRON_MAX_ACTIVE_SCHEDULES)"
+            )

@@ -1,0 +1,325 @@
+"""Named statements of the engine, in one place ("where is the claim query?" has one answer).
+
+Each function returns a SQLAlchemy statement; the run ledger (``core.ledger``) only
+orchestrates them. The batched statements write the transitions of ``core.transitions``, the
+same the one-by-one path applies to ORM rows. Row locks are requested with ``skip_locked``:
+PostgreSQL renders ``FOR UPDATE SKIP LOCKED``; SQLite renders nothing and relies on its
+IMMEDIATE write transaction, which already serialises writers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Integer,
+    Select,
+    Table,
+    Update,
+    Uuid,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.types import UTCDateTime
+from agentcron.core.transitions import admitted, finished
+
+RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
+SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
+
+
+def due_schedules(now: datetime, limit: int) -> Select[Schedule]:
+    """Enabled, undeleted schedules with ``next_run <= now``, oldest due first, row-locked."""
+    return (
+        select(Schedule)
+        .where(
+            Schedule.next_run <= now,
+            Schedule.enabled.is_(True),
+            Schedule.deleted_at.is_(None),
+        )
+        .order_by(Schedule.next_run)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def insert_runs(dialect: str) -> Any:
+    """Insert scheduled runs, executed with one parameter set per run (SQLAlchemy sends them
+    as multi-row INSERTs); a (schedule_id, due_at) already present is skipped by the UNIQUE
+    constraint (``ON CONFLICT DO NOTHING``), never by reading first. Returns the ids actually
+    inserted."""
+    return _INSERT_RUNS[dialect]
+
+
+_INSERT_RUNS = {
+    name: insert(RUNS)
+    .on_conflict_do_nothing(index_elements=["schedule_id", "due_at"])
+    .returning(RUNS.c.id)
+    for name, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
+
+
+def claimable_runs(now: datetime, limit: int) -> Select[uuid.UUID, str | None]:
+    """Runs this instance may take: queued ones (manual, replay, retry whose backoff is over)
+    that nobody leases, and pending or running ones whose lease expired (a dead replica's)."""
+    return (
+        select(Run.id, Run.lease_owner)
+        .where(
+            Run.status.in_(ACTIVE),
+            or_(
+                and_(Run.lease_owner.is_(None), Run.available_at <= now),
+                Run.lease_expires_at < now,
+            ),
+        )
+        .order_by(Run.available_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
+    return (
+        update(Run)
+        .where(Run.id.in_(ids))
+        .values(lease_owner=owner, lease_expires_at=until)
+        .returning(Run)
+    )
+
+
+def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = None) -> Update:
+    """Extend the leases ``owner`` holds (only on ``ids`` when given); returns
+    (id, cancel_requested) of each."""
+    # Rows are locked in id order, as the batched admission and result writes lock theirs: a
+    # renewal touches thousands of held runs, and two transactions taking overlapping rows in
+    # different orders deadlock (PostgreSQL then aborts one of them after a second).
+    mine = select(Run.id).where(Run.lease_owner == owner, Run.status.in_(ACTIVE))
+    if ids is not None:
+        mine = mine.where(Run.id.in_(ids))
+    locked = mine.order_by(Run.id).with_for_update()
+    return (
+        update(Run)
+        .where(Run.id.in_(locked.scalar_subquery()))
+        .values(lease_expires_at=until)
+        .returning(Run.id, Run.cancel_requested)
+    )
+
+
+def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Update:
+    """Give queued (not yet started) runs back to the pool, available at once to any replica.
+
+    A run that started meanwhile is left alone: its attempt is executing here and is drained
+    (or released by ``release_for_takeover``); releasing it would let a replica run it twice.
+    """
+    return (
+        update(Run)
+        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == RunStatus.PENDING.value)
+        .values(
+            status=RunStatus.PENDING.value,
+            lease_owner=None,
+            lease_expires_at=None,
+            available_at=now,
+        )
+    )
+
+
+# The engine's batched statements are built once, with expanding IN parameters, so neither
+# building nor compiling them is paid per batch. Core on the tables: the ORM's bulk UPDATE by
+# primary key cannot express ``consecutive_failures + n``.
+
+# Admit prepared runs (``core.ledger's ``admit_batch````): mark running, count the attempt, if this
+# instance still leases the run, it is pending and nobody asked to cancel it, and its schedule
+# still lets it start without a look at its other runs (enabled, undeleted, overlap ``allow``,
+# isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's write
+# transaction serialises anyway), so a pause either waits for the admission or is seen by it:
+# pause visibility stays immediate (docs/design.md, promise 9).
+_OPEN_SCHEDULES = (
+    select(SCHEDULES.c.id)
+    .where(
+        SCHEDULES.c.id.in_(bindparam("b_schedule_ids", expanding=True)),
+        SCHEDULES.c.enabled.is_(True),
+        SCHEDULES.c.deleted_at.is_(None),
+        SCHEDULES.c.overlap == "allow",
+        SCHEDULES.c.mode == "isolated",
+    )
+    .with_for_update(read=True)
+)
+_ADMITTABLE_RUNS = (
+    select(RUNS.c.id)
+    .where(
+        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
+        RUNS.c.lease_owner == bindparam("b_owner"),
+        RUNS.c.status == RunStatus.PENDING.value,
+        RUNS.c.cancel_requested.is_(False),
+        RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery()),
+    )
+    .order_by(RUNS.c.id)  # the lock order of every batched write (see renew_leases)
+    .with_for_update()
+)
+ADMIT_RUNS = (
+    update(RUNS)
+    .where(RUNS.c.id.in_(_ADMITTABLE_RUNS.scalar_subquery()))
+    .values(
+        **admitted(
+            bindparam("b_now", type_=UTCDateTime()), bindparam("b_until", type_=UTCDateTime())
+        ),
+        attempt=RUNS.c.attempt + 1,
+        started_at=func.coalesce(RUNS.c.started_at, bindparam("b_now", type_=UTCDateTime())),
+    )
+    .returning(RUNS.c.id)
+)
+
+# Of the given runs, those this instance still runs, row-locked until their outcome is written
+# (``core.ledger's ``record_batch````).
+LOCK_RUNNING = (
+    select(RUNS.c.id)
+    .where(
+        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
+        RUNS.c.lease_owner == bindparam("b_owner"),
+        RUNS.c.status == RunStatus.RUNNING.value,
+    )
+    .order_by(RUNS.c.id)
+    .with_for_update()
+)
+
+# Executemany statements: one parameter set per run or schedule.
+FINISH_RUN = (
+    update(RUNS)
+    .where(RUNS.c.id == bindparam("b_id"))
+    .values(
+        **finished(bindparam("b_status"), bindparam("b_now", type_=UTCDateTime())),
+        output=bindparam("b_output"),
+        error=bindparam("b_error"),
+        # NULL unless a notify channel applies to the status (``delivery_deadline``).
+        deliver_until=bindparam("b_deliver_until", type_=UTCDateTime()),
+    )
+)
+SCHEDULE_RESULT = (
+    update(SCHEDULES)
+    .where(SCHEDULES.c.id == bindparam("b_id"))
+    .values(
+        last_run_at=bindparam("b_now", type_=UTCDateTime()),
+        last_status=bindparam("b_status"),
+        last_error=bindparam("b_error"),
+        last_run_id=bindparam("b_run_id", type_=Uuid()),
+        # ``b_reset``: a run of the batch succeeded, so the streak restarts at ``b_failures``
+        # (the failures after it); otherwise the batch's failures add to the streak.
+        consecutive_failures=case(
+            (bindparam("b_reset", type_=Boolean), bindparam("b_failures", type_=Integer)),
+            else_=SCHEDULES.c.consecutive_failures + bindparam("b_failures", type_=Integer),
+        ),
+    )
+)
+
+
+def tripped_breakers(schedule_ids: Sequence[uuid.UUID]) -> Select[Any, Any, Any]:
+    """Of these schedules, the enabled ones whose failure streak reached
+    ``pause_after_failures``: (id, streak, limit), in id order."""
+    return (
+        select(Schedule.id, Schedule.consecutive_failures, Schedule.pause_after_failures)
+        .where(
+            Schedule.id.in_(schedule_ids),
+            Schedule.enabled.is_(True),
+            Schedule.pause_after_failures.is_not(None),
+            Schedule.consecutive_failures >= Schedule.pause_after_failures,
+        )
+        .order_by(Schedule.id)
+    )
+
+
+def running_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[uuid.UUID]:
+    """Other runs of the same schedule that are executing now."""
+    return select(Run.id).where(
+        Run.schedule_id == schedule_id, Run.id != run_id, Run.status == RunStatus.RUNNING.value
+    )
+
+
+def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
+    """Other runs of the same schedule already waiting under ``buffer_one``."""
+    return select(func.count()).where(
+        Run.schedule_id == schedule_id,
+        Run.id != run_id,
+        Run.status == RunStatus.PENDING.value,
+        Run.reason == RunReason.BUFFERED.value,
+    )
+
+
+def next_wakeup() -> Select[Any, Any, Any, Any]:
+    """The earliest instant at which the claim could find work: a schedule's ``next_run``, a
+    queued run becoming available, or a lease running out; and, apart, the earliest delivery
+    lease (``deliver_until``) to run out. Leases of ``owner`` count too: one that lapses here
+    (its attempt died with the database out of reach) is taken back by this very instance,
+    even with no other replica and nothing else due. Leases of runs and deliveries in hand are
+    renewed long before they run out, so they never wake the loop."""
+    first_due = (
+        select(func.min(Schedule.next_run))
+        .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
+        .scalar_subquery()
+    )
+    first_queued = (
+        select(func.min(Run.available_at))
+        .where(Run.status == RunStatus.PENDING.value, Run.lease_owner.is_(None))
+        .scalar_subquery()
+    )
+    first_expiry = (
+        select(func.min(Run.lease_expires_at))
+        .where(Run.status.in_(ACTIVE), Run.lease_owner.is_not(None))
+        .scalar_subquery()
+    )
+    # An index on deliver_until makes this a look at the first index entry (NULLs excluded).
+    first_delivery = select(func.min(Run.deliver_until)).scalar_subquery()
+    return select(first_due, first_queued, first_expiry, first_delivery)
+
+
+def database_now() -> Select[datetime]:
+    """The database's clock, the one time of every replica (``core.clock.DatabaseClock``).
+    ``clock_timestamp()``, not ``now()``: the instant the statement runs, whatever the
+    transaction."""
+    return select(func.clock_timestamp(type_=UTCDateTime()))
+
+
+def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
+    """Extend the delivery leases of runs this process is delivering. One already cleared
+    (its deliveries are done) stays cleared."""
+    return (
+        update(Run)
+        .where(Run.id.in_(ids), Run.deliver_until.is_not(None))
+        .values(deliver_until=until)
+    )
+
+
+def end_deliveries(ids: Sequence[uuid.UUID]) -> Update:
+    """Nothing left to deliver for these runs: every channel is delivered or failed for good."""
+    return update(Run).where(Run.id.in_(ids)).values(deliver_until=None)
+
+
+def take_over_deliveries(now: datetime, until: datetime, limit: int) -> Update:
+    """Lease to the caller up to ``limit`` finished runs whose delivery lease ran out (their
+    deliverer died, or was stopped), oldest first; returns the runs. The rows are locked with
+    ``SKIP LOCKED``, so two replicas recovering at once take different runs (on SQLite the
+    write transaction serialises them)."""
+    expired = (
+        select(Run.id)
+        .where(Run.deliver_until < now)
+        .order_by(Run.deliver_until)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return (
+        update(Run)
+        .where(Run.id.in_(expired.scalar_subquery()))
+        .values(deliver_until=until)
+        .returning(Run)
+        .execution_options(synchronize_session=False)
+    )

@@ -1,0 +1,74 @@
+"""Each state change of a run, and the pause of a schedule, defined once.
+
+A transition is the set of columns it writes. The one-by-one path applies it to an ORM row
+(``apply``); the batched statements of ``core.storage.queries`` are built from the same
+function with bind parameters in place of values, so the two paths cannot drift apart; and
+the ledger applies it to the caller's in-memory run after a batch, so the loop gets back what
+was written instead of rebuilding it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agentcron.core.states import RunReason, RunStatus
+
+Values = dict[str, Any]
+
+
+def admitted(now: Any, until: Any) -> Values:
+    """An attempt starts: ``running`` under a lease to ``until`` (the attempt count and the
+    first ``started_at`` are the caller's: +1, and kept if set)."""
+    return {"status": RunStatus.RUNNING.value, "reason": None, "lease_expires_at": until}
+
+
+def finished(status: Any, now: Any, reason: Any = None) -> Values:
+    """The run ends with ``status`` (a terminal one) and ``reason``; its lease ends with it."""
+    return {
+        "status": status,
+        "reason": reason,
+        "finished_at": now,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+
+
+def retry_at(when: datetime) -> Values:
+    """A transient failure: back to ``pending`` until ``when``, for any replica to retry."""
+    return {
+        "status": RunStatus.PENDING.value,
+        "reason": RunReason.RETRY.value,
+        "available_at": when,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+
+
+def released(now: datetime) -> Values:
+    """Stopped without an outcome (shutdown, an unconfirmed lease): any replica goes on now."""
+    return {
+        "status": RunStatus.PENDING.value,
+        "reason": RunReason.RELEASED.value,
+        "available_at": now,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+
+
+def paused(now: datetime, note: str | None, since: datetime | None = None) -> Values:
+    """A schedule stops taking due times (a user, the circuit breaker, a runner gone);
+    ``since``: when it was paused first, for a pause that only changes its note."""
+    return {
+        "enabled": False,
+        "next_run": None,
+        "paused_at": since or now,
+        "paused_note": note,
+        "updated_at": now,
+    }
+
+
+def apply(row: Any, values: Values) -> None:
+    """Write a transition onto an ORM row (or any object with those attributes)."""
+    for name, value in values.items():
+        setattr(row, name, value)

@@ -1,0 +1,61 @@
+"""Alembic environment: async engines, batch mode on SQLite, URL from agentcron settings."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from agentcron.core.config import get_settings
+from agentcron.core.storage.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    return config.attributes.get("url") or get_settings().database_url
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        # SQLite cannot ALTER most things in place; batch mode copies the table instead.
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+
+
+def _run_sync(connection: Connection) -> None:
+    _configure(connection)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(_url())
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_run_sync)
+            await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run_sync(connection)
+    else:
+        asyncio.run(_run_async())

@@ -1,0 +1,1 @@
+"""agentcron web: the FastAPI service and the execution loop."""

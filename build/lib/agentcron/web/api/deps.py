@@ -1,0 +1,66 @@
+"""Dependencies shared by the routers (``Annotated`` aliases, as in the FastAPI template)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from agentcron.core.errors import Unauthorized
+from agentcron.core.keys import LOCAL_OWNER as LOCAL_OWNER  # re-exported: the name callers knew
+from agentcron.core.keys import Principal, authenticate
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.storage import Database
+
+# Declares the bearer scheme in the OpenAPI document. auto_error=False: a missing or non-Bearer
+# header comes through as None so the answer is our 401 error body, not FastAPI's own.
+bearer = HTTPBearer(
+    scheme_name="apiKey",
+    bearerFormat="ac_<prefix>_<secret>",
+    description="An API key from `agentcron keys create --owner NAME [--admin]`.",
+    auto_error=False,
+)
+
+
+def get_schedules(request: Request) -> ScheduleService:
+    service: ScheduleService = request.app.state.schedules
+    return service
+
+
+def get_runs(request: Request) -> RunService:
+    runs: RunService = request.app.state.runs
+    return runs
+
+
+async def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+) -> Principal:
+    """The caller behind ``Authorization: Bearer <key>``; ``Unauthorized`` (401) otherwise.
+
+    Raises ``SchedulerUnavailable`` (503) when the key cannot be checked because the database
+    is down: an outage is not the caller's fault.
+    """
+    if credentials is None:
+        raise Unauthorized("an API key is required: send Authorization: Bearer <key>")
+    db: Database = request.app.state.db
+    principal = await authenticate(db, credentials.credentials)
+    if principal is None:
+        # Deliberately one message for unknown, malformed and revoked keys, none echoing it.
+        raise Unauthorized("the API key is not valid (unknown or revoked)")
+    return principal
+
+
+def get_owner(principal: Annotated[Principal, Depends(get_principal)]) -> str | None:
+    """The owner filter for ``core``: the caller's owner, or None (everyone) for an admin."""
+    return principal.scope
+
+
+SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
+RunsDep = Annotated[RunService, Depends(get_runs)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+OwnerDep = Annotated[str | None, Depends(get_owner)]
+# For routers: every route under them needs a valid key, whether or not its handler reads it.
+AuthDep = Depends(get_principal)

@@ -1,0 +1,276 @@
+"""The schedule form: its fields as text, to and from the request shapes of ``core.specs``.
+
+A form holds what the user typed (``values``, all strings, so a rejected form comes back
+exactly as it was sent) and the errors found, keyed by form field. Errors come from three
+places, all shown beside the field they name: text that is not a number or not JSON (here),
+pydantic's checks of ``ScheduleCreate``/``ScheduleUpdate``, and ``InvalidSchedule`` from core.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import KIND_KEYS, trigger_from_dict, trigger_to_dict
+from agentcron.web.api.errors import field_path
+
+TRIGGER_KINDS = ("cron", "every", "at")
+RUNNER_KINDS = ("command", "json")
+MODES = ("isolated", "persistent")
+OVERLAPS = ("", "allow", "skip", "buffer_one", "cancel_other")
+# A form field per path head; the rest of the path picks the trigger input (below).
+_TRIGGER_INPUTS = {
+    "cron": "cron",
+    "timezone": "timezone",
+    "every_seconds": "every_seconds",
+    "start_at": "every_seconds",
+    "at": "at",
+}
+_PLAIN = {
+    "name",
+    "prompt",
+    "enabled",
+    "mode",
+    "overlap",
+    "timeout_seconds",
+    "max_attempts",
+    "notify",
+}
+FORM_ERROR = "_form"  # errors tied to no input: shown above the form
+
+NEW_DEFAULTS: dict[str, str] = {
+    "name": "",
+    "prompt": "",
+    "trigger_kind": "cron",
+    "cron": "0 9 * * 1-5",
+    "timezone": "UTC",
+    "every_seconds": "3600",
+    "at": "",
+    "runner_kind": "command",
+    "argv": "",
+    "runner_json": '{"type": "command", "argv": ["cat"]}',
+    "notify": "",
+    "enabled": "on",
+    "mode": "isolated",
+    "overlap": "",
+    "timeout_seconds": "3600",
+    "max_attempts": "3",
+}
+
+
+class FormInvalid(Exception):
+    """The form cannot become a request: ``errors`` says why, per form field."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+def input_for(path: str | None) -> str:
+    """The form field showing an error about ``path`` (``trigger.cron`` -> ``cron``)."""
+    if not path:
+        return FORM_ERROR
+    head, _, rest = path.partition(".")
+    if head == "trigger":
+        return _TRIGGER_INPUTS.get(rest.split(".", 1)[0], "trigger")
+    if head == "runner":
+        return "runner"
+    return head if head in _PLAIN else FORM_ERROR
+
+
+def validation_errors(exc: ValidationError) -> dict[str, str]:
+    """Pydantic's errors as ``{form field: message}`` (the first error of each field)."""
+    errors: dict[str, str] = {}
+    for error in exc.errors():
+        path = field_path(error.get("loc", ()))
+        errors.setdefault(input_for(path), f"{path}: {error['msg']}" if path else error["msg"])
+    return errors
+
+
+def invalid_schedule_errors(field: str | None, message: str) -> dict[str, str]:
+    """Core's ``InvalidSchedule`` at its form field. Inside a JSON field the message starts
+    with the path (``notify.0.url: ...``) so the user knows which part of the JSON is wrong."""
+    target = input_for(field)
+    if field and target in ("runner", "notify") and field != target:
+        message = f"{field}: {message}"
+    return {target: message}
+
+
+@dataclass
+class ScheduleForm:
+    """What the form holds; ``errors`` maps a form field (or ``FORM_ERROR``) to a message."""
+
+    values: dict[str, str]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_post(cls, posted: dict[str, str]) -> ScheduleForm:
+        """The form as posted. An unchecked checkbox is absent from a post: ``enabled`` is
+        read as off; every other field missing from the post reads as empty."""
+        values = {name: posted.get(name, "") for name in NEW_DEFAULTS}
+        values["enabled"] = "on" if posted.get("enabled") else ""
+        return cls(values)
+
+    @classmethod
+    def from_view(cls, view: dict[str, Any]) -> ScheduleForm:
+        """The form of a stored schedule (``schedule_view``): what the edit page shows."""
+        values = dict(NEW_DEFAULTS)
+        trigger: dict[str, Any] = view["trigger"]
+        if "cron" in trigger:
+            values.update(trigger_kind="cron", cron=trigger["cron"], timezone=trigger["timezone"])
+        elif "every_seconds" in trigger:
+            values.update(trigger_kind="every", every_seconds=str(trigger["every_seconds"]))
+        else:
+            values.update(trigger_kind="at", at=str(trigger["at"]))
+        runner: dict[str, Any] = view["runner"]
+        if set(runner) == {"type", "argv"} and runner["type"] == "command":
+            values.update(runner_kind="command", argv="\n".join(runner["argv"]))
+        else:
+            values.update(runner_kind="json", runner_json=json.dumps(runner, indent=2))
+        values.update(
+            name=view["name"],
+            prompt=view["prompt"],
+            notify=json.dumps(view["notify"], indent=2) if view["notify"] else "",
+            enabled="on" if view["enabled"] else "",
+            mode=view["mode"],
+            overlap=view["overlap"],
+            timeout_seconds=str(view["timeout_seconds"]),
+            max_attempts=str(view["max_attempts"]),
+        )
+        return cls(values)
+
+    def trigger(self) -> dict[str, Any]:
+        """The trigger the form describes (``FormInvalid`` if a number is not one)."""
+        values = self.values
+        kind = values.get("trigger_kind", "cron")
+        if kind == "every":
+            return {"every_seconds": _integer(values, "every_seconds")}
+        if kind == "at":
+            return {"at": values.get("at", "").strip()}
+        if kind != "cron":
+            raise FormInvalid({"trigger": "choose cron, every N seconds or at a time"})
+        zone = values.get("timezone", "").strip()
+        return {"cron": values.get("cron", ""), "timezone": zone}
+
+    def body(self) -> dict[str, Any]:
+        """Every field as a ``ScheduleCreate`` body; ``FormInvalid`` with every error found."""
+        values = self.values
+        body: dict[str, Any] = {"name": values["name"], "prompt": values["prompt"]}
+        errors: dict[str, str] = {}
+        parts: dict[str, Callable[[], Any]] = {
+            "trigger": self.trigger,
+            "runner": self._runner,
+            "notify": self._notify,
+            "timeout_seconds": lambda: _integer(values, "timeout_seconds"),
+            "max_attempts": lambda: _integer(values, "max_attempts"),
+        }
+        for name, build in parts.items():
+            try:
+                body[name] = build()
+            except FormInvalid as exc:
+                errors.update(exc.errors)
+        if errors:
+            raise FormInvalid(errors)
+        body["enabled"] = bool(values["enabled"])
+        body["mode"] = values["mode"] or "isolated"
+        if values["overlap"]:
+            body["overlap"] = values["overlap"]
+        return body
+
+    def changes(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The PATCH of an edit of the stored schedule whose view is ``current``: the fields
+        whose submitted value differs from the stored one, and no other (``FormInvalid`` as
+        ``body``). The trigger and a command runner typed one argument per line are merged
+        onto the stored ones first: the form shows only some of their keys, and the keys it
+        does not show (a trigger's DST policies and bounds, a command's env) are kept, never
+        reset. Fields the form has no input for are never in the PATCH, and notify is compared
+        as shown (masked), so an untouched webhook secret is never sent back."""
+        body = self.body()
+        body["trigger"] = merged_trigger(body["trigger"], current["trigger"])
+        if self.values["runner_kind"] == "command":
+            body["runner"] = merged_command(body["runner"], current["runner"])
+        return {name: value for name, value in body.items() if not _same(name, value, current)}
+
+    def _runner(self) -> dict[str, Any]:
+        if self.values["runner_kind"] == "json":
+            runner = _json(self.values, "runner_json", "runner")
+            if not isinstance(runner, dict):
+                raise FormInvalid({"runner": 'the runner is a JSON object: {"type": ...}'})
+            return runner
+        # One argument per line; blank lines (a trailing newline) are not arguments.
+        argv = [line.rstrip("\r") for line in self.values["argv"].split("\n")]
+        return {"type": "command", "argv": [arg for arg in argv if arg.strip()]}
+
+    def _notify(self) -> list[Any]:
+        if not self.values["notify"].strip():
+            return []
+        channels = _json(self.values, "notify", "notify")
+        if not isinstance(channels, list):
+            raise FormInvalid({"notify": "notify is a JSON list of channels: [{...}, ...]"})
+        return channels
+
+
+def merged_trigger(typed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The trigger the form describes on top of the ``stored`` one. The form owns only the
+    keys saying when (cron and timezone, every_seconds, or at); every other stored key that
+    applies to the typed kind (dst_gap, dst_repeat, start_at, end_at) is kept, so changing
+    the expression keeps a campaign's end and an interval keeps its grid."""
+    kind = next(key for key in KIND_KEYS if key in typed)
+    kept = {key: value for key, value in stored.items() if key in KIND_KEYS[kind]}
+    return {**kept, **typed}
+
+
+def merged_command(typed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The argv typed one argument per line on top of a stored command runner: the other
+    keys of the command (env, kill_grace_seconds) have no input here and are kept."""
+    if stored.get("type") != typed["type"]:
+        return typed
+    return {**stored, **typed}
+
+
+def _same(name: str, value: Any, current: dict[str, Any]) -> bool:
+    if name == "trigger":
+        return _same_trigger(value, current["trigger"])
+    if name == "prompt" and isinstance(value, str):
+        # Browsers send every line break of a textarea as CRLF: a prompt saved untouched
+        # differs from the stored one only in those and is not rewritten.
+        return _line_breaks(value) == _line_breaks(current["prompt"])
+    return bool(current.get(name) == value)
+
+
+def _same_trigger(typed: dict[str, Any], stored: dict[str, Any]) -> bool:
+    # Compared in the stored form, so a cron typed with spaces around it or an instant written
+    # with another offset is the same trigger; an invalid one differs and is sent, so its
+    # error comes back at its input.
+    try:
+        return trigger_to_dict(trigger_from_dict(typed)) == trigger_to_dict(
+            trigger_from_dict(stored)
+        )
+    except InvalidSchedule:
+        return False
+
+
+def _line_breaks(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _integer(values: dict[str, str], name: str) -> int:
+    text = values.get(name, "").strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise FormInvalid({name: f"{name}: a whole number is needed, not {text!r}"}) from None
+
+
+def _json(values: dict[str, str], name: str, error_field: str) -> Any:
+    try:
+        return json.loads(values.get(name, ""))
+    except json.JSONDecodeError as exc:
+        raise FormInvalid(
+            {error_field: f"{error_field}: not valid JSON ({exc.msg}, line {exc.lineno})"}
+        ) from None

@@ -1,0 +1,127 @@
+"""Rendering: the Jinja2 environment (autoescaping every template) and its filters.
+
+Times are shown in the schedule's own zone (a cron trigger's zone, else UTC) inside a
+``<time datetime="...UTC...">`` element; the page's script adds the viewer's local time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, available_timezones
+
+import jinja2
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from markupsafe import Markup
+
+TEMPLATES = Path(__file__).with_name("templates")
+OUTPUT_PREVIEW_CHARS = 2000
+FINISHED = frozenset({"succeeded", "failed", "skipped", "timed_out", "cancelled"})
+
+env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def zone_of(trigger: dict[str, Any]) -> str:
+    """The zone a schedule's times read in: its cron zone, else UTC."""
+    zone = trigger.get("timezone")
+    return zone if isinstance(zone, str) and zone else "UTC"
+
+
+def when(moment: datetime | None, zone: str = "UTC", viewer_time: bool = True) -> Markup:
+    """``<time>`` for ``moment``: UTC in the attribute, the text in ``zone``; a dash for None.
+
+    ``viewer_time=False`` asks the page script not to add the viewer's time (where space is short
+    and the time is history, not a plan)."""
+    if moment is None:
+        return Markup('<span class="muted">—</span>')
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    there = moment.astimezone(ZoneInfo(zone))
+    text = there.strftime("%Y-%m-%d %H:%M:%S ") + (there.tzname() or zone)
+    iso = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    extra = Markup("") if viewer_time else Markup(' data-local="no"')
+    return Markup('<time datetime="{}" data-zone="{}"{}>{}</time>').format(iso, zone, extra, text)
+
+
+def duration(started: datetime | None, finished: datetime | None) -> str:
+    """How long a run took, in words a person reads at a glance (``1.2 s``, ``3 min 4 s``)."""
+    if started is None or finished is None:
+        return ""
+    seconds = max((finished - started).total_seconds(), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def excerpt(text: str | None, limit: int = OUTPUT_PREVIEW_CHARS) -> str:
+    """The tail of an output or error: runs keep the tail because the outcome is usually last."""
+    if not text:
+        return ""
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def last_line(text: str | None, limit: int = 90) -> str:
+    """The last non-blank line of an output, shortened: the one-line summary of a run."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def badge(status: str | None) -> Markup:
+    """A status badge; its class colours it (see dashboard.css)."""
+    if not status:
+        return Markup('<span class="badge badge-none">never run</span>')
+    label = status.replace("_", " ")
+    return Markup('<span class="badge badge-{}">{}</span>').format(status, label)
+
+
+def attrs(**pairs: Any) -> Markup:
+    """HTML attributes, escaped; a False or None value leaves its attribute out."""
+    parts = []
+    for name, value in pairs.items():
+        if value is None or value is False:
+            continue
+        key = name.rstrip("_").replace("_", "-")
+        parts.append(
+            Markup(" {}").format(key) if value is True else Markup(' {}="{}"').format(key, value)
+        )
+    return Markup("").join(parts)
+
+
+env.filters.update(when=when, excerpt=excerpt, badge=badge, last_line=last_line)
+env.globals.update(duration=duration, attrs=attrs, zone_of=zone_of, FINISHED=FINISHED)
+ZONES = sorted(available_timezones())
+
+
+def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """The template ``name`` as a response; every template sees ``request`` and ``viewer``."""
+    context.setdefault("viewer", None)
+    context.setdefault("notice", None)
+    html = env.get_template(name).render(request=request, **context)
+    return HTMLResponse(html, status_code=status_code, headers=NO_STORE)
+
+
+# Pages show live state and carry the viewer's data: never cached, never framed.
+NO_STORE = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "Referrer-Policy": "same-origin",
+}

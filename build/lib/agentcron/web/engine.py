@@ -1,0 +1,400 @@
+"""What happens to one run, top to bottom.
+
+1. **Dispatch**: every run a claim leased here gets a task; a jittered run sleeps until its
+   ``available_at``.
+2. **Admit**, under the concurrency semaphore: a prepared run (task made by the claim, no look
+   at other runs needed) in a batch (``Ledger.admit_batch``), any other alone
+   (``Ledger.start_attempt``: overlap policy, the task's run lock, or why it does not start).
+3. **Execute**: the runner runs the agent under the timeout with a cooperative cancel token;
+   ``web.leases`` renews the lease and stops the attempt if the lease may be another's.
+   Referenced secrets are resolved now and redacted from everything recorded.
+4. **Record**, with the slot freed: plain outcomes in a batch (``Ledger.record_batch``), a
+   retry, a chat turn, a cancel or a runner gone alone (``Ledger.finish_attempt``); either way
+   the ledger applies the circuit breaker and hands back the run as written.
+5. **Deliver**, outside the slot, under a delivery lease (``web.delivery``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from agentcron.core.batching import GroupCommit, retrying
+from agentcron.core.clock import Clock
+from agentcron.core.errors import (
+    AgentcronError,
+    InvalidSchedule,
+    RunPermanentError,
+    TargetUnavailable,
+)
+from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
+from agentcron.core.logging import get_logger
+from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.runners import CancelToken, RunRequest, build_runner
+from agentcron.core.runners.containment import Containment
+from agentcron.core.secrets import Keyring, load, referenced_secrets
+from agentcron.core.states import RunStatus
+from agentcron.core.storage import Run
+from agentcron.web.delivery import Deliveries, run_log
+from agentcron.web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
+from agentcron.web.metrics import EngineMetrics
+from agentcron.web.timing import sleep_or_stop
+from agentcron.web.verdict import Verdict, redact_verdict
+
+log = get_logger("agentcron.engine")
+
+WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
+HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
+RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
+# Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
+# 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
+# own; with a small one nearly every run is admitted by its claim, and a replica never
+# sits on due runs another could start.
+QUEUE_AHEAD = 32
+
+
+class RunEngine:
+    """The runs of one engine instance: from dispatch to delivery."""
+
+    def __init__(
+        self,
+        ledger: RunStore,
+        *,
+        concurrency: int,
+        clock: Clock,
+        stopping: asyncio.Event,
+        wake: Callable[[], None],
+        on_error: Callable[[BaseException], None],
+        metrics: EngineMetrics,
+        retry_base: float = 1.0,
+        allow_private: bool = False,
+        delivery_policy: RetryPolicy = DEFAULT_POLICY,
+        keyring: Keyring | None = None,
+        containment: Containment | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.metrics = metrics
+        self.retry_base = retry_base
+        # AGENTCRON_SECRETS_KEY: decrypts the stored secrets runs and deliveries refer to.
+        self.keyring = keyring
+        # Handed to every attempt: the agent processes' environment and sandbox.
+        self.containment = containment or Containment()
+        self.concurrency = concurrency
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self._stop = stopping
+        self.wake = wake
+        self.held: set[uuid.UUID] = set()  # runs leased by this process
+        self.tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
+        self.delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
+        self.suspendable: set[uuid.UUID] = set()  # attempts whose runner can freeze
+        # Runs the claim admitted that have not begun their attempt yet: at shutdown they are
+        # given back as running attempts are (``release_for_takeover``), not as queued ones.
+        self.admitted: set[uuid.UUID] = set()
+        self.tasks: set[asyncio.Task[None]] = set()  # runs and deliveries in hand
+        # Set whenever a run leaves ``held``: the loop, out of room, waits on it to claim more.
+        self.slot_freed = asyncio.Event()
+        # Runs whose attempt is over and whose outcome is being written: still held (their
+        # lease is renewed until it is), but no longer in the way of the next claim.
+        self.recording = 0
+        self.leases = LeaseKeeper(
+            ledger,
+            clock,
+            tokens=self.tokens,
+            held=self.held,
+            delivering=self.delivering,
+            suspendable=self.suspendable,
+            on_error=on_error,
+        )
+        self.deliveries = Deliveries(
+            ledger,
+            clock=clock,
+            metrics=metrics,
+            delivering=self.delivering,
+            tasks=self.tasks,
+            allow_private=allow_private,
+            policy=delivery_policy,
+            keyring=keyring,
+        )
+        self.metrics.in_flight.set_function(lambda: len(self.tokens))
+        self.admissions = GroupCommit(retrying(ledger.admit_batch), name="agentcron-admissions")
+        # Outcomes wait a little to share a transaction: no run waits on its record (its slot is
+        # already free), and in a burst this cuts the transactions several times over.
+        self.results = GroupCommit(
+            retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
+        )
+
+    def free_slots(self) -> int:
+        """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
+        return max(0, self.concurrency - len(self.held))
+
+    def room(self) -> int:
+        """How many more runs the next claim may take in hand: the free slots plus a short
+        queue (``QUEUE_AHEAD``) that lets a slot go on to its next run while a claim is
+        still on its way. Runs beyond it stay in the database, unleased, for whichever
+        replica has room (or for this one, once ``slot_freed`` is set)."""
+        waiting_or_running = len(self.held) - self.recording
+        return max(0, self.concurrency + max(QUEUE_AHEAD, self.concurrency) - waiting_or_running)
+
+    def dispatch(self, run: Run, workdir: str | None = None, *, started: bool = False) -> None:
+        """Take a claimed run in hand. ``started``: the claim admitted it (``Claim.started``,
+        ``workdir`` its task's directory): it runs as soon as it has its slot."""
+        if run.id in self.held:
+            return
+        self.held.add(run.id)
+        if started:
+            self.admitted.add(run.id)
+        job = self._execute(run, workdir, started=started)
+        task = asyncio.create_task(job, name=f"agentcron-run-{run.id}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _execute(self, run: Run, prepared: str | None, *, started: bool = False) -> None:
+        """Admit, run and record one run. ``prepared`` is the working directory of a run whose
+        task came with the claim: admitted by the claim (``started``), it just runs; else
+        (``Claim.prepared``) it is admitted in a batch with the runs starting at the same
+        moment; if that fails, or for any other run, ``start_attempt`` admits it alone or says
+        why it does not run."""
+        bound = run_log(run, self.ledger.owner)
+        verdict: Verdict | None = None
+        try:
+            # A jittered run (``jitter_seconds``) was claimed at its due time but starts at its
+            # ``available_at``; the lease is renewed meanwhile like any claimed backlog.
+            delay = (run.available_at - self.clock()).total_seconds()
+            if delay > 0:
+                await sleep_or_stop(self._stop, delay)
+            while not self._stop.is_set():
+                async with self.semaphore:
+                    if self._stop.is_set():
+                        break
+                    decision: StartDecision | None = None
+                    if started and prepared is not None and run.task_id is not None:
+                        decision = StartDecision("run", run, PreparedTask(run.task_id, prepared))
+                    elif prepared is not None:
+                        decision = await self.admissions.submit((run, prepared))
+                    if decision is None:
+                        prepared = None
+                        decision = await self.ledger.start_attempt(run.id)
+                    if decision.action == "run":
+                        # The slot is freed once the agent is done; recording happens outside
+                        # it, in a batch with the runs finishing at the same moment.
+                        verdict = await self._attempt(decision, bound, batch=prepared is not None)
+                        break
+                if decision.action in ("done", "lost"):
+                    if decision.action == "done" and decision.run is not None:
+                        self.metrics.runs.labels(decision.run.status, decision.run.trigger).inc()
+                        bound.info(
+                            "run_not_started",
+                            status=decision.run.status,
+                            reason=decision.run.reason,
+                        )
+                    return
+                await sleep_or_stop(self._stop, WAIT_POLL_SECONDS)
+            if verdict is not None:
+                self.recording += 1
+                self.slot_freed.set()
+                try:
+                    await self._record(verdict)
+                finally:
+                    self.recording -= 1
+        except Exception as exc:
+            # A database outage mid-run: the lease lapses and a replica (or this one, once the
+            # database is back) takes the run over; nothing is lost.
+            bound.error(
+                "run_interrupted", error=str(exc), exc_info=not isinstance(exc, AgentcronError)
+            )
+        finally:
+            # Once stopping, a run that never started stays listed so ``stop()`` releases it
+            # even if this task gave up before ``stop()`` looked (a slot freed meanwhile).
+            if not self._stop.is_set():
+                self.held.discard(run.id)
+                self.slot_freed.set()
+
+    async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
+        """Run the agent for an admitted attempt; return what to record."""
+        run, task = decision.run, decision.task
+        assert run is not None and task is not None
+        payload = run.payload
+        bound = bound.bind(attempt=run.attempt, task_id=str(task.id))
+        token = CancelToken()
+        self.tokens[run.id] = token
+        self.admitted.discard(run.id)
+        assert run.lease_expires_at is not None  # set by the admission
+        self.leases.fence(run.id, run.lease_expires_at)
+        timeout = float(payload["timeout_seconds"])
+        timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
+        verdict = Verdict(run, task.workdir, timeout, bound, batch)
+        if run.due_at is not None and run.attempt == 1:
+            delay = (self.clock() - run.due_at).total_seconds()
+            self.metrics.start_delay.observe(max(0.0, delay))
+        bound.info(
+            "run_started",
+            trigger=run.trigger,
+            due_at=run.due_at.isoformat() if run.due_at else None,
+        )
+        secrets: dict[str, str] = {}
+        try:
+            try:
+                runner = build_runner(payload["runner"])
+            except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
+                raise TargetUnavailable(exc.message) from exc
+            names = referenced_secrets(payload["runner"], None)
+            if names:
+                found = await load(
+                    self.ledger.db, None, names, keyring=self.keyring, schedule_id=run.schedule_id
+                )
+                secrets = found.check()
+            if getattr(runner, "suspendable", False):
+                self.suspendable.add(run.id)
+            request = RunRequest(
+                run_id=run.id,
+                schedule_id=run.schedule_id,
+                task_id=task.id,
+                attempt=run.attempt,
+                trigger=run.trigger,
+                due_at=run.due_at,
+                prompt=str(payload["prompt"]),
+                workdir=Path(task.workdir),
+                timeout_seconds=timeout,
+                history=list(task.conversation) if payload.get("mode") == "persistent" else [],
+                secrets=secrets,
+                instance_id=self.ledger.owner,
+                containment=self.containment,
+            )
+            job = asyncio.ensure_future(runner.run(request, token))
+            done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)
+            if not done:  # the runner ignored its cancel token: stop it the hard way
+                token.cancel("timeout")
+                job.cancel()
+                await asyncio.wait({job}, timeout=5)
+            verdict.outcome = job.result()
+        except TargetUnavailable as exc:
+            verdict.error, verdict.unavailable = exc.message, True
+        except (RunPermanentError, InvalidSchedule) as exc:
+            verdict.error = exc.message
+        except asyncio.CancelledError:
+            if not token.cancelled:
+                raise
+            verdict.error = f"stopped ({token.reason})"
+        except Exception as exc:
+            verdict.error = f"{type(exc).__name__}: {exc}"
+            verdict.transient = True
+        finally:
+            timer.cancel()
+            self.tokens.pop(run.id, None)
+            self.suspendable.discard(run.id)
+            self.leases.disarm(run.id)
+        verdict.cancelled = token.reason if token.cancelled else None
+        if secrets:
+            redact_verdict(verdict, secrets)
+        return verdict
+
+    async def _record(self, verdict: Verdict) -> None:
+        """Write the outcome of an attempt, then hand the finished run to delivery."""
+        run, bound = verdict.run, verdict.bound
+        if verdict.cancelled is not None:
+            await self._record_cancelled(verdict)
+            return
+        payload = run.payload
+        if verdict.outcome is not None and verdict.error is None:
+            if verdict.batch and not verdict.outcome.turns:
+                recorded = await self.results.submit(
+                    Outcome(run, RunStatus.SUCCEEDED, output=verdict.outcome.output)
+                )
+                await self._finished(recorded, verdict)
+                return
+            finished = await self.ledger.finish_attempt(
+                run.id,
+                RunStatus.SUCCEEDED,
+                output=verdict.outcome.output,
+                turns=verdict.outcome.turns,
+            )
+        elif verdict.transient and run.attempt < int(payload["max_attempts"]):
+            policy = RetryPolicy(max_attempts=int(payload["max_attempts"]), base=self.retry_base)
+            retry_at = self.clock() + timedelta(seconds=policy.delay(run.attempt))
+            await self.ledger.finish_attempt(
+                run.id, RunStatus.PENDING, error=verdict.error, retry_when=retry_at
+            )
+            bound.warning("run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat())
+            self.wake()
+            return
+        elif verdict.batch and not verdict.unavailable:
+            recorded = await self.results.submit(
+                Outcome(run, RunStatus.FAILED, error=verdict.error)
+            )
+            await self._finished(recorded, verdict)
+            return
+        else:
+            finished = await self.ledger.finish_attempt(
+                run.id, RunStatus.FAILED, error=verdict.error, pause_schedule=verdict.unavailable
+            )
+            if verdict.unavailable:
+                bound.error("schedule_paused", reason=verdict.error)
+        await self._finished(finished, verdict)
+
+    async def _record_cancelled(self, verdict: Verdict) -> None:
+        run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
+        if reason == "shutdown":
+            await self.ledger.release_for_takeover(run.id)
+            bound.info("run_released", reason="shutdown")
+            return
+        if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
+            # The one line that says this replica stopped an attempt it could no longer vouch
+            # for; the run goes on elsewhere (or here) as a new attempt.
+            self.metrics.leases_lost.inc()
+            bound.warning(
+                "run_lease_lost",
+                cause="taken over" if reason == LEASE_LOST else "renewal not confirmed in time",
+                action="attempt stopped",
+            )
+            if reason == LEASE_UNCONFIRMED:
+                # Still ours if the database only answered late: give it back at once rather
+                # than let it wait out the lease. Unreachable, the lease simply runs out.
+                with contextlib.suppress(Exception):
+                    await self.ledger.release_for_takeover(run.id)
+            return
+        if reason == "timeout":
+            # The attempt's half-finished output is not saved, so channels that ask for
+            # timed_out runs get the record without it (docs/design.md, promise 8).
+            error = f"timed out after {verdict.timeout:g} s"
+            if verdict.batch:
+                finished = await self.results.submit(Outcome(run, RunStatus.TIMED_OUT, error=error))
+            else:
+                finished = await self.ledger.finish_attempt(
+                    run.id, RunStatus.TIMED_OUT, error=error
+                )
+            await self._finished(finished, verdict)
+            return
+        finished = await self.ledger.finish_attempt(
+            run.id, RunStatus.CANCELLED, error="cancelled on request"
+        )
+        if finished is not None:
+            self.metrics.runs.labels(finished.status, finished.trigger).inc()
+            bound.info("run_finished", status=finished.status)
+
+    async def _finished(self, run: Run | None, verdict: Verdict) -> None:
+        bound = verdict.bound
+        if run is None:
+            bound.warning("run_lease_lost")
+            return
+        bound.info("run_finished", status=run.status, error=run.error)
+        if run.reason == TRIPPED:
+            bound.warning("circuit_breaker_tripped", paused="schedule", error=run.error)
+        self.metrics.runs.labels(run.status, run.trigger).inc()
+        if run.started_at is not None and run.finished_at is not None:
+            self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())
+        # The outcome was recorded with a delivery lease only if a channel applies.
+        if run.deliver_until is not None:
+            self.deliveries.start(run, verdict.workdir, bound)
+
+    def cancel_local(self, run_id: uuid.UUID) -> None:
+        """Stop an attempt running in this process at once (the API's cancel)."""
+        token = self.tokens.get(run_id)
+        if token is not None:
+            token.cancel("cancel")

@@ -1,0 +1,151 @@
+"""Keeping the leases of this process's runs, and stopping an attempt that may have lost one.
+
+The heartbeat renews the leases this process holds: on executing attempts often (that is also
+how a cancel requested on another replica arrives), on the claimed backlog and on deliveries
+every third of a lease.
+
+A run is never executing in two places at once. An attempt whose lease could not be confirmed
+until shortly before it runs out (``fence_margin`` ahead of it: the database is unreachable, or
+the renewal is stuck) is frozen before any other replica may take it over: a ``command``
+agent's process group gets SIGSTOP (``CancelToken.suspend``), and SIGCONT once a renewal
+confirms the lease is still ours, so a database outage costs no work; a runner that cannot
+freeze is stopped instead. An attempt whose lease was taken over (a renewal no longer finds it
+ours) is stopped at once, frozen or not: ``CancelToken.cancel(..., at_once=True)``, SIGKILL of
+the process group, no grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from agentcron.core.clock import Clock
+from agentcron.core.ledger import RunStore
+from agentcron.core.logging import get_logger
+from agentcron.core.runners import CancelToken
+
+log = get_logger("agentcron.engine")
+
+# Cancel reasons of an attempt stopped because its lease is, or is about to be, another's.
+LEASE_LOST = "lease_lost"  # the renewal no longer found the run ours: taken over
+LEASE_UNCONFIRMED = "lease_unconfirmed"  # no renewal confirmed before the lease runs out
+
+
+class LeaseKeeper:
+    """The heartbeat and the fences of one engine's runs. It shares the engine's collections:
+    ``tokens`` (attempts executing now), ``held`` (runs leased here), ``delivering`` (runs
+    whose deliveries are made here) and ``suspendable`` (attempts whose runner can freeze)."""
+
+    def __init__(
+        self,
+        ledger: RunStore,
+        clock: Clock,
+        *,
+        tokens: dict[uuid.UUID, CancelToken],
+        held: set[uuid.UUID],
+        delivering: set[uuid.UUID],
+        suspendable: set[uuid.UUID],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.tokens, self.held, self.delivering = tokens, held, delivering
+        self.suspendable = suspendable
+        self.on_error = on_error  # a renewal failed: the engine reports itself unhealthy
+        # Each executing attempt's stop, armed ``fence_margin`` before its confirmed lease runs
+        # out and moved on by every renewal.
+        self.fences: dict[uuid.UUID, asyncio.TimerHandle] = {}
+        lease = ledger.lease_seconds
+        self.fence_margin = min(max(1.0, lease / 6), lease / 4)
+
+    def disarm(self, run_id: uuid.UUID) -> None:
+        """The attempt of ``run_id`` ended: nothing to stop any more."""
+        fence = self.fences.pop(run_id, None)
+        if fence is not None:
+            fence.cancel()
+
+    def disarm_all(self) -> None:
+        for fence in self.fences.values():
+            fence.cancel()
+        self.fences.clear()
+
+    async def heartbeat(self) -> None:
+        # Executing attempts are renewed often, since that is also how a cancel requested on
+        # another replica arrives. The claimed backlog waiting for a slot (thousands of rows
+        # after a burst) is renewed only every third of a lease: rewriting every row of it
+        # every couple of seconds would load the database and lock rows the starts need.
+        interval = max(0.2, min(self.ledger.lease_seconds / 3, 2.0))
+        backlog_every = max(interval, self.ledger.lease_seconds / 3)
+        clock = asyncio.get_running_loop().time
+        backlog_renewed = clock()
+        # Not bound to the stop event: runs draining at shutdown keep their leases renewed
+        # until ``stop()`` cancels this task, or a replica would take them over mid-run.
+        while True:
+            await asyncio.sleep(interval)
+            if clock() - backlog_renewed >= backlog_every - 0.05:
+                ids, backlog_renewed = list(self.held), clock()
+                # Delivery leases go with the backlog: a third of a lease is plenty of margin,
+                # and a slow receiver after a burst can hold thousands of deliveries open.
+                if self.delivering:
+                    try:
+                        await self.ledger.renew_deliveries(self.clock(), list(self.delivering))
+                    except Exception as exc:
+                        self.on_error(exc)
+            else:
+                ids = list(self.tokens)
+            if not ids:
+                continue
+            renewed_at = self.clock()
+            try:
+                leases = await self.ledger.renew_leases(renewed_at, ids)
+            except Exception as exc:
+                self.on_error(exc)
+                continue
+            until = renewed_at + timedelta(seconds=self.ledger.lease_seconds)
+            # Only the runs asked about: an attempt that started while the renewal was awaited
+            # is not in the answer, and not lost (its admission wrote its lease).
+            for run_id in ids:
+                token = self.tokens.get(run_id)
+                if token is None:  # not executing (backlog), or its attempt ended meanwhile
+                    continue
+                if run_id not in leases:
+                    token.cancel(LEASE_LOST, at_once=True)
+                    continue
+                self.fence(run_id, until)
+                if token.suspended and not token.cancelled:
+                    token.resume()
+                    log.info("run_resumed", run_id=str(run_id), instance_id=self.ledger.owner)
+                if leases[run_id]:
+                    token.cancel("cancel")
+
+    def fence(self, run_id: uuid.UUID, until: datetime) -> None:
+        """Arm (again) the stop of the attempt of ``run_id``, ``fence_margin`` before ``until``,
+        the end of the lease last confirmed for it."""
+        previous = self.fences.pop(run_id, None)
+        if previous is not None:
+            previous.cancel()
+        if run_id not in self.tokens:
+            return
+        delay = (until - self.clock()).total_seconds() - self.fence_margin
+        self.fences[run_id] = asyncio.get_running_loop().call_later(
+            max(0.0, delay), self._lease_running_out, run_id
+        )
+
+    def _lease_running_out(self, run_id: uuid.UUID) -> None:
+        self.fences.pop(run_id, None)
+        token = self.tokens.get(run_id)
+        if token is None:
+            return
+        if run_id in self.suspendable and not token.cancelled:
+            token.suspend()
+            log.warning(
+                "run_suspended",
+                run_id=str(run_id),
+                instance_id=self.ledger.owner,
+                cause="renewal not confirmed in time",
+            )
+        else:
+            # A graceful stop already under way (a timeout's SIGTERM) is hurried too.
+            token.cancel(LEASE_UNCONFIRMED, at_once=True)
