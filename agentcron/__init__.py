@@ -8,4 +8,51 @@ directory links to.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# The public API, imported on first use: `agentcron` itself stays light, so the HTTP-only CLI
+# (`agentcron.web.cli`) loads neither the database nor the server side.
+_PUBLIC = {
+    "Engine": "agentcron.web.host",
+    "ConfigurationError": "agentcron.web.host",
+    "Properties": "agentcron.web.host",
+    "HandlerContext": "agentcron.core.runners.handler",
+    "RunOutcome": "agentcron.core.runners.base",
+    "RunPermanentError": "agentcron.core.errors",
+    "TransientRunError": "agentcron.core.runners.base",
+    "Principal": "agentcron.core.keys",
+    "ScheduleCreate": "agentcron.core.specs",
+    "ScheduleUpdate": "agentcron.core.specs",
+}
+__all__ = [
+    "ConfigurationError",
+    "Engine",
+    "HandlerContext",
+    "Principal",
+    "Properties",
+    "RunOutcome",
+    "RunPermanentError",
+    "ScheduleCreate",
+    "ScheduleUpdate",
+    "TransientRunError",
+]
+
+if TYPE_CHECKING:
+    from agentcron.core.errors import RunPermanentError
+    from agentcron.core.keys import Principal
+    from agentcron.core.runners.base import RunOutcome, TransientRunError
+    from agentcron.core.runners.handler import HandlerContext
+    from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+    from agentcron.web.host import ConfigurationError, Engine, Properties
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'agentcron' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value

@@ -36,8 +36,9 @@ from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
 from agentcron.core.logging import get_logger
 from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runners import CancelToken, RunRequest, build_runner
+from agentcron.core.runners import CancelToken, Runner, RunRequest, build_runner
 from agentcron.core.runners.containment import Containment
+from agentcron.core.runners.handler import Handler, HandlerRunner, HandlerRunnerType
 from agentcron.core.secrets import Keyring, load, referenced_secrets
 from agentcron.core.states import RunStatus
 from agentcron.core.storage import Run
@@ -77,8 +78,11 @@ class RunEngine:
         delivery_policy: RetryPolicy = DEFAULT_POLICY,
         keyring: Keyring | None = None,
         containment: Containment | None = None,
+        handler: Handler | None = None,
     ) -> None:
         self.ledger = ledger
+        # The host's callable for ``handler`` schedules (``agentcron.Engine(handler=...)``).
+        self.handler = handler
         self.clock = clock
         self.metrics = metrics
         self.retry_base = retry_base
@@ -241,7 +245,11 @@ class RunEngine:
         secrets: dict[str, str] = {}
         try:
             try:
-                runner = build_runner(payload["runner"])
+                runner: Runner = (
+                    HandlerRunner(self.handler)
+                    if payload["runner"].get("type") == HandlerRunnerType.name
+                    else build_runner(payload["runner"])
+                )
             except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
                 raise TargetUnavailable(exc.message) from exc
             names = referenced_secrets(payload["runner"], None)
@@ -266,6 +274,8 @@ class RunEngine:
                 secrets=secrets,
                 instance_id=self.ledger.owner,
                 containment=self.containment,
+                payload=payload,
+                replay_of=run.replay_of,
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)

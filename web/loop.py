@@ -32,6 +32,7 @@ from agentcron.core.notify.delivery import DEFAULT_POLICY
 from agentcron.core.retention import PruneReport, RetentionPolicy, prune_runs
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners.containment import Containment
+from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring
 from agentcron.core.storage.wakeups import listen
 from agentcron.web.engine import HARD_STOP_GRACE, RunEngine
@@ -87,6 +88,7 @@ class SchedulerLoop:
         supervisor: Supervisor | None = None,
         keyring: Keyring | None = None,
         containment: Containment | None = None,
+        handler: Handler | None = None,
     ) -> None:
         self.ledger = ledger
         self.retention = retention
@@ -115,6 +117,7 @@ class SchedulerLoop:
             delivery_policy=delivery_policy,
             keyring=keyring,
             containment=containment,
+            handler=handler,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

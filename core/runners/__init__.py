@@ -23,6 +23,7 @@ from agentcron.core.runners.base import (
     TransientRunError,
 )
 from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.runners.handler import HandlerRunnerType
 from agentcron.core.runners.openai import OpenAIRunnerType
 from agentcron.core.runners.python import PythonRunnerType
 
@@ -73,6 +74,7 @@ def build_runner(config: Mapping[str, Any]) -> Runner:
 
 
 register_runner_type(CommandRunnerType())
+register_runner_type(HandlerRunnerType())
 register_runner_type(OpenAIRunnerType())
 register_runner_type(PythonRunnerType())
 

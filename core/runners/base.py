@@ -110,6 +110,10 @@ class RunRequest:
     instance_id: str = ""
     # The operator's rules for agent processes: the variables passed through, the sandbox.
     containment: Containment = field(default_factory=Containment)
+    # What the run saved when it was created (prompt, runner, limits), and the run a replay
+    # re-runs: a host's handler gets both (core.runners.handler).
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    replay_of: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def _outcome(value: object) -> RunOutcome:
     return RunOutcome(output=str(value))
 
 
-async def _invoke(target: Target, context: RunContext) -> RunOutcome:
+async def _invoke(target: Callable[[Any], Any], context: Any) -> RunOutcome:
     """Call the target where it belongs (loop or thread) and convert its result."""
     try:
         if _is_async(target):
@@ -188,29 +188,40 @@ class PythonRunner:
                 f"python target {self.target!r} is unavailable: {exc.message}"
             ) from exc
 
-        call = asyncio.ensure_future(_invoke(target, RunContext(request, cancel)))
-        stopped = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            if not call.done():
-                # An async target gets CancelledError; a sync one keeps its thread until it
-                # returns (it should poll ``ctx.cancel.cancelled``) and its result is dropped.
-                call.cancel()
-                await asyncio.wait({call}, timeout=CANCEL_GRACE_SECONDS)
-            if call.done() and not call.cancelled():
-                call.exception()  # retrieved here; handled below
-        if cancel.cancelled:
-            raise RunPermanentError(f"cancelled ({cancel.reason})")
-        if call.cancelled():
-            raise TransientRunError("the target was cancelled by its own code")
-        error = call.exception()
-        if error is None:
-            return call.result()
-        if isinstance(error, RunPermanentError | TransientRunError):
-            raise error
-        raise TransientRunError(f"{type(error).__name__}: {error}") from error
+        return await call_target(target, RunContext(request, cancel), cancel)
+
+
+async def call_target(
+    target: Callable[[Any], Any], context: Any, cancel: CancelToken
+) -> RunOutcome:
+    """Call a host's callable with ``context`` as a runner would: sync in a worker thread, async
+    on the loop, stopped when ``cancel`` is set. Returns its outcome; raises
+    ``RunPermanentError("cancelled (<reason>)")`` once cancelled, the callable's own
+    ``RunPermanentError``/``TransientRunError``, and ``TransientRunError`` for anything else
+    it raised (shared by the ``python`` and ``handler`` runners)."""
+    call = asyncio.ensure_future(_invoke(target, context))
+    stopped = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not call.done():
+            # An async target gets CancelledError; a sync one keeps its thread until it
+            # returns (it should poll ``ctx.cancel.cancelled``) and its result is dropped.
+            call.cancel()
+            await asyncio.wait({call}, timeout=CANCEL_GRACE_SECONDS)
+        if call.done() and not call.cancelled():
+            call.exception()  # retrieved here; handled below
+    if cancel.cancelled:
+        raise RunPermanentError(f"cancelled ({cancel.reason})")
+    if call.cancelled():
+        raise TransientRunError("the target was cancelled by its own code")
+    error = call.exception()
+    if error is None:
+        return call.result()
+    if isinstance(error, RunPermanentError | TransientRunError):
+        raise error
+    raise TransientRunError(f"{type(error).__name__}: {error}") from error
 
 
 class PythonRunnerType:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -24,13 +24,19 @@ bearer = HTTPBearer(
 )
 
 
+def _engine(request: Request) -> Any:
+    """Where the services are: the host's engine when the router is mounted in a host's app
+    (``Engine.router`` puts it on the request), else the service's app state."""
+    return getattr(request.state, "agentcron", None) or request.app.state
+
+
 def get_schedules(request: Request) -> ScheduleService:
-    service: ScheduleService = request.app.state.schedules
+    service: ScheduleService = _engine(request).schedules
     return service
 
 
 def get_runs(request: Request) -> RunService:
-    runs: RunService = request.app.state.runs
+    runs: RunService = _engine(request).runs
     return runs
 
 
@@ -43,9 +49,13 @@ async def get_principal(
     Raises ``SchedulerUnavailable`` (503) when the key cannot be checked because the database
     is down: an outage is not the caller's fault.
     """
+    # In a host's app with its own auth (``Engine.router(principal=...)``): the host decided.
+    chosen: Principal | None = getattr(request.state, "agentcron_principal", None)
+    if chosen is not None:
+        return chosen
     if credentials is None:
         raise Unauthorized("an API key is required: send Authorization: Bearer <key>")
-    db: Database = request.app.state.db
+    db: Database = _engine(request).db
     principal = await authenticate(db, credentials.credentials)
     if principal is None:
         # Deliberately one message for unknown, malformed and revoked keys, none echoing it.

@@ -81,7 +81,7 @@ def field_path(loc: Sequence[int | str]) -> str | None:
     return ".".join(parts) or None
 
 
-async def _agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
+async def agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AgentcronError)
     status = status_for(exc)
     if isinstance(exc, SchedulerUnavailable):
@@ -134,7 +134,7 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers; the table above is the whole policy."""
-    app.add_exception_handler(AgentcronError, _agentcron_error)
+    app.add_exception_handler(AgentcronError, agentcron_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ClientDisconnect, _client_gone)

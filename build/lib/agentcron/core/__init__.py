@@ -1,1 +1,0 @@
-"""agentcron core: everything that is true without HTTP."""

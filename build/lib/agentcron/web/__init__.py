@@ -1,1 +1,0 @@
-"""agentcron web: the FastAPI service and the execution loop."""

@@ -1,1 +1,0 @@
-"""HTTP routers, one per resource, and the error table."""

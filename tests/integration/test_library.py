@@ -1,0 +1,219 @@
+"""agentcron as a library: an ``Engine`` in a host's process, its handler, its router.
+
+The host's side is written as a host would write it: its own FastAPI app and auth dependency,
+the engine started in its lifespan, the router mounted under its own prefix, the work done by
+a callable it hands over. On SQLite and PostgreSQL, with the real loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Header, HTTPException
+
+import agentcron
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.runners.handler import HandlerContext
+from agentcron.core.specs import ScheduleCreate
+
+OWNER = "host-tenant"
+
+
+def engine_for(db_url: str, tmp_path: Path, handler: Any, **extra: Any) -> agentcron.Engine:
+    return agentcron.Engine(
+        handler=handler,
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        scheduler_tick_seconds=0.2,
+        log_format="console",
+        tenant_runners="handler",  # the host lets its users' schedules run through it
+        **extra,
+    )
+
+
+async def finished(engine: agentcron.Engine, schedule_id: uuid.UUID, count: int = 1) -> list[Any]:
+    deadline = time.monotonic() + 15
+    while True:
+        page = await engine.runs.list_runs(schedule_id, None, limit=50)
+        runs = [run for run, _ in page.items]
+        if len(runs) >= count and all(run.status not in ("pending", "running") for run in runs):
+            return runs
+        assert time.monotonic() < deadline, [(run.status, run.error) for run in runs]
+        await asyncio.sleep(0.1)
+
+
+async def test_a_sync_handler_gets_the_run_context_and_its_output_is_kept(
+    db_url: str, tmp_path: Path
+) -> None:
+    seen: list[HandlerContext] = []
+    threads: list[str] = []
+
+    def handler(ctx: HandlerContext) -> str:
+        seen.append(ctx)
+        threads.append(threading.current_thread().name)
+        return f"did {ctx.data['deployment']}: {ctx.prompt}"
+
+    engine = engine_for(db_url, tmp_path, handler)
+    async with engine:
+        spec = ScheduleCreate(
+            name="deploy 42",
+            prompt="summarise",
+            trigger={"every_seconds": 3600},
+            runner={"type": "handler", "data": {"deployment": 42}},
+        )
+        schedule = await engine.schedules.create(spec, OWNER)
+        queued = await engine.runs.run_now(schedule.id, OWNER)
+        (run,) = await finished(engine, schedule.id)
+    assert run.status == "succeeded" and run.output == "did 42: summarise"
+    (ctx,) = seen
+    assert ctx.run_id == queued.id and ctx.schedule_id == schedule.id
+    assert (ctx.trigger, ctx.attempt, ctx.due_at, ctx.replay_of) == ("manual", 1, None, None)
+    assert ctx.data == {"deployment": 42} and ctx.payload["prompt"] == "summarise"
+    assert threads[0] != "MainThread"  # sync handlers run in a worker thread
+
+
+async def test_handler_errors_decide_permanent_or_retried_and_a_replay_says_what_it_replays(
+    db_url: str, tmp_path: Path
+) -> None:
+    calls: list[tuple[str, int, uuid.UUID | None]] = []
+
+    async def handler(ctx: HandlerContext) -> str:
+        calls.append((ctx.data["mode"], ctx.attempt, ctx.replay_of))
+        if ctx.data["mode"] == "permanent":
+            raise RunPermanentError("the deployment is gone")
+        if ctx.attempt == 1:
+            raise ConnectionError("flaky")
+        return "second time lucky"
+
+    engine = engine_for(db_url, tmp_path, handler)
+    async with engine:
+
+        async def schedule(mode: str) -> uuid.UUID:
+            spec = ScheduleCreate(
+                name=mode,
+                prompt="p",
+                trigger={"every_seconds": 3600},
+                max_attempts=3,
+                runner={"type": "handler", "data": {"mode": mode}},
+            )
+            made = await engine.schedules.create(spec, OWNER)
+            await engine.runs.run_now(made.id, OWNER)
+            return made.id
+
+        permanent, transient = await schedule("permanent"), await schedule("transient")
+        (failed,) = await finished(engine, permanent)
+        (retried,) = await finished(engine, transient)
+        replay = await engine.runs.replay(retried.id, OWNER)
+        runs = await finished(engine, transient, count=2)
+    assert failed.status == "failed" and "the deployment is gone" in (failed.error or "")
+    assert retried.status == "succeeded" and retried.attempt == 2
+    assert [call for call in calls if call[0] == "permanent"] == [("permanent", 1, None)]
+    assert ("transient", 1, None) in calls and ("transient", 2, None) in calls
+    assert runs[0].id == replay.id and runs[0].status == "succeeded"
+    assert ("transient", 1, retried.id) in calls
+
+
+async def test_a_handler_schedule_run_by_an_engine_without_a_handler_is_paused_with_why(
+    db_url: str, tmp_path: Path
+) -> None:
+    engine = engine_for(db_url, tmp_path, None)
+    async with engine:
+        spec = ScheduleCreate(
+            name="orphan", prompt="p", trigger={"every_seconds": 3600}, runner={"type": "handler"}
+        )
+        made = await engine.schedules.create(spec, OWNER)
+        await engine.runs.run_now(made.id, OWNER)
+        (run,) = await finished(engine, made.id)
+        schedule = await engine.schedules.get(made.id, OWNER)
+    assert run.status == "failed" and "without one" in (run.error or "")
+    assert not schedule.enabled
+
+
+def owner_from_header(x_user: str | None = Header(default=None)) -> str:
+    """The host's own auth: it decides who the caller is."""
+    if x_user is None:
+        raise HTTPException(status_code=401, detail="who are you?")
+    return x_user
+
+
+async def test_the_router_under_the_hosts_prefix_and_auth(db_url: str, tmp_path: Path) -> None:
+    engine = engine_for(db_url, tmp_path, lambda ctx: "ok")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with engine:  # the host's lifespan, with whatever else it starts
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:  # a route of the host's own, untouched
+        return {"ok": "yes"}
+
+    engine.install(app, prefix="/scheduling", principal=owner_from_header)
+    body = {
+        "name": "via the host",
+        "prompt": "p",
+        "trigger": {"every_seconds": 3600},
+        "runner": {"type": "handler", "data": {"deployment": 7}},
+    }
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
+    ):
+        assert (await http.get("/health")).json() == {"ok": "yes"}
+        assert (await http.post("/scheduling/api/v1/schedules", json=body)).status_code == 401
+        alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
+        created = await http.post("/scheduling/api/v1/schedules", json=body, headers=alice)
+        assert created.status_code == 201, created.text
+        schedule_id = created.json()["id"]
+        assert created.json()["owner"] == "alice"
+        mine = await http.get("/scheduling/api/v1/schedules", headers=alice)
+        assert [item["id"] for item in mine.json()["items"]] == [schedule_id]
+        assert (await http.get("/scheduling/api/v1/schedules", headers=bob)).json()["items"] == []
+        # agentcron's errors keep their status and body in the host's app.
+        hidden = await http.get(f"/scheduling/api/v1/schedules/{schedule_id}", headers=bob)
+        assert hidden.status_code == 404 and hidden.json()["error"]["type"] == "NotFound"
+        bad = await http.post(
+            "/scheduling/api/v1/schedules",
+            json={**body, "runner": {"type": "handler", "data": [1]}},
+            headers=alice,
+        )
+        assert bad.status_code == 422
+        run = await http.post(f"/scheduling/api/v1/schedules/{schedule_id}/run", headers=alice)
+        assert run.status_code == 202, run.text
+        runs = await finished(engine, uuid.UUID(schedule_id))
+        assert runs[0].status == "succeeded" and runs[0].output == "ok"
+
+
+async def test_settings_are_checked_when_the_engine_is_built(tmp_path: Path) -> None:
+    with pytest.raises(agentcron.ConfigurationError, match="scheduler_concurrency"):
+        agentcron.Engine(database_url=f"sqlite:///{tmp_path}/x.db", scheduler_concurrency=0)
+    with pytest.raises(agentcron.ConfigurationError, match="unknown setting 'concurency'"):
+        agentcron.Engine(database_url=f"sqlite:///{tmp_path}/x.db", concurency=8)
+    with pytest.raises(agentcron.ConfigurationError, match="database_url"):
+        agentcron.Engine(database_url="mongodb://localhost/db")
+
+
+async def test_properties_and_a_disabled_scheduler(db_url: str, tmp_path: Path) -> None:
+    engine = engine_for(db_url, tmp_path, None, disable_scheduler=True)
+    props = engine.properties
+    assert props.pause_visibility_seconds == 0.0 and props.concurrency == 4
+    assert props.recovery_scope == ("cluster" if db_url.startswith("postgresql") else "process")
+    assert props.recovery_seconds >= props.lease_seconds
+    async with engine:
+        assert engine.loop is None  # AGENTCRON_DISABLE_SCHEDULER: the API alone
+        spec = ScheduleCreate(
+            name="n", prompt="p", trigger={"every_seconds": 60}, runner={"type": "handler"}
+        )
+        assert (await engine.schedules.create(spec, OWNER)).enabled
