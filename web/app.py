@@ -115,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_active=settings.max_active_schedules,
                 allow_private=settings.allow_private_webhooks,
                 policy=policy,
+                data_dir=settings.data_dir,
             )
             containment = containment_from_settings(settings)
             if not settings.disable_scheduler:
