@@ -22,10 +22,10 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text, update
 
+from agentcron.core.retention import RetentionPolicy, prune_runs
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.migrate import upgrade
 from bench.infra import scratch
-from core.retention import RetentionPolicy, prune_runs
-from core.storage import Database, Run, Schedule
-from core.storage.migrate import upgrade
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 PG_ADMIN = os.environ.get("AGENTCRON_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")

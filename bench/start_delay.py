@@ -29,9 +29,9 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from core.keys import create_key
-from core.storage import Database, Run
-from core.storage.migrate import upgrade
+from agentcron.core.keys import create_key
+from agentcron.core.storage import Database, Run
+from agentcron.core.storage.migrate import upgrade
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 

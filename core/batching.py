@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from core.logging import get_logger
+from agentcron.core.logging import get_logger
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

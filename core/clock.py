@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.storage import Database
+    from agentcron.core.storage import Database
 
 Clock = Callable[[], datetime]
 
@@ -70,7 +70,7 @@ class DatabaseClock:
         it, which would widen the round trip). Raises ``SchedulerUnavailable`` when the
         database cannot be reached, leaving the skew unchanged.
         """
-        from core.storage import queries as q
+        from agentcron.core.storage import queries as q
 
         async with db.connection(single=True) as connection:
             before = self.local()

@@ -28,10 +28,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from core.clock import Clock, utcnow
-from core.errors import NotFound, SchedulerUnavailable
-from core.logging import get_logger
-from core.storage import ApiKey, Database
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import NotFound, SchedulerUnavailable
+from agentcron.core.logging import get_logger
+from agentcron.core.storage import ApiKey, Database
 
 log = get_logger(__name__)
 

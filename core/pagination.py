@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from core.errors import InvalidSchedule
+from agentcron.core.errors import InvalidSchedule
 
 T = TypeVar("T")
 MAX_LIMIT = 500

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from core import triggers
-from core.states import RunReason
-from core.storage import Schedule
-from core.timeline import Gap, find_gap, last_fire_before
+from agentcron.core import triggers
+from agentcron.core.states import RunReason
+from agentcron.core.storage import Schedule
+from agentcron.core.timeline import Gap, find_gap, last_fire_before
 
 MAX_DUE_PER_CLAIM = 100  # due times of one schedule handled per claim; the rest stay due
 

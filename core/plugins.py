@@ -7,7 +7,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from core.logging import get_logger
+from agentcron.core.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.errors import InvalidSchedule, StartupError, TargetUnavailable
-from core.notify.ssrf import ALLOW_HINT, literal_host_kind
+from agentcron.core.errors import InvalidSchedule, StartupError, TargetUnavailable
+from agentcron.core.notify.ssrf import ALLOW_HINT, literal_host_kind
 
 # A parameter value without a pattern of its own: no leading dash (it could pass as an option
 # of the agent's program), printable, bounded.
@@ -321,7 +321,7 @@ def current() -> ExecutionPolicy:
     """The process's policy: the configured one, else the one of ``AGENTCRON_*`` settings."""
     global _current
     if _current is None:
-        from core.config import get_settings
+        from agentcron.core.config import get_settings
 
         _current = ExecutionPolicy.from_settings(get_settings())
     return _current

@@ -22,8 +22,8 @@ from typing import Any
 from sqlalchemy import delete, exists, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.states import TERMINAL
-from core.storage import Database, Run, Schedule, Task
+from agentcron.core.states import TERMINAL
+from agentcron.core.storage import Database, Run, Schedule, Task
 
 # Replicas on one PostgreSQL database take turns: a batch runs only under this transaction-level
 # advisory lock, and a replica that cannot get it leaves the pass to the one that has it.

@@ -11,15 +11,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.clock import Clock, utcnow
-from core.errors import Conflict, NotFound
-from core.pagination import Page, check_limit, decode_cursor, encode_cursor
-from core.schedules import load_schedule, parse_id
-from core.states import TERMINAL, RunReason, RunStatus
-from core.storage import Database, Delivery, Run, Schedule
-from core.storage.wakeups import announce_change
-from core.timeline import QUEUED_ORIGINS, promote_next, run_payload
-from core.transitions import apply, finished
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import Conflict, NotFound
+from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from agentcron.core.schedules import load_schedule, parse_id
+from agentcron.core.states import TERMINAL, RunReason, RunStatus
+from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.timeline import QUEUED_ORIGINS, promote_next, run_payload
+from agentcron.core.transitions import apply, finished
 
 
 @dataclass

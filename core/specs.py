@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.fields import FieldInfo
 
-from core.errors import InvalidSchedule
-from core.pagination import MAX_LIMIT
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.pagination import MAX_LIMIT
 
 Mode = Literal["isolated", "persistent"]
 Overlap = Literal["allow", "skip", "buffer_one", "cancel_other"]

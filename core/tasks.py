@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.errors import Conflict, NotFound
-from core.schedules import parse_id
-from core.states import RunStatus
-from core.storage import Database, Run, Schedule, Task
+from agentcron.core.errors import Conflict, NotFound
+from agentcron.core.schedules import parse_id
+from agentcron.core.states import RunStatus
+from agentcron.core.storage import Database, Run, Schedule, Task
 
 
 async def _visible_task(

@@ -27,9 +27,9 @@ from typing import Any
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core import triggers
-from core.states import ACTIVE, RunReason, RunStatus
-from core.storage import Run, Schedule
+from agentcron.core import triggers
+from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.storage import Run, Schedule
 
 MAX_ROWS = 10  # due times of one gap written one row each
 COUNT_CAP = 30  # a summary row counts its due times up to this many (cron: ~0.1 ms each)

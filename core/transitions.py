@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from core.states import RunReason, RunStatus
+from agentcron.core.states import RunReason, RunStatus
 
 Values = dict[str, Any]
 

@@ -12,8 +12,8 @@ import os
 import uuid
 from pathlib import Path
 
-from core.keys import check_owner
-from core.logging import get_logger
+from agentcron.core.keys import check_owner
+from agentcron.core.logging import get_logger
 
 log = get_logger(__name__)
 

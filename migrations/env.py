@@ -8,8 +8,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from core.config import get_settings
-from core.storage.models import Base
+from agentcron.core.config import get_settings
+from agentcron.core.storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata

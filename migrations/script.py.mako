@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 ${imports if imports else ""}
 
-import core.storage.types
+import agentcron.core.storage.types
 
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}

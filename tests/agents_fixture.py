@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Any
 
-from core.errors import RunPermanentError
-from core.runners import RunContext, RunOutcome, TransientRunError
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.runners import RunContext, RunOutcome, TransientRunError
 
 CALLS: list[dict[str, Any]] = []
 SYNC_STOPPED = threading.Event()  # set by ``polls_cancel`` once it returns

@@ -27,13 +27,13 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
-from core.config import Settings
-from core.keys import LOCAL_OWNER, create_key
-from core.storage import Database
-from core.storage.migrate import upgrade
-from core.storage.models import Base
+from agentcron.core.config import Settings
+from agentcron.core.keys import LOCAL_OWNER, create_key
+from agentcron.core.storage import Database
+from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage.models import Base
+from agentcron.web.app import create_app
 from tests.sandbox import require_bwrap
-from web.app import create_app
 
 PG_URL = os.environ.get(
     "AGENTCRON_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

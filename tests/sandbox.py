@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import StartupError
-from core.runners.containment import Containment, Sandbox, check_sandbox
+from agentcron.core.errors import StartupError
+from agentcron.core.runners.containment import Containment, Sandbox, check_sandbox
 
 # The interpreter itself, not the venv's link to it: the sandbox gives an agent a private
 # /tmp, so a checkout (and its .venv) under /tmp is not there inside it. Stdlib only.

@@ -8,30 +8,30 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from core.clock import Clock, DatabaseClock, utcnow
-from core.config import Settings, get_settings
-from core.errors import SchedulerUnavailable
-from core.ledger import Ledger
-from core.logging import configure_logging, get_logger
-from core.policy import ExecutionPolicy
-from core.policy import configure as configure_policy
-from core.retention import RetentionPolicy
-from core.runners.command.reaper import REAPER
-from core.runners.containment import Containment, check_sandbox, containment_from_settings
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.secrets import Keyring
-from core.storage import Database
-from core.storage.lock import EngineLock
-from core.storage.migrate import check_schema
-from web.api import health, runs, schedules, secrets, tasks
-from web.api.errors import install_error_handlers
-from web.clockwatch import ClockWatch
-from web.dashboard import install as install_dashboard
-from web.loop import EngineProperties, SchedulerLoop
-from web.mcp.endpoint import install as install_mcp
-from web.metrics import EngineMetrics
-from web.supervisor import Supervisor
+from agentcron.core.clock import Clock, DatabaseClock, utcnow
+from agentcron.core.config import Settings, get_settings
+from agentcron.core.errors import SchedulerUnavailable
+from agentcron.core.ledger import Ledger
+from agentcron.core.logging import configure_logging, get_logger
+from agentcron.core.policy import ExecutionPolicy
+from agentcron.core.policy import configure as configure_policy
+from agentcron.core.retention import RetentionPolicy
+from agentcron.core.runners.command.reaper import REAPER
+from agentcron.core.runners.containment import Containment, check_sandbox, containment_from_settings
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.secrets import Keyring
+from agentcron.core.storage import Database
+from agentcron.core.storage.lock import EngineLock
+from agentcron.core.storage.migrate import check_schema
+from agentcron.web.api import health, runs, schedules, secrets, tasks
+from agentcron.web.api.errors import install_error_handlers
+from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.dashboard import install as install_dashboard
+from agentcron.web.loop import EngineProperties, SchedulerLoop
+from agentcron.web.mcp.endpoint import install as install_mcp
+from agentcron.web.metrics import EngineMetrics
+from agentcron.web.supervisor import Supervisor
 
 log = get_logger(__name__)
 

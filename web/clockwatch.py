@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from core.clock import DatabaseClock
-from core.logging import get_logger
-from core.storage import Database
-from web.metrics import EngineMetrics
-from web.supervisor import Supervisor
-from web.timing import sleep_or_stop
+from agentcron.core.clock import DatabaseClock
+from agentcron.core.logging import get_logger
+from agentcron.core.storage import Database
+from agentcron.web.metrics import EngineMetrics
+from agentcron.web.supervisor import Supervisor
+from agentcron.web.timing import sleep_or_stop
 
 log = get_logger("agentcron.clock")
 

@@ -15,16 +15,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from core.clock import Clock
-from core.errors import SchedulerUnavailable
-from core.ledger import RunStore
-from core.logging import get_logger
-from core.notify.delivery import DEFAULT_POLICY, deliver_run
-from core.retry import RetryPolicy
-from core.runs import run_view
-from core.secrets import Keyring
-from core.storage import Run
-from web.metrics import EngineMetrics
+from agentcron.core.clock import Clock
+from agentcron.core.errors import SchedulerUnavailable
+from agentcron.core.ledger import RunStore
+from agentcron.core.logging import get_logger
+from agentcron.core.notify.delivery import DEFAULT_POLICY, deliver_run
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.runs import run_view
+from agentcron.core.secrets import Keyring
+from agentcron.core.storage import Run
+from agentcron.web.metrics import EngineMetrics
 
 log = get_logger("agentcron.engine")
 

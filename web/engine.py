@@ -24,28 +24,28 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from core.batching import GroupCommit, retrying
-from core.clock import Clock
-from core.errors import (
+from agentcron.core.batching import GroupCommit, retrying
+from agentcron.core.clock import Clock
+from agentcron.core.errors import (
     AgentcronError,
     InvalidSchedule,
     RunPermanentError,
     TargetUnavailable,
 )
-from core.ledger import Outcome, PreparedTask, RunStore, StartDecision
-from core.logging import get_logger
-from core.notify.delivery import DEFAULT_POLICY, TRIPPED
-from core.retry import RetryPolicy
-from core.runners import CancelToken, RunRequest, build_runner
-from core.runners.containment import Containment
-from core.secrets import Keyring, load, referenced_secrets
-from core.states import RunStatus
-from core.storage import Run
-from web.delivery import Deliveries, run_log
-from web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
-from web.metrics import EngineMetrics
-from web.timing import sleep_or_stop
-from web.verdict import Verdict, redact_verdict
+from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
+from agentcron.core.logging import get_logger
+from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.runners import CancelToken, RunRequest, build_runner
+from agentcron.core.runners.containment import Containment
+from agentcron.core.secrets import Keyring, load, referenced_secrets
+from agentcron.core.states import RunStatus
+from agentcron.core.storage import Run
+from agentcron.web.delivery import Deliveries, run_log
+from agentcron.web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
+from agentcron.web.metrics import EngineMetrics
+from agentcron.web.timing import sleep_or_stop
+from agentcron.web.verdict import Verdict, redact_verdict
 
 log = get_logger("agentcron.engine")
 

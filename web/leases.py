@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from core.clock import Clock
-from core.ledger import RunStore
-from core.logging import get_logger
-from core.runners import CancelToken
+from agentcron.core.clock import Clock
+from agentcron.core.ledger import RunStore
+from agentcron.core.logging import get_logger
+from agentcron.core.runners import CancelToken
 
 log = get_logger("agentcron.engine")
 

@@ -23,20 +23,20 @@ import uuid
 from dataclasses import dataclass
 from functools import partial
 
-from core.clock import Clock, utcnow
-from core.errors import AgentcronError, SchedulerUnavailable
-from core.ledger import RunStore
-from core.logging import get_logger
-from core.notify.delivery import DEFAULT_POLICY
-from core.retention import PruneReport, RetentionPolicy, prune_runs
-from core.retry import RetryPolicy
-from core.runners.containment import Containment
-from core.secrets import Keyring
-from core.storage.wakeups import listen
-from web.engine import HARD_STOP_GRACE, RunEngine
-from web.metrics import EngineMetrics
-from web.supervisor import Supervisor
-from web.timing import sleep_or_stop
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import AgentcronError, SchedulerUnavailable
+from agentcron.core.ledger import RunStore
+from agentcron.core.logging import get_logger
+from agentcron.core.notify.delivery import DEFAULT_POLICY
+from agentcron.core.retention import PruneReport, RetentionPolicy, prune_runs
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.runners.containment import Containment
+from agentcron.core.secrets import Keyring
+from agentcron.core.storage.wakeups import listen
+from agentcron.web.engine import HARD_STOP_GRACE, RunEngine
+from agentcron.web.metrics import EngineMetrics
+from agentcron.web.supervisor import Supervisor
+from agentcron.web.timing import sleep_or_stop
 
 log = get_logger("agentcron.engine")
 

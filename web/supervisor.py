@@ -24,8 +24,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from core.logging import get_logger
-from web.metrics import EngineMetrics
+from agentcron.core.logging import get_logger
+from agentcron.web.metrics import EngineMetrics
 
 log = get_logger("agentcron.supervisor")
 

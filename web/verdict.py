@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.runners import RunOutcome
-from core.secrets import redact
-from core.storage import Run
+from agentcron.core.runners import RunOutcome
+from agentcron.core.secrets import redact
+from agentcron.core.storage import Run
 
 
 @dataclass

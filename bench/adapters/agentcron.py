@@ -47,6 +47,18 @@ from typing import Any
 
 from sqlalchemy import event, insert, text
 
+from agentcron.core import triggers
+from agentcron.core.clock import Clock, DatabaseClock, utcnow
+from agentcron.core.config import Settings
+from agentcron.core.ledger import Claim, Ledger
+from agentcron.core.logging import configure_logging
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.migrate import upgrade
+from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.loop import SchedulerLoop
+from agentcron.web.metrics import EngineMetrics
 from bench import noop
 from bench.adapters.common import (
     IDLE_WARMUP_SECONDS,
@@ -63,18 +75,6 @@ from bench.adapters.common import (
     slot_gap_figures,
     with_driver,
 )
-from core import triggers
-from core.clock import Clock, DatabaseClock, utcnow
-from core.config import Settings
-from core.ledger import Claim, Ledger
-from core.logging import configure_logging
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
-from core.storage import Database, Schedule
-from core.storage.migrate import upgrade
-from web.clockwatch import ClockWatch
-from web.loop import SchedulerLoop
-from web.metrics import EngineMetrics
 
 TARGET = "bench.noop:run"
 RUNNER = {"type": "python", "target": TARGET}

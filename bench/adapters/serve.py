@@ -40,6 +40,10 @@ from typing import Any
 
 import httpx
 
+from agentcron.core.config import Settings
+from agentcron.core.keys import LOCAL_OWNER, create_key
+from agentcron.core.logging import configure_logging
+from agentcron.core.storage import Database
 from bench import inside
 from bench.adapters.agentcron import (
     POLL_SECONDS,
@@ -58,10 +62,6 @@ from bench.adapters.common import (
     sleep_until,
     slot_gap_figures,
 )
-from core.config import Settings
-from core.keys import LOCAL_OWNER, create_key
-from core.logging import configure_logging
-from core.storage import Database
 
 NAME = "agentcron-serve"
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 def command() -> list[str]:
     """``agentcron`` of this interpreter's environment: its console script, or the same CLI as
     a module where the script is not installed."""
-    return [str(AGENTCRON)] if AGENTCRON.exists() else [sys.executable, "-m", "web.cli"]
+    return [str(AGENTCRON)] if AGENTCRON.exists() else [sys.executable, "-m", "agentcron.web.cli"]
 
 
 def service_env(url: str, **settings: str) -> dict[str, str]:

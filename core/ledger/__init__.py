@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.ledger.attempts import Attempts, breaker_note
-from core.ledger.claim import Claiming
-from core.ledger.store import RunStore
-from core.ledger.types import (
+from agentcron.core.ledger.attempts import Attempts, breaker_note
+from agentcron.core.ledger.claim import Claiming
+from agentcron.core.ledger.store import RunStore
+from agentcron.core.ledger.types import (
     Claim,
     Outcome,
     PreparedTask,

@@ -14,20 +14,20 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from core.ledger.leases import Leases
-from core.ledger.types import (
+from agentcron.core.ledger.leases import Leases
+from agentcron.core.ledger.types import (
     Outcome,
     PreparedTask,
     StartDecision,
     error_excerpt,
     output_excerpt,
 )
-from core.states import ACTIVE, FAILURES, RunReason, RunStatus
-from core.storage import Run, Schedule, Task
-from core.storage import queries as q
-from core.storage.wakeups import announce_change
-from core.timeline import QUEUED_ORIGINS, promote_next
-from core.transitions import admitted, apply, finished, paused, released, retry_at
+from agentcron.core.states import ACTIVE, FAILURES, RunReason, RunStatus
+from agentcron.core.storage import Run, Schedule, Task
+from agentcron.core.storage import queries as q
+from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.timeline import QUEUED_ORIGINS, promote_next
+from agentcron.core.transitions import admitted, apply, finished, paused, released, retry_at
 
 
 def breaker_note(streak: int, limit: int, error: str | None) -> str:

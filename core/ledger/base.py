@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core.clock import Clock, utcnow
-from core.storage import Database, Schedule
-from core.workdirs import TaskDirectories
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.storage import Database, Schedule
+from agentcron.core.workdirs import TaskDirectories
 
 
 @dataclass

@@ -9,15 +9,15 @@ from typing import Any
 
 from sqlalchemy import insert, update
 
-from core.keys import check_owner
-from core.ledger.base import LedgerBase
-from core.ledger.types import Claim, Wakeup
-from core.logging import get_logger
-from core.planning import plan_due_times
-from core.states import RunStatus
-from core.storage import Run, Schedule, Task
-from core.storage import queries as q
-from core.timeline import gap_rows, jitter_delay, run_payload
+from agentcron.core.keys import check_owner
+from agentcron.core.ledger.base import LedgerBase
+from agentcron.core.ledger.types import Claim, Wakeup
+from agentcron.core.logging import get_logger
+from agentcron.core.planning import plan_due_times
+from agentcron.core.states import RunStatus
+from agentcron.core.storage import Run, Schedule, Task
+from agentcron.core.storage import queries as q
+from agentcron.core.timeline import gap_rows, jitter_delay, run_payload
 
 log = get_logger(__name__)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.ledger.base import LedgerBase
-from core.notify.delivery import applicable_channels
-from core.storage import Run, Schedule, Task
-from core.storage import queries as q
+from agentcron.core.ledger.base import LedgerBase
+from agentcron.core.notify.delivery import applicable_channels
+from agentcron.core.storage import Run, Schedule, Task
+from agentcron.core.storage import queries as q
 
 
 class Leases(LedgerBase):

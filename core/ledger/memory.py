@@ -27,14 +27,14 @@ from typing import Any
 
 from sqlalchemy import inspect as sa_inspect
 
-from core.clock import Clock, utcnow
-from core.ledger.attempts import schedule_result
-from core.ledger.store import RunStore
-from core.ledger.types import Claim, Outcome, PreparedTask, StartDecision, Wakeup
-from core.states import ACTIVE, RunReason, RunStatus
-from core.storage import Database, Run, Schedule
-from core.timeline import run_payload
-from core.transitions import admitted, apply, finished, paused, released, retry_at
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.ledger.attempts import schedule_result
+from agentcron.core.ledger.store import RunStore
+from agentcron.core.ledger.types import Claim, Outcome, PreparedTask, StartDecision, Wakeup
+from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.timeline import run_payload
+from agentcron.core.transitions import admitted, apply, finished, paused, released, retry_at
 
 _RUN_COLUMNS = tuple(column.key for column in sa_inspect(Run).columns)
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from core.ledger.types import Claim, Outcome, StartDecision, Wakeup
-from core.storage import Database, Run
+from agentcron.core.ledger.types import Claim, Outcome, StartDecision, Wakeup
+from agentcron.core.storage import Database, Run
 
 
 class RunStore(Protocol):

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.errors import InvalidSchedule
-from core.notify.base import DeliveryRequest, Notifier
-from core.notify.email import EmailNotifier
-from core.notify.file import FileNotifier
-from core.notify.webhook import WebhookNotifier
-from core.plugins import load_entry_points
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.notify.base import DeliveryRequest, Notifier
+from agentcron.core.notify.email import EmailNotifier
+from agentcron.core.notify.file import FileNotifier
+from agentcron.core.notify.webhook import WebhookNotifier
+from agentcron.core.plugins import load_entry_points
 
 NOTIFY_ON = ("succeeded", "failed", "timed_out")
 ENTRY_POINT_GROUP = "agentcron.notifiers"

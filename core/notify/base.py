@@ -11,7 +11,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.errors import InvalidSchedule
+from agentcron.core.errors import InvalidSchedule
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -21,17 +21,17 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.clock import Clock, utcnow
-from core.errors import RunPermanentError
-from core.logging import get_logger
-from core.notify import notifier as find_notifier
-from core.notify.base import DeliveryRequest
-from core.retry import RetryPolicy
-from core.secrets import Keyring, Resolution, load, redact, referenced_secrets
-from core.states import RunReason
-from core.storage import Database, Delivery, Run, Schedule
-from core.storage.wakeups import announce_change
-from core.transitions import apply, paused
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.logging import get_logger
+from agentcron.core.notify import notifier as find_notifier
+from agentcron.core.notify.base import DeliveryRequest
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.secrets import Keyring, Resolution, load, redact, referenced_secrets
+from agentcron.core.states import RunReason
+from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.transitions import apply, paused
 
 log = get_logger(__name__)
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.errors import InvalidSchedule, RunPermanentError
-from core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
+from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
 
 # A channel's own keys, besides the "type" and "notify_on" every channel has.
 FIELDS = frozenset({"path", "mode"})

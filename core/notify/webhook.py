@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from core.errors import InvalidSchedule, RunPermanentError
-from core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
-from core.notify.ssrf import (
+from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
+from agentcron.core.notify.ssrf import (
     ALLOW_HINT,
     IPAddress,
     classify,
@@ -32,7 +32,7 @@ from core.notify.ssrf import (
     parse_ip_literal,
     resolve,
 )
-from core.secrets import check_reference, reference_name
+from agentcron.core.secrets import check_reference, reference_name
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.errors import InvalidSchedule
-from core.plugins import load_entry_points
-from core.runners.base import (
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.plugins import load_entry_points
+from agentcron.core.runners.base import (
     CancelToken,
     RunContext,
     Runner,
@@ -22,9 +22,9 @@ from core.runners.base import (
     RunRequest,
     TransientRunError,
 )
-from core.runners.command import CommandRunnerType
-from core.runners.openai import OpenAIRunnerType
-from core.runners.python import PythonRunnerType
+from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.runners.openai import OpenAIRunnerType
+from agentcron.core.runners.python import PythonRunnerType
 
 ENTRY_POINT_GROUP = "agentcron.runners"
 _REGISTRY: dict[str, RunnerType] = {}

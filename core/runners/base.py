@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.runners.containment import Containment
+from agentcron.core.runners.containment import Containment
 
 
 class TransientRunError(Exception):

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from core.errors import StartupError
-from core.storage.database import sqlite_file
+from agentcron.core.errors import StartupError
+from agentcron.core.storage.database import sqlite_file
 
 if TYPE_CHECKING:
-    from core.config import Settings
+    from agentcron.core.config import Settings
 
 # What an agent gets when the service itself has no PATH (a bare systemd unit, say).
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"

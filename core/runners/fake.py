@@ -38,8 +38,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.errors import InvalidSchedule, RunPermanentError
-from core.runners.base import CancelToken, Runner, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.runners.base import (
+    CancelToken,
+    Runner,
+    RunOutcome,
+    RunRequest,
+    TransientRunError,
+)
 
 DEFAULT_SCRIPT = "default"
 

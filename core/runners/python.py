@@ -47,9 +47,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
-from core.logging import get_logger
-from core.runners.base import (
+from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
+from agentcron.core.logging import get_logger
+from agentcron.core.runners.base import (
     CancelToken,
     RunContext,
     Runner,

@@ -12,7 +12,7 @@ run late.
 
 from __future__ import annotations
 
-from core.schedules.plans import (
+from agentcron.core.schedules.plans import (
     MAX_BACKFILL,
     REDOABLE,
     RESUME_ALL_CAP,
@@ -23,8 +23,8 @@ from core.schedules.plans import (
     preview,
     resume_plan,
 )
-from core.schedules.service import WARNING_INPUTS, ScheduleService
-from core.schedules.views import load_schedule, parse_id, schedule_view
+from agentcron.core.schedules.service import WARNING_INPUTS, ScheduleService
+from agentcron.core.schedules.views import load_schedule, parse_id, schedule_view
 
 __all__ = [
     "MAX_BACKFILL",

@@ -9,13 +9,13 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.clock import Clock, utcnow
-from core.errors import ScheduleCapacityExceeded
-from core.policy import ExecutionPolicy
-from core.policy import current as current_policy
-from core.storage import Database, Schedule
-from core.storage.wakeups import announce_change
-from core.workdirs import task_workdir
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import ScheduleCapacityExceeded
+from agentcron.core.policy import ExecutionPolicy
+from agentcron.core.policy import current as current_policy
+from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.workdirs import task_workdir
 
 
 class ServiceBase:

@@ -13,24 +13,24 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core import triggers
-from core.errors import InvalidSchedule
-from core.logging import get_logger
-from core.runners.command.preflight import command_warnings
-from core.specs import (
+from agentcron.core import triggers
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.logging import get_logger
+from agentcron.core.runners.command.preflight import command_warnings
+from agentcron.core.specs import (
     BackfillRequest,
     reject_nul,
 )
-from core.states import RunReason, RunStatus
-from core.storage import Database, Run, Schedule
-from core.storage import queries as q
-from core.timeline import (
+from agentcron.core.states import RunReason, RunStatus
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage import queries as q
+from agentcron.core.timeline import (
     Gap,
     find_gap,
     gap_rows,
     last_fire_before,
 )
-from core.triggers.warnings import schedule_warnings
+from agentcron.core.triggers.warnings import schedule_warnings
 
 log = get_logger(__name__)
 

@@ -6,28 +6,28 @@ import uuid
 
 from sqlalchemy import or_, select, update
 
-from core import triggers
-from core.notify import keep_masked_secrets, validate_channels
-from core.pagination import Page, check_limit, decode_cursor, encode_cursor
-from core.runners import validate_runner
-from core.schedules.plans import (
+from agentcron.core import triggers
+from agentcron.core.notify import keep_masked_secrets, validate_channels
+from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from agentcron.core.runners import validate_runner
+from agentcron.core.schedules.plans import (
     exhausted,
     next_run_after,
     safe_warnings,
 )
-from core.schedules.timetable import TimetableVerbs
-from core.schedules.views import load_schedule
-from core.secrets import check_references
-from core.specs import (
+from agentcron.core.schedules.timetable import TimetableVerbs
+from agentcron.core.schedules.views import load_schedule
+from agentcron.core.secrets import check_references
+from agentcron.core.specs import (
     SETTINGS,
     ScheduleCreate,
     ScheduleUpdate,
     reject_nul,
     reject_oversized,
 )
-from core.states import RunReason, RunStatus
-from core.storage import Run, Schedule
-from core.transitions import finished
+from agentcron.core.states import RunReason, RunStatus
+from agentcron.core.storage import Run, Schedule
+from agentcron.core.transitions import finished
 
 # Fields whose change makes an update recompute the schedule's warnings.
 WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner"})

@@ -8,11 +8,11 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core import triggers
-from core.errors import Conflict
-from core.logging import get_logger
-from core.schedules.base import ServiceBase
-from core.schedules.plans import (
+from agentcron.core import triggers
+from agentcron.core.errors import Conflict
+from agentcron.core.logging import get_logger
+from agentcron.core.schedules.base import ServiceBase
+from agentcron.core.schedules.plans import (
     REDOABLE,
     BackfillPlan,
     ResumePlan,
@@ -24,20 +24,20 @@ from core.schedules.plans import (
     trim_summaries,
     upcoming_due_time,
 )
-from core.schedules.views import load_schedule
-from core.specs import (
+from agentcron.core.schedules.views import load_schedule
+from agentcron.core.specs import (
     BackfillRequest,
 )
-from core.states import RunReason, RunStatus
-from core.storage import Run, Schedule
-from core.storage import queries as q
-from core.timeline import (
+from agentcron.core.states import RunReason, RunStatus
+from agentcron.core.storage import Run, Schedule
+from agentcron.core.storage import queries as q
+from agentcron.core.timeline import (
     Gap,
     gap_rows,
     queue_under_way,
     queued_rows,
 )
-from core.transitions import apply, paused
+from agentcron.core.transitions import apply, paused
 
 log = get_logger(__name__)
 

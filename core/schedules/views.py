@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core import triggers
-from core.errors import NotFound
-from core.notify import masked_channels
-from core.specs import SETTINGS
-from core.storage import Schedule
+from agentcron.core import triggers
+from agentcron.core.errors import NotFound
+from agentcron.core.notify import masked_channels
+from agentcron.core.specs import SETTINGS
+from agentcron.core.storage import Schedule
 
 
 def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:

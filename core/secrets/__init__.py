@@ -30,9 +30,15 @@ service's user (a ``command`` or ``python`` agent included) can read it.
 
 from __future__ import annotations
 
-from core.secrets.keyring import KEY_HINT, KEY_SETTING, Keyring, SecretUnreadable, generate_key
-from core.secrets.redaction import MIN_FRAGMENT_CHARS, MIN_REDACTED_CHARS, redact
-from core.secrets.references import (
+from agentcron.core.secrets.keyring import (
+    KEY_HINT,
+    KEY_SETTING,
+    Keyring,
+    SecretUnreadable,
+    generate_key,
+)
+from agentcron.core.secrets.redaction import MIN_FRAGMENT_CHARS, MIN_REDACTED_CHARS, redact
+from agentcron.core.secrets.references import (
     MAX_VALUE_BYTES,
     NAME_KEYS,
     NAME_PATTERN,
@@ -44,8 +50,8 @@ from core.secrets.references import (
     referenced_secrets,
     secret_references,
 )
-from core.secrets.resolution import Resolution, load, resolve
-from core.secrets.store import (
+from agentcron.core.secrets.resolution import Resolution, load, resolve
+from agentcron.core.secrets.store import (
     SecretInfo,
     delete_secret,
     list_secrets,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from pydantic import SecretStr
 
-from core.errors import RunPermanentError, StartupError
+from agentcron.core.errors import RunPermanentError, StartupError
 
 KEY_SETTING = "AGENTCRON_SECRETS_KEY"
 KEY_HINT = "make one with `agentcron secrets-key`"

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.errors import RunPermanentError, TargetUnavailable
-from core.secrets.keyring import KEY_SETTING, Keyring, SecretUnreadable
-from core.storage import Database, Schedule, Secret
+from agentcron.core.errors import RunPermanentError, TargetUnavailable
+from agentcron.core.secrets.keyring import KEY_SETTING, Keyring, SecretUnreadable
+from agentcron.core.storage import Database, Schedule, Secret
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, delete, select
 from sqlalchemy.exc import IntegrityError
 
-from core.clock import Clock, utcnow
-from core.errors import Conflict, NotFound
-from core.logging import get_logger
-from core.secrets.keyring import KEY_HINT, KEY_SETTING, Keyring
-from core.secrets.references import check_name, check_value
-from core.storage import Database, Secret
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.errors import Conflict, NotFound
+from agentcron.core.logging import get_logger
+from agentcron.core.secrets.keyring import KEY_HINT, KEY_SETTING, Keyring
+from agentcron.core.secrets.references import check_name, check_value
+from agentcron.core.storage import Database, Secret
 
 log = get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """SQLAlchemy 2 async storage: engine and sessions, column types, models."""
 
-from core.storage.database import Capabilities, Database
-from core.storage.models import ApiKey, Base, Delivery, Run, Schedule, Secret, Task
+from agentcron.core.storage.database import Capabilities, Database
+from agentcron.core.storage.models import ApiKey, Base, Delivery, Run, Schedule, Secret, Task
 
 __all__ = [
     "ApiKey",

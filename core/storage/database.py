@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from core.errors import SchedulerUnavailable
+from agentcron.core.errors import SchedulerUnavailable
 
 # Execution option that asks SQLite for BEGIN IMMEDIATE: a write transaction takes the write
 # lock up front and waits (busy_timeout) instead of failing on lock upgrade mid-transaction.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from core.errors import StartupError
+from agentcron.core.errors import StartupError
 
 
 class EngineLock:

@@ -11,8 +11,8 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
-from core.errors import SchedulerUnavailable, StartupError
-from core.storage.database import Database, ensure_sqlite_dir, sqlite_file
+from agentcron.core.errors import SchedulerUnavailable, StartupError
+from agentcron.core.storage.database import Database, ensure_sqlite_dir, sqlite_file
 
 # migrations/ sits beside the core package in the source tree (installed editable by `make`).
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"

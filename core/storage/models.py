@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from core.storage.types import JSONType, UTCDateTime
+from agentcron.core.storage.types import JSONType, UTCDateTime
 
 # Stable constraint names, so migrations can name what they alter on every database.
 NAMING_CONVENTION = {

@@ -31,10 +31,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from core.states import ACTIVE, RunReason, RunStatus
-from core.storage.models import Run, Schedule
-from core.storage.types import UTCDateTime
-from core.transitions import admitted, finished
+from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.types import UTCDateTime
+from agentcron.core.transitions import admitted, finished
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
 SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]

@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from core.logging import get_logger
-from core.storage.database import Database
+from agentcron.core.logging import get_logger
+from agentcron.core.storage.database import Database
 
 log = get_logger(__name__)
 

@@ -38,9 +38,9 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from zoneinfo import ZoneInfo
 
-from core.triggers.cron import is_wildcard_job
-from core.triggers.describe import describe
-from core.triggers.kinds import (
+from agentcron.core.triggers.cron import is_wildcard_job
+from agentcron.core.triggers.describe import describe
+from agentcron.core.triggers.kinds import (
     GAP_POLICIES,
     KIND_KEYS,
     MAX_INTERVAL_SECONDS,
@@ -54,8 +54,8 @@ from core.triggers.kinds import (
     trigger_from_dict,
     trigger_to_dict,
 )
-from core.triggers.search import dst_rule as _cron_dst_rule
-from core.triggers.search import next_cron
+from agentcron.core.triggers.search import dst_rule as _cron_dst_rule
+from agentcron.core.triggers.search import next_cron
 
 __all__ = [
     "GAP_POLICIES",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from core.errors import InvalidSchedule
+from agentcron.core.errors import InvalidSchedule
 
 CRON_FIELD = "trigger.cron"
 

@@ -6,8 +6,8 @@ import re
 from datetime import UTC, datetime
 from typing import Final
 
-from core.triggers.cron import Cron, parse_cron
-from core.triggers.kinds import CronTrigger, IntervalTrigger, Trigger
+from agentcron.core.triggers.cron import Cron, parse_cron
+from agentcron.core.triggers.kinds import CronTrigger, IntervalTrigger, Trigger
 
 WEEKDAY_NAMES: Final = (
     "Sunday",

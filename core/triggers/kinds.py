@@ -15,8 +15,8 @@ from functools import cache
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from core.errors import InvalidSchedule
-from core.triggers.cron import CRON_FIELD, parse_cron
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers.cron import CRON_FIELD, parse_cron
 
 MAX_INTERVAL_SECONDS: Final = 31_536_000
 # DST policies (docs/design.md, promise 2 gives the defaults, which depend on the job kind).

@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from core.triggers.cron import Cron, parse_cron
-from core.triggers.kinds import CronTrigger
+from agentcron.core.triggers.cron import Cron, parse_cron
+from agentcron.core.triggers.kinds import CronTrigger
 
 # Croniter is asked for the next naive match; under AND a Feb 29 on a given weekday can be
 # 28 years (40 across 2100) away, so its search horizon must be wider than its default.

@@ -16,8 +16,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from core.triggers.kinds import CronTrigger
-from core.triggers.search import matched_walls
+from agentcron.core.triggers.kinds import CronTrigger
+from agentcron.core.triggers.search import matched_walls
 
 _PROBE: Final = timedelta(days=1)
 _SECOND: Final = timedelta(seconds=1)

@@ -28,10 +28,10 @@ from itertools import islice, pairwise
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from core import triggers
-from core.triggers.cron import parse_cron
-from core.triggers.describe import MONTH_TITLES, WEEKDAY_NAMES
-from core.triggers.transitions import DstEvent, dst_events
+from agentcron.core import triggers
+from agentcron.core.triggers.cron import parse_cron
+from agentcron.core.triggers.describe import MONTH_TITLES, WEEKDAY_NAMES
+from agentcron.core.triggers.transitions import DstEvent, dst_events
 
 DST_LOOKAHEAD: Final = timedelta(days=731)
 DST_DATES_SHOWN: Final = 2

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from core.storage.types import JSONType as JSON_TYPE
-from core.storage.types import UTCDateTime
+from agentcron.core.storage.types import JSONType as JSON_TYPE
+from agentcron.core.storage.types import UTCDateTime
 
 UTC_DATETIME = UTCDateTime()
 

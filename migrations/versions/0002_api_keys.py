@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from core.storage.types import UTCDateTime
+from agentcron.core.storage.types import UTCDateTime
 
 UTC_DATETIME = UTCDateTime()
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from core.storage.types import UTCDateTime
+from agentcron.core.storage.types import UTCDateTime
 
 revision: str = "0003"
 down_revision: str | None = "0002"

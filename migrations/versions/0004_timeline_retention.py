@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from core.storage.types import UTCDateTime
+from agentcron.core.storage.types import UTCDateTime
 
 revision: str = "0004"
 down_revision: str | None = "0003"

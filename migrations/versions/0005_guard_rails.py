@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from core.storage.types import JSONType
+from agentcron.core.storage.types import JSONType
 
 revision: str = "0005"
 down_revision: str | None = "0004"

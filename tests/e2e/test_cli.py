@@ -486,7 +486,7 @@ def test_delete_asks_on_a_terminal(server: Server) -> None:
 @pytest.mark.parametrize(
     ("imports", "server_side"),
     [
-        ("web.cli", ("core", "sqlalchemy", "alembic", "fastapi", "uvicorn", "structlog")),
+        ("agentcron.web.cli", ("core", "sqlalchemy", "alembic", "fastapi", "uvicorn", "structlog")),
         # `agentcron mcp` also reads core's request models (its tools' schemas), nothing more;
         # the MCP SDK brings uvicorn along.
         (

@@ -29,9 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
+from agentcron.web.mcp.tools import TOOLS
 from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
 from tests.e2e.test_serve import README
-from web.mcp.tools import TOOLS
 
 TRANSPORTS = ("stdio", "http")
 ECHO = {"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]}

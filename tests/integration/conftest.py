@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from core.ledger import Ledger
-from core.runners import register_runner_type
-from core.runners.fake import FakeRunnerType
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.storage import Database
+from agentcron.core.ledger import Ledger
+from agentcron.core.runners import register_runner_type
+from agentcron.core.runners.fake import FakeRunnerType
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.storage import Database
+from agentcron.web.loop import SchedulerLoop
 from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine
 from tests.integration.test_webhook import Receiver, new_secret
-from web.loop import SchedulerLoop
 
 
 @pytest.fixture

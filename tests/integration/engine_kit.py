@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from core.ledger import Ledger
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
-from core.storage import Database, Delivery, Run, Schedule
-from web.loop import SchedulerLoop
+from agentcron.core.ledger import Ledger
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.web.loop import SchedulerLoop
 
 T = TypeVar("T")
 

@@ -31,8 +31,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.routing import Match
 
-from core.config import Settings
-from web.app import create_app
+from agentcron.core.config import Settings
+from agentcron.web.app import create_app
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

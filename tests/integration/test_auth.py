@@ -28,9 +28,9 @@ from fastapi import FastAPI
 from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
-from core import triggers
-from core.keys import LAST_USED_RESOLUTION, authenticate, create_key, revoke_key
-from core.storage import ApiKey, Database, Task
+from agentcron.core import triggers
+from agentcron.core.keys import LAST_USED_RESOLUTION, authenticate, create_key, revoke_key
+from agentcron.core.storage import ApiKey, Database, Task
 from tests.conftest import app_client, bearer, issue_key
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))

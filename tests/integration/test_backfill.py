@@ -15,14 +15,14 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from core.errors import InvalidSchedule
-from core.ledger import Ledger
-from core.runners.fake import FakeRunnerType, sleep
-from core.runs import RunService
-from core.schedules import RESUME_ALL_CAP, ScheduleService
-from core.specs import BackfillRequest, ScheduleCreate
-from core.storage import Database, Run
-from core.timeline import MAX_ROWS, NEVER, QUEUED
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.ledger import Ledger
+from agentcron.core.runners.fake import FakeRunnerType, sleep
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import RESUME_ALL_CAP, ScheduleService
+from agentcron.core.specs import BackfillRequest, ScheduleCreate
+from agentcron.core.storage import Database, Run
+from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED
 from tests.integration.engine_kit import Engine, runs_of, runs_where, spec, wait_for
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)

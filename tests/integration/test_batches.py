@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from core import triggers
-from core.ledger import Claim, Ledger, Outcome
-from core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
-from core.states import TERMINAL
-from core.storage import Database, Run, Schedule, Task
+from agentcron.core import triggers
+from agentcron.core.ledger import Claim, Ledger, Outcome
+from agentcron.core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
+from agentcron.core.states import TERMINAL
+from agentcron.core.storage import Database, Run, Schedule, Task
 from tests.factories import schedule_values
 from tests.integration.engine_kit import MakeEngine, wait_for
 

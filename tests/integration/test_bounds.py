@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 from sqlalchemy import insert
 
-from core import triggers
-from core.ledger import Ledger
-from core.planning import plan_due_times
-from core.runners.fake import FakeRunnerType
-from core.specs import ScheduleUpdate
-from core.storage import Database, Run, Schedule
-from core.timeline import jitter_delay
+from agentcron.core import triggers
+from agentcron.core.ledger import Ledger
+from agentcron.core.planning import plan_due_times
+from agentcron.core.runners.fake import FakeRunnerType
+from agentcron.core.specs import ScheduleUpdate
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.timeline import jitter_delay
 from tests.factories import schedule_values
 from tests.integration.engine_kit import Engine, fetch_schedule, runs_of, spec, wait_for
 

@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from core.runners.fake import FakeRunnerType, permanent, succeed
+from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
 from tests.integration.engine_kit import (
     Engine,
     deliveries_of,

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, insert, select, update
 
-from core import triggers
-from core.ledger import Claim, Ledger
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
-from core.storage import Database, Run, Schedule
+from agentcron.core import triggers
+from agentcron.core.ledger import Claim, Ledger
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Database, Run, Schedule
 from tests.factories import schedule_values
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)

@@ -18,18 +18,18 @@ import structlog.testing
 from fastapi import FastAPI
 from sqlalchemy import Engine, event, insert, update
 
-from core.clock import Clock, DatabaseClock, utcnow
-from core.config import Settings
-from core.ledger import Ledger
-from core.runners.fake import FakeRunnerType, succeed
-from core.storage import Database, Run, Schedule
+from agentcron.core.clock import Clock, DatabaseClock, utcnow
+from agentcron.core.config import Settings
+from agentcron.core.ledger import Ledger
+from agentcron.core.runners.fake import FakeRunnerType, succeed
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.web.app import create_app
+from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.loop import SchedulerLoop
+from agentcron.web.metrics import EngineMetrics
 from tests.conftest import app_client
 from tests.factories import schedule_values
 from tests.integration.engine_kit import fetch_run, runs_of, wait_for
-from web.app import create_app
-from web.clockwatch import ClockWatch
-from web.loop import SchedulerLoop
-from web.metrics import EngineMetrics
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
 # Generous: the database is local, a round trip is a millisecond; a loaded CI machine is not.

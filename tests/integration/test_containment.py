@@ -27,13 +27,13 @@ from fastapi import FastAPI
 from sqlalchemy import update
 from structlog.testing import capture_logs
 
-from core.config import Settings
-from core.errors import StartupError
-from core.storage import Database, Task
-from core.workdirs import adopt_legacy_directory
+from agentcron.core.config import Settings
+from agentcron.core.errors import StartupError
+from agentcron.core.storage import Database, Task
+from agentcron.core.workdirs import adopt_legacy_directory
+from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
 from tests.sandbox import HOST_PYTHON
-from web.app import create_app
 
 API = "/api/v1"
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
@@ -305,7 +305,7 @@ def test_the_new_directory_wins_over_a_legacy_one(tmp_path: Path) -> None:
 
 
 async def test_an_owner_that_is_not_a_path_component_is_refused(tmp_path: Path) -> None:
-    from core.ledger import Ledger
+    from agentcron.core.ledger import Ledger
 
     ledger = Ledger(Database("sqlite+aiosqlite://"), owner="x", data_dir=tmp_path)
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.config import Settings
+from agentcron.core.config import Settings
 
 CRON = {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
 

@@ -17,13 +17,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from core.keys import create_key, revoke_key
-from core.ledger import Ledger
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
-from core.storage import Schedule
-from web.dashboard.session import COOKIE, MAX_FORM_BYTES
+from agentcron.core.keys import create_key, revoke_key
+from agentcron.core.ledger import Ledger
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Schedule
+from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
 
 ORIGIN = "http://agentcron"
 FORM: dict[str, str] = {

@@ -12,7 +12,8 @@ from datetime import timedelta
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from core.storage import Database, Run
+from agentcron.core.storage import Database, Run
+from agentcron.web.dashboard.views import duration, offset_label
 from tests.integration.test_dashboard import (
     FORM,
     browser,
@@ -23,7 +24,6 @@ from tests.integration.test_dashboard import (
     schedule_id,
     service,
 )
-from web.dashboard.views import duration, offset_label
 
 SHELL = ["sh", "-c", "echo agent got: $(cat)"]
 

@@ -22,12 +22,12 @@ import pytest
 import structlog
 from sqlalchemy import insert, update
 
-from core import triggers
-from core.ledger import Ledger, Outcome
-from core.notify import register_notifier
-from core.notify.base import DeliveryRequest
-from core.runners.fake import FakeRunnerType, permanent, succeed
-from core.storage import Database, Delivery, Run, Schedule
+from agentcron.core import triggers
+from agentcron.core.ledger import Ledger, Outcome
+from agentcron.core.notify import register_notifier
+from agentcron.core.notify.base import DeliveryRequest
+from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
+from agentcron.core.storage import Database, Delivery, Run, Schedule
 from tests.factories import schedule_values
 from tests.integration.engine_kit import (
     HOURLY,
@@ -264,7 +264,7 @@ class Gate:
 async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
     make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("web.loop.HARD_STOP_GRACE", 0.2)
+    monkeypatch.setattr("agentcron.web.loop.HARD_STOP_GRACE", 0.2)
     gate = Gate()
     register_notifier(gate)
     first = make_engine("engine-a", drain_timeout=0.2)

@@ -14,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import insert, select, update
 
-from core import triggers
-from core.ledger import Ledger
-from core.storage import Database, Run, Schedule
+from agentcron.core import triggers
+from agentcron.core.ledger import Ledger
+from agentcron.core.storage import Database, Run, Schedule
 from tests.factories import schedule_values
 
 API = "/api/v1/schedules"

@@ -38,20 +38,20 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from sqlalchemy import select
 
-from core.config import Settings
-from core.notify import NOTIFY_ON
-from core.notify import email as email_channel
-from core.notify import file as file_channel
-from core.notify import webhook as webhook_channel
-from core.runners import command, openai, python
-from core.secrets import referenced_secrets
-from core.specs import ScheduleCreate, ScheduleUpdate
-from core.storage import Database, Schedule
-from core.triggers import KIND_KEYS
+from agentcron.core.config import Settings
+from agentcron.core.notify import NOTIFY_ON
+from agentcron.core.notify import email as email_channel
+from agentcron.core.notify import file as file_channel
+from agentcron.core.notify import webhook as webhook_channel
+from agentcron.core.runners import command, openai, python
+from agentcron.core.secrets import referenced_secrets
+from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+from agentcron.core.storage import Database, Schedule
+from agentcron.core.triggers import KIND_KEYS
+from agentcron.web.api.schemas import ScheduleOut
+from agentcron.web.cli import main as cli_main
 from tests.conftest import TEST_AGENTS, app_client, issue_key
 from tests.integration.test_dashboard import ORIGIN, browser
-from web.api.schemas import ScheduleOut
-from web.cli import main as cli_main
 
 API = "/api/v1/schedules"
 OWNER = "local"  # a trusted owner: every runner type (core.policy)

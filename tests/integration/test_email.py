@@ -31,20 +31,20 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from sqlalchemy import select
 
-from core.errors import RunPermanentError
-from core.ledger import Ledger
-from core.notify import validate_channels
-from core.notify.base import DeliveryRequest
-from core.notify.delivery import deliver_run, delivery_body
-from core.notify.email import EmailDeferred, EmailNotifier
-from core.retry import RetryPolicy
-from core.runners import register_runner_type
-from core.runners.fake import FakeRunnerType, succeed
-from core.runs import RunService, run_view
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
-from core.storage import Database, Delivery, Run
-from web.loop import SchedulerLoop
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.ledger import Ledger
+from agentcron.core.notify import validate_channels
+from agentcron.core.notify.base import DeliveryRequest
+from agentcron.core.notify.delivery import deliver_run, delivery_body
+from agentcron.core.notify.email import EmailDeferred, EmailNotifier
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.runners import register_runner_type
+from agentcron.core.runners.fake import FakeRunnerType, succeed
+from agentcron.core.runs import RunService, run_view
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Database, Delivery, Run
+from agentcron.web.loop import SchedulerLoop
 
 T = TypeVar("T")
 

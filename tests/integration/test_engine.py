@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import delete
 
-from core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import (
     HOURLY,
     OWNER,
@@ -204,7 +204,7 @@ async def test_overlap_buffer_one_runs_the_buffered_run_before_newer_ones(
 ) -> None:
     # The buffered run looks again only every WAIT_POLL_SECONDS; make that gap long so a newer
     # run arriving in it is certain to be seen first.
-    monkeypatch.setattr("web.engine.WAIT_POLL_SECONDS", 3.0)
+    monkeypatch.setattr("agentcron.web.engine.WAIT_POLL_SECONDS", 3.0)
     runner = fake.script("slow-first", [sleep(30), succeed()])
     schedule = await engine.create(spec(fake.config("slow-first"), HOURLY, overlap="buffer_one"))
     first = await engine.run_now(schedule.id)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
 
 API = "/api/v1/schedules"
 RUNNER = {"type": "command", "argv": ["cat"]}

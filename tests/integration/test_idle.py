@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from core.clock import DatabaseClock
-from core.ledger import Ledger
-from core.runners.fake import FakeRunnerType, succeed
-from core.schedules import ScheduleService
-from core.storage import Database, Run
+from agentcron.core.clock import DatabaseClock
+from agentcron.core.ledger import Ledger
+from agentcron.core.runners.fake import FakeRunnerType, succeed
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.storage import Database, Run
+from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.loop import SchedulerLoop
+from agentcron.web.metrics import EngineMetrics
 from tests.integration.engine_kit import (
     HOURLY,
     LEASE,
@@ -27,9 +30,6 @@ from tests.integration.engine_kit import (
     wait_for,
     wait_status,
 )
-from web.clockwatch import ClockWatch
-from web.loop import SchedulerLoop
-from web.metrics import EngineMetrics
 
 
 @contextmanager

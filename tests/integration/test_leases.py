@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from core.runners.fake import FakeRunnerType, sleep
-from core.storage import Run
+from agentcron.core.runners.fake import FakeRunnerType, sleep
+from agentcron.core.storage import Run
+from agentcron.web.loop import SchedulerLoop
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,
@@ -31,7 +32,6 @@ from tests.integration.engine_kit import (
     wait_for,
     wait_status,
 )
-from web.loop import SchedulerLoop
 
 LEASE = 3.0  # long enough that a held renewal and a start fit well inside one lease
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from agentcron.web.mcp.tools import TOOLS, ApiTool
 from tests.integration.test_api_doc import openapi, served
-from web.mcp.tools import TOOLS, ApiTool
 
 REF = "#/components/schemas/"
 

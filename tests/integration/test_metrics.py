@@ -6,8 +6,8 @@ import httpx
 import structlog.testing
 from prometheus_client import generate_latest
 
-from core.runners.fake import FakeRunnerType, permanent, succeed
-from core.storage import Delivery, Run
+from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
+from agentcron.core.storage import Delivery, Run
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,

@@ -10,8 +10,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from core.storage.migrate import upgrade
-from core.storage.models import Base
+from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage.models import Base
 
 
 def _diff(connection: Connection) -> list[Any]:

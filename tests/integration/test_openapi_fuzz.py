@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from core.config import Settings
-from core.keys import LOCAL_OWNER, create_key
-from core.storage import Database
+from agentcron.core.config import Settings
+from agentcron.core.keys import LOCAL_OWNER, create_key
+from agentcron.core.storage import Database
+from agentcron.web.app import create_app
 from tests.conftest import bearer
-from web.app import create_app
 
 SCHEMA_SETTINGS = Settings(
     database_url="sqlite+aiosqlite:///:memory:", disable_scheduler=True, log_format="console"

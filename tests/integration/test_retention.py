@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 from sqlalchemy import func, insert, select, update
 
-from core.config import Settings
-from core.retention import RetentionPolicy, prune_runs
-from core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.core.config import Settings
+from agentcron.core.retention import RetentionPolicy, prune_runs
+from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.web.app import create_app
 from tests.factories import schedule_values
 from tests.integration.engine_kit import wait_for
-from web.app import create_app
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from core.storage import Database, Run
+from agentcron.core.storage import Database, Run
 
 API = "/api/v1"
 RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}

@@ -31,11 +31,11 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import select, update
 
-from core.config import Settings
-from core.errors import RunPermanentError, StartupError
-from core.notify.base import DeliveryRequest
-from core.notify.email import EmailNotifier
-from core.secrets import (
+from agentcron.core.config import Settings
+from agentcron.core.errors import RunPermanentError, StartupError
+from agentcron.core.notify.base import DeliveryRequest
+from agentcron.core.notify.email import EmailNotifier
+from agentcron.core.secrets import (
     Keyring,
     SecretUnreadable,
     list_secrets,
@@ -44,14 +44,14 @@ from core.secrets import (
     reencrypt_all,
     resolve,
 )
-from core.storage import Database, Run, Schedule, Secret
+from agentcron.core.storage import Database, Run, Schedule, Secret
+from agentcron.web.app import create_app
+from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion
 from tests.conftest import app_client, issue_key
 from tests.integration.test_edit_keeps_fields import _AppTransport
 from tests.integration.test_email import free_port
 from tests.integration.test_webhook import Receiver, new_secret
-from web.app import create_app
-from web.cli import main as cli_main
 
 API = "/api/v1"
 KEY = Fernet.generate_key().decode()
@@ -423,7 +423,7 @@ async def test_a_malformed_key_refuses_to_start(settings: Settings, tmp_path: Pa
     }
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "web.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "agentcron.web.cli", "serve", "--port", "0"],
         env=env,
         capture_output=True,
         text=True,
@@ -619,7 +619,7 @@ async def test_secrets_rotate_reencrypts_under_the_first_key(db: Database, db_ur
     }
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "web.cli", "secrets-rotate"],
+        [sys.executable, "-m", "agentcron.web.cli", "secrets-rotate"],
         env=env,
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, StatementError
 
-from core.storage import Database, Run, Schedule
+from agentcron.core.storage import Database, Run, Schedule
 from tests.factories import schedule_values
 
 

@@ -18,18 +18,17 @@ import pytest
 import structlog
 from fastapi import FastAPI
 
-import web.loop
-from core.config import Settings
-from core.runners.fake import FakeRunnerType, sleep
-from core.storage.wakeups import WAKE_CHANNEL
+from agentcron.core.config import Settings
+from agentcron.core.runners.fake import FakeRunnerType, sleep
+from agentcron.core.storage.wakeups import WAKE_CHANNEL
+from agentcron.web.app import create_app
+from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.leases import LeaseKeeper
+from agentcron.web.loop import SchedulerLoop
+from agentcron.web.metrics import EngineMetrics
+from agentcron.web.supervisor import Supervisor
 from tests.conftest import _dsn, app_client
 from tests.integration.engine_kit import HOURLY, spec, wait_for, wait_status
-from web.app import create_app
-from web.clockwatch import ClockWatch
-from web.leases import LeaseKeeper
-from web.loop import SchedulerLoop
-from web.metrics import EngineMetrics
-from web.supervisor import Supervisor
 
 BODIES: dict[str, tuple[type, str]] = {
     "loop": (SchedulerLoop, "_run_loop"),

@@ -6,11 +6,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from core.notify import notifier, register_notifier
-from core.notify.file import FileNotifier
-from core.runners.fake import FakeRunnerType, sleep, succeed
-from core.storage import Schedule
-from core.tasks import delete_task, get_task
+from agentcron.core.notify import notifier, register_notifier
+from agentcron.core.notify.file import FileNotifier
+from agentcron.core.runners.fake import FakeRunnerType, sleep, succeed
+from agentcron.core.storage import Schedule
+from agentcron.core.tasks import delete_task, get_task
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,
@@ -108,7 +108,7 @@ async def test_vanished_channel_type_pauses_the_schedule(
     register_notifier(Gone())
     notify = [{"type": "soon-gone", "path": "out.jsonl"}]
     schedule = await engine.create(spec(fake.config(), HOURLY, notify=notify))
-    from core import notify as registry
+    from agentcron.core import notify as registry
 
     registry._REGISTRY.pop("soon-gone")
     assert notifier("soon-gone") is None

@@ -17,13 +17,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from core.config import Settings
-from core.notify.ssrf import IPAddress
-from core.policy import ExecutionPolicy, PolicyConfigError, load_agents
+from agentcron.core.config import Settings
+from agentcron.core.notify.ssrf import IPAddress
+from agentcron.core.policy import ExecutionPolicy, PolicyConfigError, load_agents
+from agentcron.web.app import create_app
 from tests.chat_server import ChatServer
 from tests.conftest import app_client, issue_key
 from tests.integration.engine_kit import wait_for
-from web.app import create_app
 
 AGENTS = """
 [agents.echo-topic]
@@ -266,7 +266,7 @@ async def test_a_tenants_model_host_resolving_to_a_private_address_is_refused_at
             resolved.append(host)
             return [ip_address("127.0.0.1")]
 
-        monkeypatch.setattr("core.runners.openai.runner.resolve", rebinding)
+        monkeypatch.setattr("agentcron.core.runners.openai.runner.resolve", rebinding)
         monkeypatch.setenv("SHARED_MODEL_KEY", "sk-shared")
         base_url = f"http://models.example:{port}/v1"
         runner = {**OPENAI, "base_url": base_url, "api_key_env": "SHARED_MODEL_KEY"}

@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 from sqlalchemy import insert, select
 
-from core import triggers
-from core.errors import Conflict, InvalidSchedule
-from core.ledger import Ledger
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate, ScheduleUpdate
-from core.storage import Database, Run, Schedule
-from core.timeline import COUNT_CAP, MAX_ROWS
+from agentcron.core import triggers
+from agentcron.core.errors import Conflict, InvalidSchedule
+from agentcron.core.ledger import Ledger
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 from tests.factories import schedule_values
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)

@@ -32,20 +32,20 @@ import trustme
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
-from core.config import Settings
-from core.errors import RunPermanentError
-from core.notify import register_notifier
-from core.notify.base import DeliveryRequest
-from core.notify.delivery import deliver_run
-from core.notify.ssrf import IPAddress
-from core.notify.webhook import WebhookNotifier
-from core.retry import RetryPolicy
-from core.runs import RunService, run_view
-from core.schedules import ScheduleService
-from core.specs import ScheduleCreate
-from core.storage import Database, Delivery, Run
+from agentcron.core.config import Settings
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.notify import register_notifier
+from agentcron.core.notify.base import DeliveryRequest
+from agentcron.core.notify.delivery import deliver_run
+from agentcron.core.notify.ssrf import IPAddress
+from agentcron.core.notify.webhook import WebhookNotifier
+from agentcron.core.retry import RetryPolicy
+from agentcron.core.runs import RunService, run_view
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Database, Delivery, Run
+from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
-from web.app import create_app
 
 API = "/api/v1"
 HANG = "hang"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.runners import CancelToken, RunRequest, build_runner, validate_runner
-from core.runners.containment import DEFAULT_PATH, Containment, Sandbox, agent_environment
+from agentcron.core.runners import CancelToken, RunRequest, build_runner, validate_runner
+from agentcron.core.runners.containment import DEFAULT_PATH, Containment, Sandbox, agent_environment
 
 # What the service's environment holds in production, and no agent may see.
 SERVICE_SECRETS = {

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from core.batching import GroupCommit
+from agentcron.core.batching import GroupCommit
 
 
 class Recorder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from core.clock import DatabaseClock
+from agentcron.core.clock import DatabaseClock
 
 T = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import RunPermanentError
-from core.runners import CancelToken, RunOutcome, RunRequest, build_runner, validate_runner
-from core.runners.base import TransientRunError
-from core.runners.command import OUTPUT_LIMIT
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.runners import (
+    CancelToken,
+    RunOutcome,
+    RunRequest,
+    build_runner,
+    validate_runner,
+)
+from agentcron.core.runners.base import TransientRunError
+from agentcron.core.runners.command import OUTPUT_LIMIT
 
 PY = sys.executable
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import Settings, normalize_database_url
+from agentcron.core.config import Settings, normalize_database_url
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from core.errors import SchedulerUnavailable
-from core.ledger.memory import MemoryRunStore
-from core.runners import register_runner_type
-from core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
-from core.storage import Run
-from web.leases import LEASE_LOST
-from web.loop import SchedulerLoop
+from agentcron.core.errors import SchedulerUnavailable
+from agentcron.core.ledger.memory import MemoryRunStore
+from agentcron.core.runners import register_runner_type
+from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
+from agentcron.core.storage import Run
+from agentcron.web.leases import LEASE_LOST
+from agentcron.web.loop import SchedulerLoop
 
 LEASE = 0.9  # the heartbeat renews every 0.3 s: a cancel or a takeover is seen within that
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from core.errors import InvalidSchedule, RunPermanentError
-from core.notify.base import DeliveryRequest
-from core.notify.file import FileNotifier
+from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.notify.base import DeliveryRequest
+from agentcron.core.notify.file import FileNotifier
 
 BODY = {"type": "run.finished", "run": {"id": "r1", "status": "succeeded"}}
 

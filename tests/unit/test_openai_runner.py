@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import InvalidSchedule, RunPermanentError
-from core.runners import (
+from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.runners import (
     CancelToken,
     RunOutcome,
     RunRequest,
@@ -24,8 +24,8 @@ from core.runners import (
     build_runner,
     validate_runner,
 )
-from core.runners import openai as openai_runner
-from core.runners.openai import reply as openai_reply
+from agentcron.core.runners import openai as openai_runner
+from agentcron.core.runners.openai import reply as openai_reply
 from tests.chat_server import ChatServer, Reply, completion
 from tests.factories import run_request
 

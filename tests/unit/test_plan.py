@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from core import triggers
-from core.planning import MAX_DUE_PER_CLAIM, plan_due_times
-from core.storage import Schedule
-from core.timeline import COUNT_CAP, MAX_ROWS
+from agentcron.core import triggers
+from agentcron.core.planning import MAX_DUE_PER_CLAIM, plan_due_times
+from agentcron.core.storage import Schedule
+from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-import core.notify as notify_registry
-import core.runners as runner_registry
-from core.errors import InvalidSchedule
+import agentcron.core.notify as notify_registry
+import agentcron.core.runners as runner_registry
+from agentcron.core.errors import InvalidSchedule
 
 PLUGIN = """
-from core.notify.file import FileNotifier
-from core.runners.command import CommandRunnerType
+from agentcron.core.notify.file import FileNotifier
+from agentcron.core.runners.command import CommandRunnerType
 
 
 class EchoRunnerType(CommandRunnerType):

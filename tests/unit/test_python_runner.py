@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
-from core.runners import (
+from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
+from agentcron.core.runners import (
     CancelToken,
     RunOutcome,
     RunRequest,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runners.command.reaper import GO, Reaper, gated
+from agentcron.core.runners.command.reaper import GO, Reaper, gated
 from tests.integration.engine_kit import process_alive
 
 

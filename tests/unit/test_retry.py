@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from core.retry import RetryPolicy
+from agentcron.core.retry import RetryPolicy
 
 
 class FixedDraw(random.Random):

@@ -16,10 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import RunPermanentError, StartupError, TargetUnavailable
-from core.runners import CancelToken, RunOutcome, RunRequest, build_runner, validate_runner
-from core.runners.base import TransientRunError
-from core.runners.containment import Containment, Sandbox, check_sandbox
+from agentcron.core.errors import RunPermanentError, StartupError, TargetUnavailable
+from agentcron.core.runners import (
+    CancelToken,
+    RunOutcome,
+    RunRequest,
+    build_runner,
+    validate_runner,
+)
+from agentcron.core.runners.base import TransientRunError
+from agentcron.core.runners.containment import Containment, Sandbox, check_sandbox
 from tests.e2e.conftest import processes_with
 
 PY = sys.executable

@@ -14,12 +14,12 @@ import structlog
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from core.errors import InvalidSchedule, StartupError
-from core.logging import configure_logging, get_logger
-from core.notify import masked_channels, validate_channels
-from core.runners import RunRequest, validate_runner
-from core.runners.command import CommandRunnerType
-from core.secrets import (
+from agentcron.core.errors import InvalidSchedule, StartupError
+from agentcron.core.logging import configure_logging, get_logger
+from agentcron.core.notify import masked_channels, validate_channels
+from agentcron.core.runners import RunRequest, validate_runner
+from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.secrets import (
     Keyring,
     SecretUnreadable,
     check_name,

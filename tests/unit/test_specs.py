@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import inspect as sa_inspect
 
-from core.errors import InvalidSchedule
-from core.specs import NULLABLE, SETTINGS, ScheduleCreate, ScheduleUpdate
-from core.storage import Schedule
-from web.api.schemas import ScheduleOut
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.specs import NULLABLE, SETTINGS, ScheduleCreate, ScheduleUpdate
+from agentcron.core.storage import Schedule
+from agentcron.web.api.schemas import ScheduleOut
 
 
 def test_update_public_shape_and_row_have_every_settable_field() -> None:

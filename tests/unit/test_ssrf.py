@@ -7,7 +7,7 @@ from ipaddress import IPv4Address, ip_address
 
 import pytest
 
-from core.notify.ssrf import (
+from agentcron.core.notify.ssrf import (
     classify,
     is_localhost_name,
     literal_host_kind,

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.errors import InvalidSchedule
-from core.triggers import (
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import (
     describe,
     in_zone,
     next_fire,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import InvalidSchedule
-from core.triggers import (
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import (
     MAX_INTERVAL_SECONDS,
     CronTrigger,
     IntervalTrigger,

@@ -27,8 +27,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.triggers import CronTrigger, in_zone, next_fire, preview
-from core.triggers.cron import parse_cron
+from agentcron.core.triggers import CronTrigger, in_zone, next_fire, preview
+from agentcron.core.triggers.cron import parse_cron
 
 # (id, cron, zone, after, expected local fire times)
 CASES: list[tuple[str, str, str, str, list[str]]] = [

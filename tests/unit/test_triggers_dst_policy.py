@@ -22,8 +22,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.errors import InvalidSchedule
-from core.triggers import (
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import (
     CronTrigger,
     IntervalTrigger,
     OneShotTrigger,
@@ -36,7 +36,7 @@ from core.triggers import (
     trigger_from_dict,
     trigger_to_dict,
 )
-from core.triggers.cron import parse_cron
+from agentcron.core.triggers.cron import parse_cron
 from tests.unit.test_triggers_dst import cron_matches
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)

@@ -34,8 +34,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from core.errors import InvalidSchedule
-from core.triggers import (
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import (
     MAX_INTERVAL_SECONDS,
     CronTrigger,
     IntervalTrigger,

@@ -12,10 +12,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core import triggers
-from core.triggers import CronTrigger, IntervalTrigger, OneShotTrigger, Trigger
-from core.triggers.transitions import transitions
-from core.triggers.warnings import schedule_warnings
+from agentcron.core import triggers
+from agentcron.core.triggers import CronTrigger, IntervalTrigger, OneShotTrigger, Trigger
+from agentcron.core.triggers.transitions import transitions
+from agentcron.core.triggers.warnings import schedule_warnings
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 NY = "America/New_York"

@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from core.errors import Unauthorized
-from core.keys import LOCAL_OWNER as LOCAL_OWNER  # re-exported: the name callers knew
-from core.keys import Principal, authenticate
-from core.runs import RunService
-from core.schedules import ScheduleService
-from core.storage import Database
+from agentcron.core.errors import Unauthorized
+from agentcron.core.keys import LOCAL_OWNER as LOCAL_OWNER  # re-exported: the name callers knew
+from agentcron.core.keys import Principal, authenticate
+from agentcron.core.runs import RunService
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.storage import Database
 
 # Declares the bearer scheme in the OpenAPI document. auto_error=False: a missing or non-Bearer
 # header comes through as None so the answer is our 401 error body, not FastAPI's own.

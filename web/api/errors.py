@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from core.errors import (
+from agentcron.core.errors import (
     AgentcronError,
     Conflict,
     InvalidSchedule,
@@ -25,7 +25,7 @@ from core.errors import (
     SchedulerUnavailable,
     Unauthorized,
 )
-from core.logging import get_logger
+from agentcron.core.logging import get_logger
 
 log = get_logger(__name__)
 

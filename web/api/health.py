@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from core.errors import SchedulerUnavailable
-from core.storage import Database
-from web.clockwatch import ClockWatch
-from web.supervisor import Supervisor
+from agentcron.core.errors import SchedulerUnavailable
+from agentcron.core.storage import Database
+from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.supervisor import Supervisor
 
 router = APIRouter(tags=["service"])
 

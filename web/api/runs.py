@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from core.runs import run_view
-from core.specs import PageRequest
-from web.api.deps import AuthDep, OwnerDep, PrincipalDep, RunsDep
-from web.api.schedules import ERRORS
-from web.api.schemas import RunOut, RunPage
+from agentcron.core.runs import run_view
+from agentcron.core.specs import PageRequest
+from agentcron.web.api.deps import AuthDep, OwnerDep, PrincipalDep, RunsDep
+from agentcron.web.api.schedules import ERRORS
+from agentcron.web.api.schemas import RunOut, RunPage
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"], responses=ERRORS, dependencies=[AuthDep])
 schedule_runs = APIRouter(

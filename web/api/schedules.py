@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from core.clock import utcnow
-from core.runs import run_view
-from core.schedules import check_preview_after, preview, schedule_view
-from core.specs import (
+from agentcron.core.clock import utcnow
+from agentcron.core.runs import run_view
+from agentcron.core.schedules import check_preview_after, preview, schedule_view
+from agentcron.core.specs import (
     BackfillRequest,
     OccurrenceRequest,
     PageRequest,
@@ -19,8 +19,8 @@ from core.specs import (
     ScheduleCreate,
     ScheduleUpdate,
 )
-from web.api.deps import AuthDep, OwnerDep, PrincipalDep, SchedulesDep
-from web.api.schemas import (
+from agentcron.web.api.deps import AuthDep, OwnerDep, PrincipalDep, SchedulesDep
+from agentcron.web.api.schemas import (
     BackfillOut,
     ErrorOut,
     PreviewOut,

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.specs import ScheduleSettingsOut
+from agentcron.core.specs import ScheduleSettingsOut
 
 
 class WarningOut(BaseModel):

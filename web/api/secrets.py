@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from core.secrets import Keyring, SecretInfo, delete_secret, list_secrets, put_secret
-from core.specs import SecretPut
-from core.storage import Database
-from web.api.deps import AuthDep, PrincipalDep
-from web.api.schedules import ERRORS
-from web.api.schemas import SecretList, SecretOut
+from agentcron.core.secrets import Keyring, SecretInfo, delete_secret, list_secrets, put_secret
+from agentcron.core.specs import SecretPut
+from agentcron.core.storage import Database
+from agentcron.web.api.deps import AuthDep, PrincipalDep
+from agentcron.web.api.schedules import ERRORS
+from agentcron.web.api.schemas import SecretList, SecretOut
 
 router = APIRouter(
     prefix="/api/v1/secrets", tags=["secrets"], responses=ERRORS, dependencies=[AuthDep]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from core.tasks import delete_task, get_task
-from web.api.deps import AuthDep, OwnerDep
-from web.api.schedules import ERRORS
-from web.api.schemas import TaskOut
+from agentcron.core.tasks import delete_task, get_task
+from agentcron.web.api.deps import AuthDep, OwnerDep
+from agentcron.web.api.schedules import ERRORS
+from agentcron.web.api.schemas import TaskOut
 
 router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"], responses=ERRORS, dependencies=[AuthDep])
 

@@ -16,8 +16,8 @@ from typing import Any
 import typer
 from typer.core import TyperOption
 
-from web.cli import local, mcp, runs, schedules, secrets
-from web.cli.client import CliError
+from agentcron.web.cli import local, mcp, runs, schedules, secrets
+from agentcron.web.cli.client import CliError
 
 
 def _no_type_for_flags() -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from web.cli import main
+from agentcron.web.cli import main
 
 sys.exit(main())

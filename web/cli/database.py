@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import typer
 
 if TYPE_CHECKING:
-    from core.storage import Database
+    from agentcron.core.storage import Database
 
 T = TypeVar("T")
 
@@ -24,10 +24,10 @@ def on_database(work: Callable[[Database], Awaitable[T]]) -> T:
     status 1. Other errors of ``work`` propagate to the caller."""
     import asyncio
 
-    from core.config import get_settings
-    from core.errors import SchedulerUnavailable, StartupError
-    from core.storage import Database
-    from core.storage.migrate import check_schema, require_database_file
+    from agentcron.core.config import get_settings
+    from agentcron.core.errors import SchedulerUnavailable, StartupError
+    from agentcron.core.storage import Database
+    from agentcron.core.storage.migrate import check_schema, require_database_file
 
     url = get_settings().database_url
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from web.cli.database import fail, on_database, unreachable
+from agentcron.web.cli.database import fail, on_database, unreachable
 
 # ``core`` is imported inside each command: the HTTP commands registered beside these never
 # need it, and should start without loading settings, logging or SQLAlchemy.
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     import structlog
 
-    from core.config import Settings
-    from core.storage import ApiKey, Database
+    from agentcron.core.config import Settings
+    from agentcron.core.storage import ApiKey, Database
 
 keys = typer.Typer(
     help="API keys on the server's database: create, list, revoke.", no_args_is_help=True
@@ -28,19 +28,19 @@ keys = typer.Typer(
 
 
 def _settings() -> Settings:
-    from core import config
+    from agentcron.core import config
 
     return config.get_settings()
 
 
 def _log() -> structlog.stdlib.BoundLogger:
-    from core.logging import get_logger
+    from agentcron.core.logging import get_logger
 
     return get_logger("agentcron.cli")
 
 
 def _configure_logging() -> None:
-    from core.logging import configure_logging
+    from agentcron.core.logging import configure_logging
 
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
@@ -48,8 +48,8 @@ def _configure_logging() -> None:
 
 def migrate() -> None:
     """Apply the database migrations to AGENTCRON_DATABASE_URL."""
-    from core.errors import SchedulerUnavailable, StartupError
-    from core.storage.migrate import head_revision, upgrade
+    from agentcron.core.errors import SchedulerUnavailable, StartupError
+    from agentcron.core.storage.migrate import head_revision, upgrade
 
     _configure_logging()
     settings = _settings()
@@ -72,9 +72,9 @@ def example() -> None:
     The schedule runs the stand-in agent every 30 seconds; the key is printed once, never
     stored (only its hash is).
     """
-    from core.keys import LOCAL_OWNER, create_key, display_prefix, list_keys
-    from core.schedules import ScheduleService
-    from core.specs import ScheduleCreate
+    from agentcron.core.keys import LOCAL_OWNER, create_key, display_prefix, list_keys
+    from agentcron.core.schedules import ScheduleService
+    from agentcron.core.specs import ScheduleCreate
 
     async def create(db: Database) -> tuple[str, str | None, str | None]:
         service = ScheduleService(db)
@@ -151,7 +151,7 @@ def keys_create(
     ] = False,
 ) -> None:
     """Make a key; prints it once, alone on the last line."""
-    from core.keys import check_owner, create_key
+    from agentcron.core.keys import check_owner, create_key
 
     _configure_logging()
     try:
@@ -178,7 +178,7 @@ def keys_list(
     include_revoked: Annotated[bool, typer.Option("--all", help="include revoked keys")] = False,
 ) -> None:
     """Keys without their secrets: id, prefix, owner, role, creation and last use."""
-    from core.keys import list_keys
+    from agentcron.core.keys import list_keys
 
     _configure_logging()
 
@@ -191,7 +191,7 @@ def keys_list(
 
 def _key_line(key: ApiKey) -> str:
     """One ``keys list`` line: id, prefix, owner, role and dates; never anything secret."""
-    from core.keys import display_prefix
+    from agentcron.core.keys import display_prefix
 
     def when(moment: datetime | None) -> str:
         return "-" if moment is None else moment.isoformat(timespec="seconds")
@@ -210,8 +210,8 @@ def keys_revoke(
     ],
 ) -> None:
     """Revoke a key at once (by id or prefix); the next request with it answers 401."""
-    from core.errors import NotFound
-    from core.keys import display_prefix, revoke_key
+    from agentcron.core.errors import NotFound
+    from agentcron.core.keys import display_prefix, revoke_key
 
     _configure_logging()
 
@@ -231,7 +231,7 @@ def secrets_key() -> None:
     To rotate, put the new key first and keep the old one after it
     (AGENTCRON_SECRETS_KEY=NEW,OLD), restart, run `agentcron secrets-rotate`, then drop OLD.
     """
-    from core.secrets import generate_key
+    from agentcron.core.secrets import generate_key
 
     _print(generate_key())
 
@@ -239,8 +239,8 @@ def secrets_key() -> None:
 def secrets_rotate() -> None:
     """Re-encrypt every stored secret under the first key of AGENTCRON_SECRETS_KEY, so the
     keys after it can be dropped. Safe to run while the service runs, and to run again."""
-    from core.errors import StartupError
-    from core.secrets import KEY_SETTING, Keyring, SecretUnreadable, reencrypt_all
+    from agentcron.core.errors import StartupError
+    from agentcron.core.secrets import KEY_SETTING, Keyring, SecretUnreadable, reencrypt_all
 
     _configure_logging()
     try:
@@ -267,13 +267,13 @@ def _preflight() -> str | None:
     instead of a traceback."""
     import asyncio
 
-    from core.errors import SchedulerUnavailable, StartupError
-    from core.policy import ExecutionPolicy
-    from core.runners.containment import check_sandbox, containment_from_settings
-    from core.secrets import Keyring
-    from core.storage import Database
-    from core.storage.lock import EngineLock
-    from core.storage.migrate import check_schema, require_database_file
+    from agentcron.core.errors import SchedulerUnavailable, StartupError
+    from agentcron.core.policy import ExecutionPolicy
+    from agentcron.core.runners.containment import check_sandbox, containment_from_settings
+    from agentcron.core.secrets import Keyring
+    from agentcron.core.storage import Database
+    from agentcron.core.storage.lock import EngineLock
+    from agentcron.core.storage.migrate import check_schema, require_database_file
 
     settings = _settings()
     try:
@@ -320,7 +320,7 @@ def serve(
         raise typer.Exit(2)
 
     uvicorn.run(
-        "web.app:app_from_env",
+        "agentcron.web.app:app_from_env",
         factory=True,
         host=host,
         port=port,

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx
 
-from web.cli.client import DEFAULT_URL, Api, KeyOption, UrlOption
+from agentcron.web.cli.client import DEFAULT_URL, Api, KeyOption, UrlOption
 
 if TYPE_CHECKING:
-    from web.mcp.server import Context
+    from agentcron.web.mcp.server import Context
 
 
 def mcp(url: UrlOption = DEFAULT_URL, key: KeyOption = None) -> None:
@@ -36,7 +36,7 @@ async def _serve(api: Api) -> None:
     # Imported here: `agentcron mcp` is the one HTTP command that needs the SDK and the schemas.
     from mcp.server.stdio import stdio_server
 
-    from web.mcp.server import build_server
+    from agentcron.web.mcp.server import build_server
 
     async with api.async_client() as http:
         # One client for the whole conversation: its connections are kept between calls.

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from web.cli import render
-from web.cli.client import (
+from agentcron.web.cli import render
+from agentcron.web.cli.client import (
     DEFAULT_URL,
     Api,
     CliError,

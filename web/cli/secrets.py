@@ -15,8 +15,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from web.cli import render
-from web.cli.client import (
+from agentcron.web.cli import render
+from agentcron.web.cli.client import (
     DEFAULT_URL,
     USAGE,
     Api,

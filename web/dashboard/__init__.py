@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from web.dashboard.routes import router
+from agentcron.web.dashboard.routes import router
 
 STATIC_DIR = Path(__file__).with_name("static")
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.errors import InvalidSchedule
-from core.triggers import KIND_KEYS, trigger_from_dict, trigger_to_dict
-from web.api.errors import field_path
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import KIND_KEYS, trigger_from_dict, trigger_to_dict
+from agentcron.web.api.errors import field_path
 
 TRIGGER_KINDS = ("cron", "every", "at")
 RUNNER_KINDS = ("command", "json")

@@ -16,16 +16,21 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
-from core import triggers
-from core.clock import utcnow
-from core.errors import AgentcronError, InvalidSchedule, NotFound, ScheduleCapacityExceeded
-from core.keys import Principal, authenticate
-from core.runs import RunService, run_view
-from core.schedules import ScheduleService, preview, schedule_view
-from core.specs import ScheduleCreate, ScheduleUpdate
-from core.storage import Database
-from web.api.errors import status_for
-from web.dashboard.forms import (
+from agentcron.core import triggers
+from agentcron.core.clock import utcnow
+from agentcron.core.errors import (
+    AgentcronError,
+    InvalidSchedule,
+    NotFound,
+    ScheduleCapacityExceeded,
+)
+from agentcron.core.keys import Principal, authenticate
+from agentcron.core.runs import RunService, run_view
+from agentcron.core.schedules import ScheduleService, preview, schedule_view
+from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+from agentcron.core.storage import Database
+from agentcron.web.api.errors import status_for
+from agentcron.web.dashboard.forms import (
     FORM_ERROR,
     MODES,
     NEW_DEFAULTS,
@@ -35,7 +40,7 @@ from web.dashboard.forms import (
     invalid_schedule_errors,
     validation_errors,
 )
-from web.dashboard.session import (
+from agentcron.web.dashboard.session import (
     COOKIE,
     Forbidden,
     FormTooLarge,
@@ -47,7 +52,7 @@ from web.dashboard.session import (
     sign_in,
     sign_out,
 )
-from web.dashboard.views import ZONES, render, zone_of
+from agentcron.web.dashboard.views import ZONES, render, zone_of
 
 SCHEDULES_PER_PAGE = 50
 RUNS_PER_PAGE = 25

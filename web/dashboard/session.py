@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from fastapi import Depends, Request, Response
 
-from core.keys import Principal, authenticate
-from core.storage import Database
+from agentcron.core.keys import Principal, authenticate
+from agentcron.core.storage import Database
 
 COOKIE = "agentcron_key"
 # The longest form body read. The prompt may hold 100,000 characters, and a CJK character is

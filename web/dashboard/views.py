@@ -17,7 +17,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from core.triggers import CronTrigger, IntervalTrigger, trigger_from_dict
+from agentcron.core.triggers import CronTrigger, IntervalTrigger, trigger_from_dict
 
 TEMPLATES = Path(__file__).with_name("templates")
 OUTPUT_PREVIEW_CHARS = 2000

@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from core.errors import SchedulerUnavailable
-from web.api.deps import bearer, get_principal
-from web.mcp.server import Context, build_server
+from agentcron.core.errors import SchedulerUnavailable
+from agentcron.web.api.deps import bearer, get_principal
+from agentcron.web.mcp.server import Context, build_server
 
 PATH = "/mcp"
 # The in-process calls never leave the process; the name only makes them absolute URLs.

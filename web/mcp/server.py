@@ -41,7 +41,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from web.cli.client import (
+from agentcron.web.cli.client import (
     CliError,
     describe_error,
     error_line,
@@ -49,7 +49,7 @@ from web.cli.client import (
     require_json,
     unreachable,
 )
-from web.mcp.tools import BY_NAME, TOOLS, ApiTool
+from agentcron.web.mcp.tools import BY_NAME, TOOLS, ApiTool
 
 log = logging.getLogger(__name__)
 

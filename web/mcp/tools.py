@@ -18,7 +18,7 @@ from typing import Any
 from mcp_types import Tool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from core.specs import (
+from agentcron.core.specs import (
     OccurrenceRequest,
     PageRequest,
     PauseRequest,
@@ -27,7 +27,7 @@ from core.specs import (
     ScheduleCreate,
     ScheduleUpdate,
 )
-from web.api.schemas import PreviewOut, RunOut, RunPage, ScheduleOut, SchedulePage
+from agentcron.web.api.schemas import PreviewOut, RunOut, RunPage, ScheduleOut, SchedulePage
 
 # Letters, digits and hyphens: every id the API hands out (a UUID) fits, and an id that fits
 # cannot reach another operation through the URL (no "/", "?" or "#"); one that names nothing

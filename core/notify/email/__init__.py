@@ -47,10 +47,10 @@ When only some recipients are deferred, the retry in this process goes to those 
 
 from __future__ import annotations
 
-from core.notify.email.message import compose_message
-from core.notify.email.notifier import FIELDS, EmailNotifier
-from core.notify.email.transport import EmailDeferred, classify
-from core.notify.email.url import (
+from agentcron.core.notify.email.message import compose_message
+from agentcron.core.notify.email.notifier import FIELDS, EmailNotifier
+from agentcron.core.notify.email.transport import EmailDeferred, classify
+from agentcron.core.notify.email.url import (
     DEFAULT_TIMEOUT,
     MAX_TIMEOUT,
     SmtpSettings,

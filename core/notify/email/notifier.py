@@ -14,13 +14,19 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from core.errors import InvalidSchedule, RunPermanentError
-from core.logging import get_logger
-from core.notify.base import ENV_NAME, DeliveryRequest, check_keys, required_string
-from core.notify.email.message import compose_message
-from core.notify.email.transport import EmailDeferred, classify, safe_text, send, tls_context
-from core.notify.email.url import smtp_settings_from_env, smtp_settings_from_secret
-from core.secrets import check_name
+from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.logging import get_logger
+from agentcron.core.notify.base import ENV_NAME, DeliveryRequest, check_keys, required_string
+from agentcron.core.notify.email.message import compose_message
+from agentcron.core.notify.email.transport import (
+    EmailDeferred,
+    classify,
+    safe_text,
+    send,
+    tls_context,
+)
+from agentcron.core.notify.email.url import smtp_settings_from_env, smtp_settings_from_secret
+from agentcron.core.secrets import check_name
 
 log = get_logger(__name__)
 

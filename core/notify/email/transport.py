@@ -16,8 +16,8 @@ from email.message import EmailMessage
 
 import aiosmtplib
 
-from core.errors import RunPermanentError
-from core.notify.email.url import SmtpSettings
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.notify.email.url import SmtpSettings
 
 _ERROR_TEXT_MAX = 300
 

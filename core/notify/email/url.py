@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from core.errors import RunPermanentError
+from agentcron.core.errors import RunPermanentError
 
 _DEFAULT_PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
 DEFAULT_TIMEOUT = 30.0

@@ -30,8 +30,8 @@ registered group when the service's end of its pipe closes (``reaper``).
 
 from __future__ import annotations
 
-from core.runners.command.config import FIELDS, KILL_GRACE_SECONDS, CommandRunnerType
-from core.runners.command.runner import (
+from agentcron.core.runners.command.config import FIELDS, KILL_GRACE_SECONDS, CommandRunnerType
+from agentcron.core.runners.command.runner import (
     EX_TEMPFAIL,
     OUTPUT_LIMIT,
     STDERR_LIMIT,

@@ -12,11 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core import policy
-from core.errors import InvalidSchedule
-from core.runners.base import Runner
-from core.runners.command.runner import CommandRunner
-from core.secrets import check_reference
+from agentcron.core import policy
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.runners.base import Runner
+from agentcron.core.runners.command.runner import CommandRunner
+from agentcron.core.secrets import check_reference
 
 KILL_GRACE_SECONDS = 5.0
 FIELDS = frozenset({"type", "argv", "agent", "params", "env", "kill_grace_seconds"})

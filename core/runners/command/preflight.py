@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from core.runners.containment import DEFAULT_PATH
+from agentcron.core.runners.containment import DEFAULT_PATH
 
 # The suffixes of scripts an interpreter is given as its first argument.
 SCRIPT_SUFFIXES: Final = frozenset({".py", ".sh", ".bash", ".js", ".mjs", ".ts", ".rb", ".pl"})

@@ -14,7 +14,7 @@ import json
 import os
 import signal
 
-from core.runners.base import CancelToken
+from agentcron.core.runners.base import CancelToken
 
 EXIT_POLL_SECONDS = 0.002
 

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.errors import RunPermanentError, TargetUnavailable
-from core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
-from core.runners.command.process import (
+from agentcron.core.errors import RunPermanentError, TargetUnavailable
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.command.process import (
     Group,
     Tail,
     exit_status,
@@ -28,8 +28,8 @@ from core.runners.command.process import (
     sandbox_pid,
     signal_group,
 )
-from core.runners.command.reaper import GO, REAPER, gated
-from core.runners.containment import Sandbox, agent_environment, environment_args
+from agentcron.core.runners.command.reaper import GO, REAPER, gated
+from agentcron.core.runners.containment import Sandbox, agent_environment, environment_args
 
 EX_TEMPFAIL = 75
 OUTPUT_LIMIT = 64 * 1024

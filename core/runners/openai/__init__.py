@@ -30,7 +30,7 @@ raises has the key replaced by ``[redacted]`` (servers sometimes echo the key th
 
 from __future__ import annotations
 
-from core.runners.openai.config import (
+from agentcron.core.runners.openai.config import (
     FIELDS,
     MAX_TOKENS_LIMIT,
     MODEL_LIMIT,
@@ -38,8 +38,8 @@ from core.runners.openai.config import (
     URL_LIMIT,
     OpenAIRunnerType,
 )
-from core.runners.openai.reply import MESSAGE_LIMIT, REDACTED, RESPONSE_LIMIT
-from core.runners.openai.runner import HISTORY_ROLES, OpenAIRunner
+from agentcron.core.runners.openai.reply import MESSAGE_LIMIT, REDACTED, RESPONSE_LIMIT
+from agentcron.core.runners.openai.runner import HISTORY_ROLES, OpenAIRunner
 
 __all__ = [
     "FIELDS",

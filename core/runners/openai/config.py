@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.errors import InvalidSchedule
-from core.runners.base import Runner
-from core.runners.openai.runner import OpenAIRunner
-from core.secrets import check_name
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.runners.base import Runner
+from agentcron.core.runners.openai.runner import OpenAIRunner
+from agentcron.core.secrets import check_name
 
 FIELDS = frozenset(
     {

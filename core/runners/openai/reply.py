@@ -12,7 +12,7 @@ import json
 
 import httpx
 
-from core.errors import RunPermanentError
+from agentcron.core.errors import RunPermanentError
 
 RESPONSE_LIMIT = 8 * 1024 * 1024  # bytes of a reply body read at most
 MESSAGE_LIMIT = 500  # characters of a server's error message kept in the run's error

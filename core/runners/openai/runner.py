@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from core.errors import RunPermanentError
-from core.notify.ssrf import classify, literal_host_kind, resolve
-from core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
-from core.runners.openai.reply import Redactor, read_capped, reply_text, server_message
+from agentcron.core.errors import RunPermanentError
+from agentcron.core.notify.ssrf import classify, literal_host_kind, resolve
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.openai.reply import Redactor, read_capped, reply_text, server_message
 
 HISTORY_ROLES = frozenset({"system", "user", "assistant"})
 _HEADER_SAFE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII: what a bearer token may hold

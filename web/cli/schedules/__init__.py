@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import typer
 
-from web.cli.schedules import crud, timetable
-from web.cli.schedules.options import trigger_of
-from web.cli.schedules.preview import preview
-from web.cli.schedules.views import show_schedule
+from agentcron.web.cli.schedules import crud, timetable
+from agentcron.web.cli.schedules.options import trigger_of
+from agentcron.web.cli.schedules.preview import preview
+from agentcron.web.cli.schedules.views import show_schedule
 
 app = typer.Typer(
     help="Schedules: list, show, add, pause, resume, run now, delete, skip, backfill.",

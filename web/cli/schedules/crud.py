@@ -17,8 +17,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from web.cli import render
-from web.cli.client import (
+from agentcron.web.cli import render
+from agentcron.web.cli.client import (
     DEFAULT_URL,
     USAGE,
     Api,
@@ -30,8 +30,8 @@ from web.cli.client import (
     hint_more_pages,
     print_json,
 )
-from web.cli.runs import AllOption, LimitOption
-from web.cli.schedules.options import (
+from agentcron.web.cli.runs import AllOption, LimitOption
+from agentcron.web.cli.schedules.options import (
     AtOption,
     EveryOption,
     IdArgument,
@@ -39,7 +39,7 @@ from web.cli.schedules.options import (
     TzOption,
     trigger_of,
 )
-from web.cli.schedules.views import show_schedule
+from agentcron.web.cli.schedules.views import show_schedule
 
 
 class Mode(StrEnum):

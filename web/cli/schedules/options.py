@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from web.cli.client import USAGE, CliError
+from agentcron.web.cli.client import USAGE, CliError
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="the schedule's id")]
 TzOption = Annotated[

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from web.cli import render
-from web.cli.client import (
+from agentcron.web.cli import render
+from agentcron.web.cli.client import (
     DEFAULT_URL,
     USAGE,
     Api,
@@ -23,7 +23,7 @@ from web.cli.client import (
     UrlOption,
     print_json,
 )
-from web.cli.schedules.options import (
+from agentcron.web.cli.schedules.options import (
     AtOption,
     EveryOption,
     StartAtOption,

@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from web.cli import render
-from web.cli.client import (
+from agentcron.web.cli import render
+from agentcron.web.cli.client import (
     DEFAULT_URL,
     Api,
     JsonOption,
@@ -24,9 +24,9 @@ from web.cli.client import (
     answer,
     print_json,
 )
-from web.cli.runs import WaitOption, finish
-from web.cli.schedules.options import IdArgument
-from web.cli.schedules.views import show_backfill, show_resume_plan, show_schedule
+from agentcron.web.cli.runs import WaitOption, finish
+from agentcron.web.cli.schedules.options import IdArgument
+from agentcron.web.cli.schedules.views import show_backfill, show_resume_plan, show_schedule
 
 
 class ResumeCatchup(StrEnum):

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
-from web.cli import render
+from agentcron.web.cli import render
 
 
 def show_schedule(schedule: dict[str, Any]) -> None:
