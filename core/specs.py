@@ -210,7 +210,8 @@ class OccurrenceRequest(_Input):
 
     due_at: str = Field(
         max_length=64,
-        description="ISO 8601 datetime with an offset: a future due time of this schedule",
+        description="ISO 8601 datetime: a future due time of this schedule; without an "
+        "offset, read in the schedule's zone (a cron trigger's, else UTC)",
     )
 
 

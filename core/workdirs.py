@@ -37,6 +37,12 @@ class TaskDirectories:
         return str(workdir)
 
 
+def task_workdir(data_dir: Path, owner: str, schedule_id: uuid.UUID) -> Path:
+    """Where a schedule's runs will start (``TaskDirectories.workdir``'s answer for a new
+    schedule), without touching the disk: for saying so before the first run."""
+    return (data_dir / "tasks").resolve() / check_owner(owner) / str(schedule_id)
+
+
 def legacy_task_directories(tasks_dir: Path) -> set[uuid.UUID]:
     """Schedule ids with a directory straight under ``tasks_dir`` (the layout before
     per-owner roots); an already moved one is a symbolic link, and is left out."""

@@ -252,6 +252,7 @@ class Engine:
             max_active=settings.max_active_schedules,
             allow_private=settings.allow_private_webhooks,
             policy=self.policy,
+            data_dir=settings.data_dir,
         )
         if not settings.disable_scheduler:
             # Before anything runs: a sandbox that cannot start would fail every command.

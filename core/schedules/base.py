@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,6 +15,7 @@ from agentcron.core.policy import ExecutionPolicy
 from agentcron.core.policy import current as current_policy
 from agentcron.core.storage import Database, Schedule
 from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.workdirs import task_workdir
 
 
 class ServiceBase:
@@ -28,8 +31,12 @@ class ServiceBase:
         on_change: Callable[[], None] | None = None,
         allow_private: bool = False,
         policy: ExecutionPolicy | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.db = db
+        # AGENTCRON_DATA_DIR: where runs start, so a save can say that a relative program path
+        # is not there (None: not known here, and such paths are not judged).
+        self.data_dir = data_dir
         # What tenants may run (core.policy); checked for callers that are not trusted.
         self.policy = policy or current_policy()
         self.max_active = max_active
@@ -40,6 +47,10 @@ class ServiceBase:
 
     async def _announce(self, session: AsyncSession) -> None:
         await announce_change(self.db, session)
+
+    def _workdir(self, owner: str, schedule_id: uuid.UUID) -> Path | None:
+        """Where the runs of a schedule start, when this service knows the data directory."""
+        return None if self.data_dir is None else task_workdir(self.data_dir, owner, schedule_id)
 
     def _changed(self) -> None:
         if self.on_change is not None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import islice
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentcron.core import triggers
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.logging import get_logger
+from agentcron.core.runners.command.preflight import command_warnings
 from agentcron.core.specs import (
     BackfillRequest,
     reject_nul,
@@ -57,15 +61,30 @@ def exhausted(schedule: Schedule) -> bool:
 
 
 def safe_warnings(
-    trigger: triggers.Trigger, overlap: str, timeout_seconds: int, now: datetime
+    trigger: triggers.Trigger,
+    overlap: str,
+    timeout_seconds: int,
+    now: datetime,
+    *,
+    runner: Mapping[str, Any] | None = None,
+    workdir: Path | None = None,
 ) -> list[dict[str, str]]:
-    """``schedule_warnings``, which must never cost a user the write: a failure there is a
-    bug to log, and the schedule is saved without warnings."""
+    """``schedule_warnings``, then the ``runner``'s (``command_warnings``: a program not
+    found, judged from ``workdir``, where its runs start), which must never cost a user the
+    write: a failure there is a bug to log, and the schedule is saved without those warnings."""
+    found: list[dict[str, str]] = []
     try:
-        return schedule_warnings(trigger, overlap=overlap, timeout_seconds=timeout_seconds, now=now)
+        found += schedule_warnings(
+            trigger, overlap=overlap, timeout_seconds=timeout_seconds, now=now
+        )
     except Exception:
         log.exception("schedule_warnings_failed", trigger=triggers.trigger_to_dict(trigger))
-        return []
+    if runner is not None:
+        try:
+            found += command_warnings(runner, workdir)
+        except Exception:
+            log.exception("command_warnings_failed", runner_type=runner.get("type"))
+    return found
 
 
 def next_run_after(trigger: triggers.Trigger, now: datetime) -> datetime | None:
@@ -201,19 +220,56 @@ def parse_instant(value: str, field: str, *, min_year: int = 1) -> datetime:
 
 
 def upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetime:
-    """``due_at`` parsed, checked to be a due time of ``schedule`` and still ahead."""
-    due = parse_instant(due_at, "due_at")
-    if due <= now:
-        raise InvalidSchedule("due_at has passed: only an upcoming due time", field="due_at")
+    """``due_at`` parsed, checked to be a due time of ``schedule`` and still ahead.
+
+    A time without a UTC offset (``2026-12-01T09:00``) is read as a person means it: on the
+    schedule's own clock (a cron trigger's zone, else UTC). In a repeated autumn hour it may
+    name either pass: the one that is a due time is taken (the first, if both are)."""
     trigger = triggers.trigger_from_dict(schedule.trigger)
-    found = triggers.next_fire(trigger, due - timedelta(microseconds=1))
-    if found is None or found != due:
-        following = "none" if found is None else triggers.in_zone(trigger, found).isoformat()
-        raise InvalidSchedule(
-            f"{due_at} is not a due time of this schedule (the next one from there: {following})",
-            field="due_at",
-        )
-    return due
+    zone: tzinfo = ZoneInfo(trigger.timezone) if isinstance(trigger, triggers.CronTrigger) else UTC
+    candidates = _local_instants(due_at, zone)
+    if all(due <= now for due in candidates):
+        raise InvalidSchedule("due_at has passed: only an upcoming due time", field="due_at")
+    found: datetime | None = None
+    for due in candidates:
+        found = triggers.next_fire(trigger, due - timedelta(microseconds=1))
+        if found is not None and found == due and due > now:
+            return due
+    following = "none" if found is None else triggers.in_zone(trigger, found).isoformat()
+    read = "" if len(candidates) == 1 and _has_offset(due_at) else f", read in {zone}"
+    raise InvalidSchedule(
+        f"{due_at}{read} is not a due time of this schedule (the next one from there: {following})",
+        field="due_at",
+    )
+
+
+def _has_offset(value: str) -> bool:
+    try:
+        return datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _local_instants(value: str, zone: tzinfo) -> list[datetime]:
+    """The instants (UTC) ``value`` names: one when it carries an offset; read on ``zone``'s
+    clock when it has none, both passes of a repeated hour (first pass first)."""
+    if _has_offset(value):
+        return [parse_instant(value, "due_at")]
+    try:
+        wall = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidSchedule("due_at must be an ISO 8601 datetime", field="due_at") from None
+    found: list[datetime] = []
+    for fold in (0, 1):
+        try:
+            instant = wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+        except OverflowError:
+            raise InvalidSchedule(
+                "due_at must lie between the years 1 and 9999 in UTC", field="due_at"
+            ) from None
+        if instant not in found:
+            found.append(instant)
+    return found
 
 
 def check_preview_after(after: str | None) -> datetime | None:

@@ -30,7 +30,7 @@ from agentcron.core.storage import Run, Schedule
 from agentcron.core.transitions import finished
 
 # Fields whose change makes an update recompute the schedule's warnings.
-WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap"})
+WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner"})
 
 
 class ScheduleService(TimetableVerbs):
@@ -72,12 +72,21 @@ class ScheduleService(TimetableVerbs):
             runner=runner,
             notify=notify,
         )
+        schedule_id = uuid.uuid4()
+        warnings = safe_warnings(
+            trigger,
+            overlap,
+            spec.timeout_seconds,
+            now,
+            runner=runner,
+            workdir=self._workdir(owner, schedule_id),
+        )
         schedule = Schedule(
             **values,
-            id=uuid.uuid4(),
+            id=schedule_id,
             owner=owner,
             scheduled_runs=0,
-            warnings=safe_warnings(trigger, overlap, spec.timeout_seconds, now),
+            warnings=warnings,
             next_run=next_run_after(trigger, now) if spec.enabled else None,
             paused_at=None if spec.enabled else now,
             consecutive_failures=0,
@@ -132,8 +141,8 @@ class ScheduleService(TimetableVerbs):
         trusted: bool = True,
     ) -> Schedule:
         """Replace each named field; recompute ``next_run`` if the timetable or state changed,
-        and the warnings if the trigger, ``timeout_seconds`` or ``overlap`` did. ``trusted``
-        false checks a changed runner or notify list against the tenant rules."""
+        and the warnings if the trigger, ``timeout_seconds``, ``overlap`` or the runner did.
+        ``trusted`` false checks a changed runner or notify list against the tenant rules."""
         changes = patch.changes()
         now = self.clock()
         async with self.db.session() as session:
@@ -180,6 +189,8 @@ class ScheduleService(TimetableVerbs):
                     schedule.overlap,
                     schedule.timeout_seconds,
                     now,
+                    runner=schedule.runner,
+                    workdir=self._workdir(schedule.owner, schedule.id),
                 )
             if timetable_changed:
                 schedule.next_run = (

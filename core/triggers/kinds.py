@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.triggers.cron import CRON_FIELD, parse_cron
@@ -102,7 +103,39 @@ def _zone(name: object) -> ZoneInfo:
                 f"timezone {name!r} is a UTC offset, not a zone (offsets change with DST): {hint}",
                 field=field,
             ) from exc
+        suggestion = suggest_zone(name)
+        if suggestion is not None:
+            hint = f"did you mean {suggestion!r}? (zone names are case-sensitive)"
         raise InvalidSchedule(f"unknown timezone {name!r}: {hint}", field=field) from exc
+
+
+@cache
+def _zones_by_spelling() -> tuple[dict[str, str], dict[str, str | None]]:
+    """Every IANA name keyed by its folded spelling (``europe/london``), and by its folded
+    last part (``london``; None when two zones share one, as ``US/Central`` and
+    ``Canada/Central`` do). Built once: there are about 600 names."""
+    full: dict[str, str] = {}
+    last: dict[str, str | None] = {}
+    for zone in sorted(available_timezones()):
+        full[_fold(zone)] = zone
+        tail = _fold(zone.rsplit("/", 1)[-1])
+        last[tail] = zone if tail not in last else None
+    return full, last
+
+
+def _fold(name: str) -> str:
+    return name.strip().casefold().replace(" ", "_")
+
+
+def suggest_zone(name: str) -> str | None:
+    """The IANA zone ``name`` most likely means, written with other case or spaces for
+    underscores (``europe/london``: ``Europe/London``; ``new york``: ``America/New_York``),
+    or None."""
+    full, last = _zones_by_spelling()
+    folded = _fold(name)
+    if folded in full:
+        return full[folded]
+    return last.get(folded) if "/" not in folded else None
 
 
 def _aware_utc(value: object, field: str) -> datetime:

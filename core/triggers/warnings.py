@@ -10,7 +10,10 @@ timeout and returns a list of ``{"code", "message", "field"}``, in this order:
 - ``overlap_skips``: under overlap ``skip``, ``timeout_seconds`` is longer than the shortest
   time between due times, so a run that takes that long makes the next due time be skipped;
 - ``rare_day``: the days the expression names leave out some of the months it names, and it
-  fires on fewer than 12 days a year (``0 0 31 * *``: 7; ``0 0 29 2 *``: once in 4 years).
+  fires on fewer than 12 days a year (``0 0 31 * *``: 7; ``0 0 29 2 *``: once in 4 years);
+- ``frequent``: an interval shorter than ``FREQUENT_SECONDS`` (60): every due time starts an
+  agent and keeps a run row, so ``every_seconds: 1`` is 86,400 of each a day. A cron trigger
+  fires at most once a minute, so it never gets this warning.
 
 The DST warnings are left out for an expression that fires in every hour of the day: an hour
 less or more on two days a year is what "every N minutes" means. The work is bounded (about a
@@ -35,6 +38,9 @@ DST_DATES_SHOWN: Final = 2
 OVERLAP_SAMPLE: Final = 50  # due times whose spacing the overlap check looks at
 RARE_YEARS: Final = 8  # two leap-year cycles, and every weekday on every date more than once
 RARE_DAYS_A_YEAR: Final = 12
+# Below this interval a schedule is told how often it runs: once a minute is cron's finest grain,
+# and anything faster is more often a typo for minutes than a wish for 1,440+ agents a day.
+FREQUENT_SECONDS: Final = 60
 _LARGEST_SHIFT: Final = timedelta(hours=2)  # Antarctica/Troll; others shift by 1 h or less
 _LONGEST: Final = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # days, leap years included
 
@@ -54,7 +60,20 @@ def schedule_warnings(
         found.extend(_overlap_warning(trigger, timeout_seconds, now))
     if isinstance(trigger, triggers.CronTrigger):
         found.extend(_rare_day_warning(trigger, now))
+    if isinstance(trigger, triggers.IntervalTrigger) and trigger.every_seconds < FREQUENT_SECONDS:
+        found.append(_frequent_warning(trigger.every_seconds))
     return found
+
+
+def _frequent_warning(every: int) -> WarningItem:
+    per_day = 86_400 // every
+    return {
+        "code": "frequent",
+        "message": f"every_seconds {every} runs the agent {per_day:,} times a day, each run "
+        f"keeping a row; agentcron warns below {FREQUENT_SECONDS} s (did you mean "
+        f"{every} minute{'s' if every != 1 else ''}: every_seconds {every * 60}?)",
+        "field": "trigger.every_seconds",
+    }
 
 
 # -- daylight saving time ---------------------------------------------------------------------

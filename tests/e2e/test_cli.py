@@ -512,3 +512,44 @@ def test_http_commands_do_not_load_the_server_side(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# -- issue 17: a newcomer's reading of --help and of a first page ------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["schedules"], ["schedules", "list"], ["runs", "list"], ["keys", "create"]]
+)
+def test_help_shows_no_type_beside_a_flag(command: list[str]) -> None:
+    # A flag takes no value: "--help -h <bool>" read as if one had to be typed.
+    text = ok(client_env(), *command, "--help")
+    assert "<bool>" not in text, text
+    assert "--help" in text
+    if command == ["schedules", "list"]:
+        assert "<int range>" in text  # options that take a value still say which
+
+
+def test_a_first_page_says_that_more_pages_exist(server: Server) -> None:
+    env = client_env(server)
+    for number in range(3):
+        ok(
+            env,
+            "schedules",
+            "add",
+            "--name",
+            f"paged {number}",
+            "--prompt",
+            "p",
+            "--every",
+            "3600",
+            "--command",
+            "true",
+        )
+    first = cli(env, "schedules", "list", "--limit", "2")
+    assert first.returncode == 0, first.stderr
+    assert "paged 2" in first.stdout and "paged 0" not in first.stdout
+    assert "the first 2 schedules shown; there are more: --all lists every page" in first.stderr
+    whole = cli(env, "schedules", "list", "--limit", "2", "--all")
+    assert "paged 0" in whole.stdout and "there are more" not in whole.stderr
+    enough = cli(env, "schedules", "list", "--limit", "50")
+    assert "there are more" not in enough.stderr

@@ -128,3 +128,85 @@ async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page
     assert errors == [], errors
     unhandled = [line for line in server.log().splitlines() if "unhandled_error" in line]
     assert unhandled == [], unhandled
+
+
+async def sign_in(page: Page, server: Server) -> None:
+    assert server.key is not None
+    await page.goto(f"{server.url}/login")
+    await page.fill("#key", server.key)
+    await page.click("button[type=submit]")
+
+
+async def test_the_new_fields_the_history_pages_and_a_phone(server: Server, page: Page) -> None:
+    """Issue 17: the form's settings beyond the trigger (the preview following its bounds and
+    max runs), every run reachable by paging, and the pages usable 390 px wide."""
+    import httpx
+    from playwright.async_api import expect
+
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    await sign_in(page, server)
+
+    await page.click("text=New schedule >> nth=0")
+    await page.fill("#name", "bounded")
+    await page.fill("#prompt", "p")
+    await page.fill("#cron", "0 9 * * *")
+    await page.fill("#timezone", "Asia/Shanghai")
+    await page.fill("#start_at", "2030-01-01T00:00:00+08:00")
+    # The preview honours the bound and then max runs, as they are typed.
+    await expect(page.locator("#preview time").first).to_have_attribute(
+        "datetime", "2030-01-01T01:00:00Z"
+    )
+    await page.fill("#max_runs", "2")
+    await expect(page.locator("#preview time")).to_have_count(2)
+    await expect(page.locator("#preview .max-runs-note")).to_contain_text("at most 2 due times")
+    await page.fill("#end_at", "2001-01-01T00:00:00Z")
+    await expect(page.locator("#preview .field-error")).to_contain_text("has passed")
+    await expect(page.locator("#end_at")).to_have_attribute("aria-invalid", "true")
+    await page.fill("#end_at", "")
+    await page.select_option("#dst_repeat", "both")
+    await page.select_option("#catchup", "latest")
+    await page.fill("#jitter_seconds", "30")
+    await page.fill("#pause_after_failures", "3")
+    await page.fill("#retention_days", "7")
+    # The bounds belong to cron and interval triggers, not to a one-shot.
+    await page.check("input[name=trigger_kind][value=at]")
+    await expect(page.locator("#start_at")).to_be_hidden()
+    await page.check("input[name=trigger_kind][value=cron]")
+    await expect(page.locator("#start_at")).to_be_visible()
+    await page.fill("#argv", "sh\n-c\necho agent got: $(cat)")
+    await page.click("button:has-text('Create schedule')")
+    await expect(page).to_have_url(re.compile(r"/schedules/[0-9a-f-]{36}\?done=created$"))
+    await expect(page.locator(".trigger-words")).to_contain_text("At 09:00, Asia/Shanghai")
+    await expect(page.locator(".trigger-words")).to_contain_text(
+        "not before 2030-01-01 00:00:00 +08:00"
+    )
+    await expect(page.locator(".trigger-words details")).not_to_have_attribute("open", "")
+    await expect(page.locator("code.argv")).to_have_text("sh -c 'echo agent got: $(cat)'")
+    await expect(page.locator(".settings")).to_contain_text("catch-up latest")
+    await expect(page.locator(".settings")).to_contain_text("pauses after 3 failures in a row")
+    schedule_url = page.url.split("?")[0]
+    schedule_id = schedule_url.rsplit("/", 1)[1]
+
+    # 30 runs: the history shows 25 and pages to the rest.
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
+        for _ in range(30):
+            started = await api.post(f"/api/v1/schedules/{schedule_id}/run")
+            assert started.status_code == 202, started.text
+    await page.goto(schedule_url)
+    await expect(page.locator("tr.run")).to_have_count(25)
+    await page.click("text=Older runs →")
+    await expect(page.locator("tr.run")).to_have_count(5)
+    await expect(page.locator("text=Older runs →")).to_have_count(0)
+    await page.click("text=← Newest runs")
+    await expect(page.locator("tr.run")).to_have_count(25)
+
+    # A phone: nothing wider than the screen, "Sign out" on it.
+    await page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/", schedule_url.removeprefix(server.url), "/schedules/new"):
+        await page.goto(f"{server.url}{path}")
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, (path, width)
+        sign_out = await page.locator("button:has-text('Sign out')").bounding_box()
+        assert sign_out is not None and sign_out["x"] + sign_out["width"] <= 390, (path, sign_out)
+    assert errors == [], errors

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
-import pytest
 
 from tests.e2e.conftest import Server
 
@@ -89,22 +90,72 @@ def readme_block(marker: str) -> str:
     return block.group(1)
 
 
-@pytest.mark.parametrize("marker", ["digest", "digest-chat"])
-def test_readme_digest_examples_are_accepted(server: Server, marker: str) -> None:
+REPO = README.parents[0]
+
+
+def run_readme_block(marker: str, server: Server) -> dict[str, Any]:
+    """Run a README block as the reader would: in ``sh``, from the checkout, with the key
+    exported; only the port is the test server's. Returns the created schedule."""
     port = server.url.rsplit(":", 1)[1]
-    # A backslash-newline continues the line in a shell; shlex would keep the newline as a word.
-    commands = shlex.split(readme_block(marker).replace("\\\n", " "), comments=True)
-    # One curl invocation per block, possibly after an `export`: run the curl part.
-    start = commands.index("curl")
-    argv = readme_argv(commands[start:], port, server.key)
+    script = readme_block(marker).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    env = {"PATH": os.environ["PATH"], "AGENTCRON_KEY": server.key or ""}
     done = subprocess.run(
-        [*argv, "-w", "\n%{http_code}"], capture_output=True, text=True, timeout=30
+        ["sh", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
     )
-    body, _, status = done.stdout.rpartition("\n")
-    assert status == "201", body
-    created = json.loads(body)
+    assert done.returncode == 0, done.stderr
+    created: dict[str, Any] = json.loads(done.stdout)
+    assert "id" in created, created
+    return created
+
+
+def finished_run(server: Server, schedule_id: str, within: float = 30) -> dict[str, Any]:
+    """Run the schedule now and wait for the run to finish; returns the run."""
+    started = httpx.post(
+        f"{server.url}/api/v1/schedules/{schedule_id}/run", headers=server.headers, timeout=10
+    )
+    assert started.status_code == 202, started.text
+    run_url = f"{server.url}/api/v1/runs/{started.json()['id']}"
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        run: dict[str, Any] = httpx.get(run_url, headers=server.headers, timeout=10).json()
+        if run["status"] not in ("pending", "running"):
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"the run did not finish in {within} s:\n{server.log()[-3000:]}")
+
+
+def test_readme_digest_example_runs_as_written(server: Server, tmp_path: Path) -> None:
+    created = run_readme_block("digest", server)
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
+    assert created["warnings"] == []  # the agent's path is absolute, and it is there
     assert all("secret" not in c or c["secret"].startswith("whsec_…") for c in created["notify"])
+    # As the README says: run it now, and it succeeds with five bullets; the log file in the
+    # schedule's working directory gets the run.
+    run = finished_run(server, created["id"])
+    assert run["status"] == "succeeded", run
+    assert run["output"].count("\n- item") == 5, run["output"]
+    assert "asked: Summarise the news in five bullets." in run["output"]
+    workdir = tmp_path / "data" / "tasks" / "local" / created["id"]
+    log = workdir / "digests.jsonl"
+    deadline = time.monotonic() + 15
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [line] = log.read_text().splitlines()
+    assert json.loads(line)["run"]["id"] == run["id"]
+
+
+def test_readme_chat_digest_example_is_accepted_and_says_what_its_runs_need(
+    server: Server,
+) -> None:
+    created = run_readme_block("digest-chat", server)
+    assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
+    assert created["mode"] == "persistent"
+    # The `export` in the block sets the reader's shell, not the service's environment: a run
+    # fails at once, with the sentence the README quotes.
+    assert "DIGEST_API_KEY" not in os.environ, "the test needs a service without the key"
+    run = finished_run(server, created["id"])
+    assert run["status"] == "failed", run
+    assert "environment variable DIGEST_API_KEY (runner.api_key_env) is not set" in run["error"]
 
 
 def test_sigterm_stops_cleanly(server: Server) -> None:

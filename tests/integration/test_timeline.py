@@ -276,7 +276,8 @@ async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_p
     for value, says in [
         ((T0 + MINUTE + 30 * S).isoformat(), "not a due time of this schedule"),
         (T0.isoformat(), "has passed"),
-        ("2025-01-06T00:01:00", "offset"),
+        # Without an offset: read on the schedule's clock (an interval's is UTC), and said so.
+        ((T0 + MINUTE + 30 * S).replace(tzinfo=None).isoformat(), "read in UTC is not a due"),
         ("tomorrow", "ISO 8601"),
     ]:
         try:

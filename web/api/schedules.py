@@ -120,16 +120,24 @@ async def resume_schedule(
     return ScheduleOut.model_validate(schedule_view(schedule))
 
 
-@router.post("/{schedule_id}/backfill", status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/{schedule_id}/backfill",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={200: {"model": BackfillOut, "description": "dry_run: the due times, none queued"}},
+)
 async def backfill_schedule(
     schedule_id: str,
     body: BackfillRequest,
     schedules: SchedulesDep,
     owner: OwnerDep,
     principal: PrincipalDep,
+    response: Response,
 ) -> BackfillOut:
-    """Queue one run per past due time in ``[start, end)`` that has not run (see README)."""
+    """Queue one run per past due time in ``[start, end)`` that has not run (see README):
+    202. A ``dry_run`` queues nothing, so it answers 200, like any read."""
     plan = await schedules.backfill(schedule_id, body, owner, by=principal.owner)
+    if body.dry_run:
+        response.status_code = status.HTTP_200_OK
     return BackfillOut(
         dry_run=body.dry_run, overlap=plan.overlap, due_times=plan.due_times, kept=plan.kept
     )

@@ -11,11 +11,31 @@ cannot start.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperOption
 
 from agentcron.web.cli import local, mcp, runs, schedules, secrets
 from agentcron.web.cli.client import CliError
+
+
+def _no_type_for_flags() -> None:
+    """Leave a flag's type column empty in ``--help``: typer 0.29 writes ``<bool>`` beside
+    every flag (``--help -h <bool>``, ``--json <bool>``), which reads as a value to type. A flag
+    takes none; options with values keep their types (``<int range>``)."""
+    shown = TyperOption.display_type_rich
+
+    # ctx: typer's own (vendored) click Context.
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        if self.is_flag and not self.count:
+            return None
+        return shown(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (a method)
+
+
+_no_type_for_flags()
 
 app = typer.Typer(
     name="agentcron",

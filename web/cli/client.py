@@ -7,6 +7,7 @@ machine that has no access to its database.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,6 +192,19 @@ class Api:
             if not follow or not page.get("next_cursor"):
                 return items, texts
             params["cursor"] = page["next_cursor"]
+
+
+def hint_more_pages(texts: list[str], shown: int, what: str) -> None:
+    """Say on stderr, after a table of one page, that the list goes on (the last page read had
+    a ``next_cursor``), and how to see it all: a table alone cannot tell a full list from the
+    first ``--limit`` of a longer one. Stderr, so the table on stdout stays what it was."""
+    if not texts or not json.loads(texts[-1]).get("next_cursor"):
+        return
+    sys.stderr.write(
+        f"agentcron: the first {shown} {what} shown; there are more: --all lists every page, "
+        "or raise --limit (at most 500)\n"
+    )
+    sys.stderr.flush()
 
 
 def _reason(exc: Exception) -> str:

@@ -18,6 +18,7 @@ from agentcron.web.cli.client import (
     KeyOption,
     UrlOption,
     answer,
+    hint_more_pages,
     print_json,
 )
 
@@ -88,6 +89,8 @@ def list_runs(
         )
         return
     render.emit(render.console(), render.runs_table(items))
+    if not every_page:
+        hint_more_pages(texts, len(items), "runs")
 
 
 @app.command("show")

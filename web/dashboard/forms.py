@@ -8,6 +8,7 @@ pydantic's checks of ``ScheduleCreate``/``ScheduleUpdate``, and ``InvalidSchedul
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,10 @@ _TRIGGER_INPUTS = {
     "cron": "cron",
     "timezone": "timezone",
     "every_seconds": "every_seconds",
-    "start_at": "every_seconds",
+    "start_at": "start_at",
+    "end_at": "end_at",
+    "dst_gap": "dst_gap",
+    "dst_repeat": "dst_repeat",
     "at": "at",
 }
 _PLAIN = {
@@ -40,6 +44,26 @@ _PLAIN = {
     "timeout_seconds",
     "max_attempts",
     "notify",
+    "catchup",
+    "catchup_window_seconds",
+    "jitter_seconds",
+    "max_runs",
+    "pause_after_failures",
+    "retention_days",
+}
+# Whole numbers of the settings where blank means null: "none" or the service's default.
+OPTIONAL_NUMBERS = ("jitter_seconds", "max_runs", "pause_after_failures", "retention_days")
+# A field's name in an error, as the form's label says it.
+LABELS = {
+    "name": "Name",
+    "prompt": "Prompt",
+    "timeout_seconds": "Timeout",
+    "max_attempts": "Max attempts",
+    "catchup_window_seconds": "Catch-up window",
+    "jitter_seconds": "Jitter",
+    "max_runs": "Max runs",
+    "pause_after_failures": "Pause after failures",
+    "retention_days": "Keep runs (days)",
 }
 FORM_ERROR = "_form"  # errors tied to no input: shown above the form
 
@@ -60,6 +84,16 @@ NEW_DEFAULTS: dict[str, str] = {
     "overlap": "",
     "timeout_seconds": "3600",
     "max_attempts": "3",
+    "start_at": "",
+    "end_at": "",
+    "dst_gap": "",
+    "dst_repeat": "",
+    "catchup": "skip",
+    "catchup_window_seconds": "3600",
+    "jitter_seconds": "",
+    "max_runs": "",
+    "pause_after_failures": "",
+    "retention_days": "",
 }
 
 
@@ -88,8 +122,27 @@ def validation_errors(exc: ValidationError) -> dict[str, str]:
     errors: dict[str, str] = {}
     for error in exc.errors():
         path = field_path(error.get("loc", ()))
-        errors.setdefault(input_for(path), f"{path}: {error['msg']}" if path else error["msg"])
+        errors.setdefault(input_for(path), plain_message(path, error))
     return errors
+
+
+def plain_message(path: str | None, error: Any) -> str:
+    """A pydantic error in the form's words, for the field it is shown at: "Name cannot be
+    empty", not "name: String should have at least 1 character"."""
+    label = LABELS.get(path or "")
+    context = error.get("ctx") or {}
+    kind = error.get("type")
+    if label is not None:
+        if kind == "string_too_short" and context.get("min_length") == 1:
+            return f"{label} cannot be empty."
+        if kind == "string_too_long":
+            return f"{label} is too long: at most {context.get('max_length'):,} characters."
+        if kind in ("greater_than_equal", "greater_than"):
+            least = context.get("ge", context.get("gt"))
+            return f"{label} must be at least {least}."
+        if kind in ("less_than_equal", "less_than"):
+            return f"{label} must be at most {context.get('le', context.get('lt')):,}."
+    return f"{path}: {error['msg']}" if path else str(error["msg"])
 
 
 def invalid_schedule_errors(field: str | None, message: str) -> dict[str, str]:
@@ -109,10 +162,12 @@ class ScheduleForm:
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_post(cls, posted: dict[str, str]) -> ScheduleForm:
+    def from_post(cls, posted: dict[str, str], base: dict[str, str] | None = None) -> ScheduleForm:
         """The form as posted. An unchecked checkbox is absent from a post: ``enabled`` is
-        read as off; every other field missing from the post reads as empty."""
-        values = {name: posted.get(name, "") for name in NEW_DEFAULTS}
+        read as off. Every other field missing from the post (a page from before the input
+        was added, a script) keeps its value in ``base`` (the defaults of a new schedule, or
+        the stored schedule's form), or reads as empty without one."""
+        values = {name: posted.get(name, (base or {}).get(name, "")) for name in NEW_DEFAULTS}
         values["enabled"] = "on" if posted.get("enabled") else ""
         return cls(values)
 
@@ -123,10 +178,14 @@ class ScheduleForm:
         trigger: dict[str, Any] = view["trigger"]
         if "cron" in trigger:
             values.update(trigger_kind="cron", cron=trigger["cron"], timezone=trigger["timezone"])
+            values.update(
+                dst_gap=trigger.get("dst_gap") or "", dst_repeat=trigger.get("dst_repeat") or ""
+            )
         elif "every_seconds" in trigger:
             values.update(trigger_kind="every", every_seconds=str(trigger["every_seconds"]))
         else:
             values.update(trigger_kind="at", at=str(trigger["at"]))
+        values.update(start_at=trigger.get("start_at") or "", end_at=trigger.get("end_at") or "")
         runner: dict[str, Any] = view["runner"]
         if set(runner) == {"type", "argv"} and runner["type"] == "command":
             values.update(runner_kind="command", argv="\n".join(runner["argv"]))
@@ -141,21 +200,36 @@ class ScheduleForm:
             overlap=view["overlap"],
             timeout_seconds=str(view["timeout_seconds"]),
             max_attempts=str(view["max_attempts"]),
+            catchup=view["catchup"],
+            catchup_window_seconds=str(view["catchup_window_seconds"]),
         )
+        for name in OPTIONAL_NUMBERS:
+            values[name] = "" if view[name] is None else str(view[name])
         return cls(values)
 
     def trigger(self) -> dict[str, Any]:
         """The trigger the form describes (``FormInvalid`` if a number is not one)."""
         values = self.values
         kind = values.get("trigger_kind", "cron")
+        # The bounds and policies the form shows; blank is null, which clears a stored one.
+        bounds = {name: values.get(name, "").strip() or None for name in ("start_at", "end_at")}
         if kind == "every":
-            return {"every_seconds": _integer(values, "every_seconds")}
+            return {"every_seconds": _integer(values, "every_seconds"), **bounds}
         if kind == "at":
             return {"at": values.get("at", "").strip()}
         if kind != "cron":
             raise FormInvalid({"trigger": "choose cron, every N seconds or at a time"})
         zone = values.get("timezone", "").strip()
-        return {"cron": values.get("cron", ""), "timezone": zone}
+        policies = {name: values.get(name, "") or None for name in ("dst_gap", "dst_repeat")}
+        return {"cron": values.get("cron", ""), "timezone": zone, **bounds, **policies}
+
+    def max_runs(self) -> int | None:
+        """The ``max_runs`` typed (None: blank, no end); ``FormInvalid`` if not a number or
+        not at least 1, at its input."""
+        count = _optional_integer(self.values, "max_runs")
+        if count is not None and count < 1:
+            raise FormInvalid({"max_runs": "Max runs must be at least 1."})
+        return count
 
     def body(self) -> dict[str, Any]:
         """Every field as a ``ScheduleCreate`` body; ``FormInvalid`` with every error found."""
@@ -168,6 +242,11 @@ class ScheduleForm:
             "notify": self._notify,
             "timeout_seconds": lambda: _integer(values, "timeout_seconds"),
             "max_attempts": lambda: _integer(values, "max_attempts"),
+            "catchup_window_seconds": lambda: _integer(values, "catchup_window_seconds"),
+            **{
+                name: functools.partial(_optional_integer, values, name)
+                for name in OPTIONAL_NUMBERS
+            },
         }
         for name, build in parts.items():
             try:
@@ -180,6 +259,7 @@ class ScheduleForm:
         body["mode"] = values["mode"] or "isolated"
         if values["overlap"]:
             body["overlap"] = values["overlap"]
+        body["catchup"] = values["catchup"] or "skip"
         return body
 
     def changes(self, current: dict[str, Any]) -> dict[str, Any]:
@@ -265,6 +345,11 @@ def _integer(values: dict[str, str], name: str) -> int:
         return int(text)
     except ValueError:
         raise FormInvalid({name: f"{name}: a whole number is needed, not {text!r}"}) from None
+
+
+def _optional_integer(values: dict[str, str], name: str) -> int | None:
+    """A whole number, or None when the input is blank (the setting's "none")."""
+    return _integer(values, name) if values.get(name, "").strip() else None
 
 
 def _json(values: dict[str, str], name: str, error_field: str) -> Any:

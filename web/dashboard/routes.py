@@ -210,7 +210,7 @@ async def new_schedule_page(request: Request, viewer: ViewerDep) -> Response:
 
 @router.post("/schedules/new")
 async def create_schedule(request: Request, viewer: ViewerDep) -> Response:
-    form = ScheduleForm.from_post(await read_form(request))
+    form = ScheduleForm.from_post(await read_form(request), NEW_DEFAULTS)
     try:
         spec = ScheduleCreate.model_validate(form.body())
         # Owned by the viewer's owner, admin or not, as through the API.
@@ -272,7 +272,7 @@ async def edit_schedule_page(request: Request, schedule_id: str, viewer: ViewerD
 async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -> Response:
     service = _schedules(request)
     view = schedule_view(await service.get(schedule_id, viewer.scope))
-    form = ScheduleForm.from_post(await read_form(request))
+    form = ScheduleForm.from_post(await read_form(request), ScheduleForm.from_view(view).values)
     try:
         patch = form.changes(view)
         if not patch:
@@ -357,11 +357,21 @@ async def preview_fragment(request: Request, viewer: ViewerDep) -> Response:
     form = ScheduleForm.from_post(await read_form(request))
     try:
         trigger = form.trigger()
+        max_runs = form.max_runs()
         result = preview(trigger, PREVIEW_COUNT, None, utcnow())
     except (FormInvalid, InvalidSchedule) as exc:
         errors = _form_errors(exc)
         field, message = next(iter(errors.items()))
         return render(request, "_preview.html", 422, error=message, field=field, result=None)
+    # max_runs ends the timetable: no due time past the last one it allows is shown.
+    due = result.next if max_runs is None else result.next[:max_runs]
     return render(
-        request, "_preview.html", error=None, field=None, result=result, zone=zone_of(trigger)
+        request,
+        "_preview.html",
+        error=None,
+        field=None,
+        result=result,
+        due=due,
+        max_runs=max_runs,
+        zone=zone_of(trigger),
     )

@@ -6,6 +6,7 @@ Times are shown in the schedule's own zone (a cron trigger's zone, else UTC) ins
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,13 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
+from agentcron.core.triggers import CronTrigger, IntervalTrigger, trigger_from_dict
+
 TEMPLATES = Path(__file__).with_name("templates")
 OUTPUT_PREVIEW_CHARS = 2000
+# A pause note in the list is cut here (the whole note is its title, and on the schedule's page):
+# a breaker's note quotes the last error, and would make its row many lines tall.
+NOTE_CHARS = 80
 FINISHED = frozenset({"succeeded", "failed", "skipped", "timed_out", "cancelled"})
 
 env = jinja2.Environment(
@@ -45,17 +51,34 @@ def when(moment: datetime | None, zone: str = "UTC", viewer_time: bool = True) -
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     there = moment.astimezone(ZoneInfo(zone))
-    text = there.strftime("%Y-%m-%d %H:%M:%S ") + (there.tzname() or zone)
+    text = there.strftime("%Y-%m-%d %H:%M:%S ") + offset_label(there)
     iso = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
     extra = Markup("") if viewer_time else Markup(' data-local="no"')
     return Markup('<time datetime="{}" data-zone="{}"{}>{}</time>').format(iso, zone, extra, text)
 
 
+def offset_label(there: datetime) -> str:
+    """``UTC``, or the numeric offset (``+08:00``, ``+05:45``) of an aware local time.
+
+    Not the zone's abbreviation: "CST" is China's and the US's, and many zones have none
+    (tzdata writes "+04"); an offset reads the same everywhere."""
+    offset = there.utcoffset()
+    if offset is None or there.tzname() == "UTC":
+        return "UTC"
+    minutes = int(offset.total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{rest:02d}"
+
+
 def duration(started: datetime | None, finished: datetime | None) -> str:
-    """How long a run took, in words a person reads at a glance (``1.2 s``, ``3 min 4 s``)."""
+    """How long a run took, in words a person reads at a glance (``16 ms``, ``1.2 s``,
+    ``3 min 4 s``): under a second in milliseconds, where most quick agents end."""
     if started is None or finished is None:
         return ""
     seconds = max((finished - started).total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms" if seconds < 0.9995 else "1.0 s"
     if seconds < 60:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(int(seconds), 60)
@@ -102,8 +125,52 @@ def attrs(**pairs: Any) -> Markup:
     return Markup("").join(parts)
 
 
-env.filters.update(when=when, excerpt=excerpt, badge=badge, last_line=last_line)
-env.globals.update(duration=duration, attrs=attrs, zone_of=zone_of, FINISHED=FINISHED)
+_GAP_WORDS = {"shift": "runs at the end of the gap", "skip": "does not run that day"}
+_REPEAT_WORDS = {
+    "first": "runs in the first pass",
+    "last": "runs in the second pass",
+    "both": "runs in both passes",
+}
+
+
+def trigger_notes(trigger: dict[str, Any], zone: str) -> list[Markup]:
+    """What a trigger says beyond its description, in words: its bounds and the DST policies
+    it sets (a policy left to its default is not repeated here)."""
+    parsed = trigger_from_dict(trigger)
+    notes: list[Markup] = []
+    if isinstance(parsed, IntervalTrigger):
+        notes.append(Markup("counted from {}").format(when(parsed.start_at, zone)))
+    if isinstance(parsed, CronTrigger):
+        if parsed.start_at is not None:
+            notes.append(Markup("not before {}").format(when(parsed.start_at, zone)))
+        if parsed.dst_gap is not None:
+            notes.append(Markup("a time the clocks skip {}").format(_GAP_WORDS[parsed.dst_gap]))
+        if parsed.dst_repeat is not None:
+            words = _REPEAT_WORDS[parsed.dst_repeat]
+            notes.append(Markup("a time the clocks repeat {}").format(words))
+    end_at = getattr(parsed, "end_at", None)
+    if end_at is not None:
+        notes.append(Markup("not after {}").format(when(end_at, zone)))
+    return notes
+
+
+def shell_words(argv: list[str]) -> str:
+    """An argv as a POSIX shell would need it typed, as the CLI shows it: ``sh -c 'echo $(cat)'``
+    (joined with spaces, the quoting that tells the words apart would be lost)."""
+    return shlex.join(str(word) for word in argv)
+
+
+env.filters.update(
+    when=when, excerpt=excerpt, badge=badge, last_line=last_line, shell_words=shell_words
+)
+env.globals.update(
+    duration=duration,
+    attrs=attrs,
+    zone_of=zone_of,
+    trigger_notes=trigger_notes,
+    FINISHED=FINISHED,
+    NOTE_CHARS=NOTE_CHARS,
+)
 ZONES = sorted(available_timezones())
 
 

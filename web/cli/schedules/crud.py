@@ -27,6 +27,7 @@ from agentcron.web.cli.client import (
     KeyOption,
     UrlOption,
     answer,
+    hint_more_pages,
     print_json,
 )
 from agentcron.web.cli.runs import AllOption, LimitOption
@@ -92,6 +93,8 @@ def list_schedules(
         )
         return
     render.emit(render.console(), render.schedules_table(items))
+    if not every_page:
+        hint_more_pages(texts, len(items), "schedules")
 
 
 def show(

@@ -5,16 +5,19 @@
 // Every <time datetime="...Z" data-zone="..."> gets the viewer's local time beside the
 // schedule's zone, unless the two zones are the same.
 const viewerZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+// The offset as a number ("longOffset": "GMT+01:00"), never an abbreviation: "CST" is both
+// China's and the US's, and en-US writes most zones as "GMT+1" anyway.
 const localFormat = new Intl.DateTimeFormat("en-US", {
   year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
-  second: "2-digit", hourCycle: "h23", timeZoneName: "short",
+  second: "2-digit", hourCycle: "h23", timeZoneName: "longOffset",
 });
 
-// "2026-11-29 23:02:42 GMT+1": the layout of the server's own times, so the two compare.
+// "2026-11-29 23:02:42 +01:00": the layout of the server's own times, so the two compare.
 function formatLocal(moment) {
   const part = {};
   for (const { type, value } of localFormat.formatToParts(moment)) part[type] = value;
-  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+  const offset = part.timeZoneName === "GMT" ? "UTC" : part.timeZoneName.replace(/^GMT/, "");
+  return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${offset}`;
 }
 
 function localizeTimes(root) {
@@ -24,7 +27,7 @@ function localizeTimes(root) {
     if (Number.isNaN(moment.getTime())) continue;
     const local = document.createElement("span");
     local.className = "viewer-time";
-    local.textContent = formatLocal(moment) + " your time";
+    local.textContent = `${formatLocal(moment)} your time (${viewerZone})`;
     local.title = viewerZone;
     el.after(local);
     el.dataset.localized = "1";
@@ -35,8 +38,9 @@ function localizeTimes(root) {
 function bindKinds(form) {
   const sync = () => {
     const kind = form.querySelector("input[name=trigger_kind]:checked");
+    // data-kind lists the kinds an input belongs to ("cron every": the bounds).
     for (const el of form.querySelectorAll("[data-kind]")) {
-      el.hidden = !kind || el.dataset.kind !== kind.value;
+      el.hidden = !kind || !el.dataset.kind.split(" ").includes(kind.value);
     }
     const runner = form.querySelector("input[name=runner_kind]:checked");
     for (const el of form.querySelectorAll("[data-runner]")) {
@@ -53,7 +57,12 @@ function bindPreview(form) {
   const section = form.querySelector("[data-preview]");
   const box = document.getElementById("preview");
   if (!section || !box) return;
-  const fields = ["trigger_kind", "cron", "timezone", "every_seconds", "at"];
+  // Everything that changes which due times come: the trigger, its bounds and DST policies,
+  // and max_runs (where the timetable ends).
+  const fields = [
+    "trigger_kind", "cron", "timezone", "every_seconds", "at", "start_at", "end_at",
+    "dst_gap", "dst_repeat", "max_runs",
+  ];
   let timer = null;
   let latest = 0;
   const refresh = async () => {
