@@ -26,6 +26,7 @@ from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.specs import ScheduleCreate
 
 OWNER = "host-tenant"
+LIBRARY_MD = (Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text()
 
 
 def engine_for(db_url: str, tmp_path: Path, handler: Any, **extra: Any) -> agentcron.Engine:
@@ -217,3 +218,40 @@ async def test_properties_and_a_disabled_scheduler(db_url: str, tmp_path: Path) 
             name="n", prompt="p", trigger={"every_seconds": 60}, runner={"type": "handler"}
         )
         assert (await engine.schedules.create(spec, OWNER)).enabled
+
+
+async def test_the_host_in_docs_library_md_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    block = LIBRARY_MD.split("<!-- example:")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)  # the example's relative database: var/host-jobs.db
+    (tmp_path / "var").mkdir()
+    monkeypatch.setenv("AGENTCRON_SCHEDULER_TICK_SECONDS", "0.2")
+    monkeypatch.setenv("AGENTCRON_DATA_DIR", str(tmp_path / "data"))
+    namespace: dict[str, Any] = {"__name__": "host_example"}
+    exec(compile(block, "docs/library.md", "exec"), namespace)
+    app, engine = namespace["app"], namespace["engine"]
+    body = {
+        "name": "news digest",
+        "prompt": "summarise the news",
+        "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": {"type": "handler", "data": {"deployment": "d-42"}},
+    }
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
+    ):
+        assert (await http.post("/scheduling/api/v1/schedules", json=body)).status_code == 401
+        created = await http.post(
+            "/scheduling/api/v1/schedules", json=body, headers={"X-User": "alice"}
+        )
+        assert created.status_code == 201, created.text
+        schedule_id = created.json()["id"]
+        ran = await http.post(
+            f"/scheduling/api/v1/schedules/{schedule_id}/run", headers={"X-User": "alice"}
+        )
+        assert ran.status_code == 202, ran.text
+        (run,) = await finished(engine, uuid.UUID(schedule_id))
+    assert run.status == "succeeded"
+    assert run.output == "ran d-42: summarise the news (attempt 1)"
