@@ -14,6 +14,9 @@ from tests.faults.soak import SoakConfig, soak
 
 @pytest.mark.pg
 @pytest.mark.slow
+# Solo: its leases are 3 s, and beside the wheel's venv install and the quickstart's replicas
+# a starved replica's renewals came late enough for overlaps the test (rightly) counts.
+@pytest.mark.solo
 @pytest.mark.timeout(240)
 async def test_soak_replicas_killed_at_random_lose_and_double_nothing(
     pg_url: str, tmp_path: Path
