@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 # (`agentcron.web.cli`) loads neither the database nor the server side.
 _PUBLIC = {
     "Engine": "agentcron.web.host",
-    "ConfigurationError": "agentcron.web.host",
+    "ConfigurationError": "agentcron.web.api.hosting",
     "Properties": "agentcron.web.host",
     "HandlerContext": "agentcron.core.runners.handler",
     "RunOutcome": "agentcron.core.runners.base",
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from agentcron.core.runners.base import RunOutcome, TransientRunError
     from agentcron.core.runners.handler import HandlerContext
     from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-    from agentcron.web.host import ConfigurationError, Engine, Properties
+    from agentcron.web.api.hosting import ConfigurationError
+    from agentcron.web.host import Engine, Properties
 
 
 def __getattr__(name: str) -> Any:

@@ -34,8 +34,7 @@ from pydantic import ValidationError
 
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
-from agentcron.core.errors import AgentcronError, SchedulerUnavailable, StartupError
-from agentcron.core.keys import Principal, check_owner
+from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.ledger import Ledger
 from agentcron.core.logging import get_logger
 from agentcron.core.policy import ExecutionPolicy
@@ -50,6 +49,7 @@ from agentcron.core.secrets import Keyring
 from agentcron.core.storage import Database
 from agentcron.core.storage.lock import EngineLock
 from agentcron.core.storage.migrate import check_schema, upgrade
+from agentcron.web.api.hosting import ConfigurationError, as_principal, install_errors
 from agentcron.web.clockwatch import ClockWatch
 from agentcron.web.loop import EngineProperties, SchedulerLoop
 from agentcron.web.metrics import EngineMetrics
@@ -58,11 +58,6 @@ from agentcron.web.supervisor import Supervisor
 log = get_logger(__name__)
 T = TypeVar("T")
 BACKENDS = ("postgresql+asyncpg", "sqlite+aiosqlite")  # the URL schemes, once normalised
-
-
-class ConfigurationError(StartupError):
-    """The engine cannot run as configured (a bad setting, a backend it has no driver for);
-    the message names the setting."""
 
 
 @dataclass(frozen=True)
@@ -395,27 +390,3 @@ class Engine:
         that turns agentcron's errors into their status codes and error bodies."""
         app.include_router(self.router(principal), prefix=prefix)
         install_errors(app)
-
-
-def as_principal(caller: Any) -> Principal:
-    """A host's answer as the caller agentcron checks: an owner name is an ordinary
-    (non-admin) caller of that owner; a ``Principal`` is taken as it is."""
-    if isinstance(caller, Principal):
-        return caller
-    if isinstance(caller, str):
-        try:
-            return Principal(owner=check_owner(caller), admin=False)
-        except ValueError as exc:
-            raise ConfigurationError(f"the host's principal returned {caller!r}: {exc}") from None
-    raise ConfigurationError(
-        f"the host's principal dependency returned a {type(caller).__name__}: it must return"
-        " an owner name (str) or an agentcron Principal"
-    )
-
-
-def install_errors(app: FastAPI) -> None:
-    """agentcron's errors as their status codes and bodies (``{"error": {...}}``) in a host's
-    app; the host's own errors and validation answers are left as they are."""
-    from agentcron.web.api.errors import agentcron_error
-
-    app.add_exception_handler(AgentcronError, agentcron_error)
