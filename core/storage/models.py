@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -55,6 +56,8 @@ class Schedule(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     owner: Mapped[str] = mapped_column(String(200))
     name: Mapped[str] = mapped_column(String(200))
+    # The host's own key for this schedule, unique per owner among live schedules.
+    key: Mapped[str | None] = mapped_column(String(200))
     prompt: Mapped[str] = mapped_column(Text)
     trigger: Mapped[dict[str, Any]] = mapped_column(JSONType)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -91,7 +94,17 @@ class Schedule(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
-    __table_args__ = (Index("ix_schedules_owner_created", "owner", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_schedules_owner_created", "owner", "created_at", "id"),
+        Index(
+            "ux_schedules_owner_key",
+            "owner",
+            "key",
+            unique=True,
+            postgresql_where=text("key IS NOT NULL AND deleted_at IS NULL"),
+            sqlite_where=text("key IS NOT NULL AND deleted_at IS NULL"),
+        ),
+    )
 
 
 class Run(Base):
