@@ -21,26 +21,44 @@ _PUBLIC = {
     "HandlerContext": "agentcron.core.runners.handler",
     "RunOutcome": "agentcron.core.runners.base",
     "RunPermanentError": "agentcron.core.errors",
+    # The errors a host tells apart by class (their messages are safe to show).
+    "AgentcronError": "agentcron.core.errors",
+    "InvalidSchedule": "agentcron.core.errors",
+    "NotFound": "agentcron.core.errors",
+    "ScheduleCapacityExceeded": "agentcron.core.errors",
+    "SchedulerUnavailable": "agentcron.core.errors",
     "TransientRunError": "agentcron.core.runners.base",
     "Principal": "agentcron.core.keys",
     "ScheduleCreate": "agentcron.core.specs",
     "ScheduleUpdate": "agentcron.core.specs",
 }
 __all__ = [
+    "AgentcronError",
     "ConfigurationError",
     "Engine",
     "HandlerContext",
+    "InvalidSchedule",
+    "NotFound",
     "Principal",
     "Properties",
     "RunOutcome",
     "RunPermanentError",
+    "ScheduleCapacityExceeded",
     "ScheduleCreate",
     "ScheduleUpdate",
+    "SchedulerUnavailable",
     "TransientRunError",
 ]
 
 if TYPE_CHECKING:
-    from agentcron.core.errors import RunPermanentError
+    from agentcron.core.errors import (
+        AgentcronError,
+        InvalidSchedule,
+        NotFound,
+        RunPermanentError,
+        ScheduleCapacityExceeded,
+        SchedulerUnavailable,
+    )
     from agentcron.core.keys import Principal
     from agentcron.core.runners.base import RunOutcome, TransientRunError
     from agentcron.core.runners.handler import HandlerContext

@@ -109,17 +109,21 @@ class Engine:
         *,
         handler: Handler | None = None,
         migrate: bool = False,
+        clock: Clock | None = None,
         **overrides: Any,
     ) -> None:
         """``settings`` (default: ``AGENTCRON_*`` from the environment) with ``overrides`` by
         field name (``database_url=``, ``scheduler_concurrency=``...). ``handler``: the
         callable ``handler`` schedules run through (``agentcron.core.runners.handler``).
         ``migrate``: bring the schema to this version at ``start()`` (else a database that is
-        not migrated refuses the start, as ``agentcron serve`` does). Raises
-        ``ConfigurationError`` for a bad setting, at once rather than at the first run."""
+        not migrated refuses the start, as ``agentcron serve`` does). ``clock``: every "now"
+        of the engine, for tests that move time (``agentcron.testing``); default the database's
+        on PostgreSQL, this host's on SQLite. Raises ``ConfigurationError`` for a bad setting,
+        at once rather than at the first run."""
         self.settings = settings_from(settings, overrides)
         self.handler = handler
         self.migrate = migrate
+        self.clock = clock
         # Read (and the agents file parsed) now: a bad one refuses the start.
         self.policy = ExecutionPolicy.from_settings(self.settings)
         self.keyring: Keyring | None = None  # AGENTCRON_SECRETS_KEY, parsed at start()
@@ -216,8 +220,8 @@ class Engine:
         # is the database's: replicas on hosts whose clocks disagree would otherwise claim
         # early or late relative to each other, and one whose clock runs fast would find a
         # live run's lease expired and take it over. One clock for all of them, the database's.
-        clock: Clock = utcnow
-        if db.capabilities.database_clock:
+        clock: Clock = self.clock or utcnow
+        if self.clock is None and db.capabilities.database_clock:
             clock = DatabaseClock(warn_seconds=settings.clock_skew_warn_seconds)
             self._watch = ClockWatch(
                 clock,
@@ -300,7 +304,7 @@ class Engine:
             lease_seconds=settings.lease_seconds,
             tick_seconds=settings.scheduler_tick_seconds,
             concurrency=settings.scheduler_concurrency,
-            clock="database" if caps.database_clock else "local",
+            clock="given" if self.clock else "database" if caps.database_clock else "local",
             sandbox=self.containment.describe(),
             agent_env=list(self.containment.agent_env),
         )
