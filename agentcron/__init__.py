@@ -21,29 +21,45 @@ _PUBLIC = {
     "HandlerContext": "agentcron.core.runners.handler",
     "RunOutcome": "agentcron.core.runners.base",
     "RunPermanentError": "agentcron.core.errors",
+    "InvalidSchedule": "agentcron.core.errors",
+    "NotFound": "agentcron.core.errors",
+    "ScheduleCapacityExceeded": "agentcron.core.errors",
+    "Applied": "agentcron.core.schedules",
+    "Reconciled": "agentcron.core.schedules",
     "TransientRunError": "agentcron.core.runners.base",
     "Principal": "agentcron.core.keys",
     "ScheduleCreate": "agentcron.core.specs",
     "ScheduleUpdate": "agentcron.core.specs",
 }
 __all__ = [
+    "Applied",
     "ConfigurationError",
     "Engine",
     "HandlerContext",
+    "InvalidSchedule",
+    "NotFound",
     "Principal",
     "Properties",
+    "Reconciled",
     "RunOutcome",
     "RunPermanentError",
+    "ScheduleCapacityExceeded",
     "ScheduleCreate",
     "ScheduleUpdate",
     "TransientRunError",
 ]
 
 if TYPE_CHECKING:
-    from agentcron.core.errors import RunPermanentError
+    from agentcron.core.errors import (
+        InvalidSchedule,
+        NotFound,
+        RunPermanentError,
+        ScheduleCapacityExceeded,
+    )
     from agentcron.core.keys import Principal
     from agentcron.core.runners.base import RunOutcome, TransientRunError
     from agentcron.core.runners.handler import HandlerContext
+    from agentcron.core.schedules import Applied, Reconciled
     from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
     from agentcron.web.api.hosting import ConfigurationError
     from agentcron.web.host import Engine, Properties
