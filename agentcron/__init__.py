@@ -27,6 +27,8 @@ _PUBLIC = {
     "NotFound": "agentcron.core.errors",
     "ScheduleCapacityExceeded": "agentcron.core.errors",
     "SchedulerUnavailable": "agentcron.core.errors",
+    "Applied": "agentcron.core.schedules",
+    "Reconciled": "agentcron.core.schedules",
     "TransientRunError": "agentcron.core.runners.base",
     "Principal": "agentcron.core.keys",
     "ScheduleCreate": "agentcron.core.specs",
@@ -34,6 +36,7 @@ _PUBLIC = {
 }
 __all__ = [
     "AgentcronError",
+    "Applied",
     "ConfigurationError",
     "Engine",
     "HandlerContext",
@@ -41,6 +44,7 @@ __all__ = [
     "NotFound",
     "Principal",
     "Properties",
+    "Reconciled",
     "RunOutcome",
     "RunPermanentError",
     "ScheduleCapacityExceeded",
@@ -62,6 +66,7 @@ if TYPE_CHECKING:
     from agentcron.core.keys import Principal
     from agentcron.core.runners.base import RunOutcome, TransientRunError
     from agentcron.core.runners.handler import HandlerContext
+    from agentcron.core.schedules import Applied, Reconciled
     from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
     from agentcron.web.api.hosting import ConfigurationError
     from agentcron.web.host import Engine, Properties

@@ -125,6 +125,8 @@ def run_payload(schedule: Schedule) -> dict[str, Any]:
         "timeout_seconds": schedule.timeout_seconds,
         "max_attempts": schedule.max_attempts,
         "mode": schedule.mode,
+        # The host's key, for its handler (``HandlerContext.key``); absent when there is none.
+        **({"key": schedule.key} if schedule.key is not None else {}),
     }
 
 

@@ -7,11 +7,13 @@ run late.
 
 - ``views``: ids, the one owner-visible loader, the public shape of a schedule;
 - ``plans``: pure previews and resume/backfill plans;
-- ``service``: ``ScheduleService`` (CRUD), with the timetable verbs of ``timetable``.
+- ``service``: CRUD, with the timetable verbs of ``timetable``;
+- ``keyed``: ``ScheduleService``, which adds the verbs by the host's own key.
 """
 
 from __future__ import annotations
 
+from agentcron.core.schedules.keyed import Applied, Reconciled, ScheduleService, check_key
 from agentcron.core.schedules.plans import (
     MAX_BACKFILL,
     REDOABLE,
@@ -23,7 +25,7 @@ from agentcron.core.schedules.plans import (
     preview,
     resume_plan,
 )
-from agentcron.core.schedules.service import WARNING_INPUTS, ScheduleService
+from agentcron.core.schedules.service import WARNING_INPUTS
 from agentcron.core.schedules.views import load_schedule, parse_id, schedule_view
 
 __all__ = [
@@ -31,10 +33,13 @@ __all__ = [
     "REDOABLE",
     "RESUME_ALL_CAP",
     "WARNING_INPUTS",
+    "Applied",
     "BackfillPlan",
     "Preview",
+    "Reconciled",
     "ResumePlan",
     "ScheduleService",
+    "check_key",
     "check_preview_after",
     "load_schedule",
     "parse_id",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import or_, select, update
 
@@ -28,12 +30,22 @@ from agentcron.core.specs import (
 from agentcron.core.states import RunReason, RunStatus
 from agentcron.core.storage import Run, Schedule
 from agentcron.core.transitions import finished
+from agentcron.core.triggers.kinds import Trigger
 
 # Fields whose change makes an update recompute the schedule's warnings.
 WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner"})
 
 
-class ScheduleService(TimetableVerbs):
+@dataclass(frozen=True)
+class Prepared:
+    """A spec that passed every check needing no database: the row's settings, and the
+    parsed trigger they came from."""
+
+    values: dict[str, Any]
+    trigger: Trigger
+
+
+class ScheduleCrud(TimetableVerbs):
     """Schedule CRUD over one database.
 
     ``owner=None`` means an administrator (sees everything); otherwise a schedule of another
@@ -42,15 +54,10 @@ class ScheduleService(TimetableVerbs):
     transaction also sends a NOTIFY on ``agentcron_schedules`` for other replicas.
     """
 
-    async def create(self, spec: ScheduleCreate, owner: str, *, trusted: bool = True) -> Schedule:
-        """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
-        warnings (``core.triggers.warnings``: things worth knowing, never a reason to refuse).
-        ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
-
-        Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
-        ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
-        active-schedule limit is reached; nothing is written in either case.
-        """
+    def prepare(self, spec: ScheduleCreate, *, trusted: bool = True) -> Prepared:
+        """Every check ``create`` makes that needs no database, and the row's settings in their
+        validated forms (the spec's fields, each declared once in ``ScheduleCreate``). Raises
+        ``InvalidSchedule`` naming the field."""
         now = self.clock()
         for name in ("trigger", "runner"):
             reject_nul(getattr(spec, name), name)
@@ -62,29 +69,44 @@ class ScheduleService(TimetableVerbs):
         notify = validate_channels(spec.notify, allow_private=self.allow_private)
         if not trusted:
             runner = self.policy.check_tenant(runner, notify) or runner
-        overlap = spec.overlap or ("skip" if spec.mode == "persistent" else "allow")
-        # The row is the spec's fields (each declared once, in ScheduleCreate), with the
-        # validated forms of those that have one, and what the service keeps.
         values = {name: getattr(spec, name) for name in SETTINGS}
         values.update(
             trigger=triggers.trigger_to_dict(trigger),
-            overlap=overlap,
+            overlap=spec.overlap or ("skip" if spec.mode == "persistent" else "allow"),
             runner=runner,
             notify=notify,
         )
+        return Prepared(values, trigger)
+
+    async def create(
+        self, spec: ScheduleCreate, owner: str, *, trusted: bool = True, key: str | None = None
+    ) -> Schedule:
+        """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
+        warnings (``core.triggers.warnings``: things worth knowing, never a reason to refuse).
+        ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
+        ``key``: the host's own key for it (``apply`` sets it; unique per owner).
+
+        Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
+        ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
+        active-schedule limit is reached; nothing is written in either case.
+        """
+        now = self.clock()
+        prepared = self.prepare(spec, trusted=trusted)
+        values, trigger = prepared.values, prepared.trigger
         schedule_id = uuid.uuid4()
         warnings = safe_warnings(
             trigger,
-            overlap,
+            values["overlap"],
             spec.timeout_seconds,
             now,
-            runner=runner,
+            runner=values["runner"],
             workdir=self._workdir(owner, schedule_id),
         )
         schedule = Schedule(
             **values,
             id=schedule_id,
             owner=owner,
+            key=key,
             scheduled_runs=0,
             warnings=warnings,
             next_run=next_run_after(trigger, now) if spec.enabled else None,
@@ -95,7 +117,7 @@ class ScheduleService(TimetableVerbs):
         )
         async with self.db.session() as session:
             # Every secret the configs refer to must be one the owner has stored.
-            await check_references(session, owner, runner, notify)
+            await check_references(session, owner, values["runner"], values["notify"])
             if spec.enabled:
                 await self._check_capacity(session)
             session.add(schedule)

@@ -32,6 +32,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         **{name: getattr(schedule, name) for name in SETTINGS},
         "id": schedule.id,
         "owner": schedule.owner,
+        "key": schedule.key,
         "notify": masked_channels(schedule.notify),
         "next_run": schedule.next_run,
         "description": triggers.describe(trigger),

@@ -57,6 +57,45 @@ async def list_schedules(
     return SchedulePage(items=items, next_cursor=page.next_cursor)
 
 
+# Registered before "/{schedule_id}/...": "by-key/runs" must never read as a schedule id.
+@router.put(
+    "/by-key/{key}",
+    responses={200: {"model": ScheduleOut, "description": "replaced (same id, same runs)"}},
+    status_code=status.HTTP_201_CREATED,
+)
+async def apply_schedule(
+    key: str,
+    spec: ScheduleCreate,
+    schedules: SchedulesDep,
+    principal: PrincipalDep,
+    response: Response,
+) -> ScheduleOut:
+    """Create the schedule kept under the caller's ``key`` (201), or replace every field of
+    it (200, same id and run history). Fields left out take their defaults."""
+    trusted = schedules.policy.trusts(principal.owner, admin=principal.admin)
+    applied = await schedules.apply(principal.owner, key, spec, trusted=trusted)
+    if not applied.created:
+        response.status_code = status.HTTP_200_OK
+    return ScheduleOut.model_validate(schedule_view(applied.schedule))
+
+
+@router.get("/by-key/{key}")
+async def get_schedule_by_key(
+    key: str, schedules: SchedulesDep, principal: PrincipalDep
+) -> ScheduleOut:
+    return ScheduleOut.model_validate(
+        schedule_view(await schedules.get_by_key(principal.owner, key))
+    )
+
+
+@router.delete("/by-key/{key}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_schedule_by_key(
+    key: str, schedules: SchedulesDep, principal: PrincipalDep
+) -> Response:
+    await schedules.delete_by_key(principal.owner, key)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.post("/preview")
 async def preview_trigger(request: PreviewRequest) -> PreviewOut:
     result = preview(request.trigger, request.count, check_preview_after(request.after), utcnow())

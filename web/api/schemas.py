@@ -23,6 +23,10 @@ class ScheduleOut(ScheduleSettingsOut):
 
     id: uuid.UUID
     owner: str
+    key: str | None = Field(
+        description="the host's own key for this schedule (PUT /api/v1/schedules/by-key/{key}),"
+        " unique per owner; null for a schedule created without one"
+    )
     next_run: datetime | None
     description: str
     paused_at: datetime | None

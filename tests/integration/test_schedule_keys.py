@@ -1,0 +1,262 @@
+"""Schedules kept under the host's own key: PUT/GET/DELETE by key over HTTP, and ``apply``,
+``delete_by_key`` and ``reconcile`` in Python, on SQLite and PostgreSQL.
+
+What a host relies on: a PUT of a new key creates (201) and of a known one replaces (200) the
+same schedule, run history included; an invalid record leaves the stored definition in force;
+a reconcile with one bad record applies none, and deletes only its own scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import agentcron
+from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from agentcron.core.runners.handler import HandlerContext
+from agentcron.core.schedules import ScheduleService
+from tests.conftest import app_client, issue_key
+
+API = "/api/v1/schedules"
+RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
+
+
+def record(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "deployment 42",
+        "prompt": "Summarise today's headlines.",
+        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": RUNNER,
+    }
+    data.update(overrides)
+    return data
+
+
+async def test_put_by_key_creates_then_replaces_the_same_schedule(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await client.put(f"{API}/by-key/deployment:42", json=record(max_attempts=5))
+    assert created.status_code == 201, created.text
+    first = created.json()
+    assert first["key"] == "deployment:42" and first["max_attempts"] == 5
+
+    replaced = await client.put(
+        f"{API}/by-key/deployment:42",
+        json=record(name="renamed", trigger={"cron": "30 9 * * *", "timezone": "UTC"}),
+    )
+    assert replaced.status_code == 200, replaced.text
+    second = replaced.json()
+    assert second["id"] == first["id"] and second["key"] == "deployment:42"
+    assert second["name"] == "renamed" and second["description"] == "At 09:30, UTC"
+    # A full replace: a field the record leaves out takes its default again.
+    assert second["max_attempts"] == 3
+
+    got = await client.get(f"{API}/by-key/deployment:42")
+    assert got.status_code == 200 and got.json()["id"] == first["id"]
+    assert (await client.get(f"{API}/{first['id']}")).json()["key"] == "deployment:42"
+    listed = (await client.get(API)).json()["items"]
+    assert [item["id"] for item in listed] == [first["id"]]
+
+
+async def test_reapplying_an_unchanged_record_moves_nothing(client: httpx.AsyncClient) -> None:
+    first = (await client.put(f"{API}/by-key/k1", json=record())).json()
+    again = await client.put(f"{API}/by-key/k1", json=record())
+    assert again.status_code == 200
+    assert again.json()["next_run"] == first["next_run"]
+    assert again.json()["warnings"] == first["warnings"]
+
+
+async def test_an_invalid_record_leaves_the_stored_definition_in_force(
+    client: httpx.AsyncClient,
+) -> None:
+    first = (await client.put(f"{API}/by-key/k2", json=record())).json()
+    # Even a disable that carries a bad cron changes nothing.
+    bad = await client.put(
+        f"{API}/by-key/k2", json=record(enabled=False, trigger={"cron": "61 8 * * *"})
+    )
+    assert bad.status_code == 422, bad.text
+    assert bad.json()["error"]["field"] == "trigger.cron"
+    kept = (await client.get(f"{API}/by-key/k2")).json()
+    assert kept["enabled"] is True and kept["trigger"] == first["trigger"]
+    assert kept["updated_at"] == first["updated_at"]
+
+    unknown = await client.put(f"{API}/by-key/k2", json=record(colour="blue"))
+    assert unknown.status_code == 422
+    assert (await client.get(f"{API}/by-key/k2")).json()["updated_at"] == first["updated_at"]
+
+
+async def test_a_bad_key_is_refused_naming_the_field(client: httpx.AsyncClient) -> None:
+    response = await client.put(f"{API}/by-key/{'x' * 201}", json=record())
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == "key"
+    spaced = await client.put(f"{API}/by-key/a%20b", json=record())
+    assert spaced.status_code == 422 and spaced.json()["error"]["field"] == "key"
+    assert (await client.get(API)).json()["items"] == []
+
+
+async def test_keys_belong_to_their_owner(live_app: Any, client: httpx.AsyncClient) -> None:
+    mine = (await client.put(f"{API}/by-key/shared-name", json=record())).json()
+    # An admin key too keeps its own keys: by-key verbs act as the key's owner.
+    async with app_client(live_app, await issue_key(live_app, "other", admin=True)) as other:
+        assert (await other.get(f"{API}/by-key/shared-name")).status_code == 404
+        assert (await other.delete(f"{API}/by-key/shared-name")).status_code == 404
+        # The same key is free for another owner: a schedule of its own.
+        theirs = await other.put(f"{API}/by-key/shared-name", json=record())
+        assert theirs.status_code == 201, theirs.text
+        assert theirs.json()["id"] != mine["id"]
+    assert (await client.get(f"{API}/by-key/shared-name")).json()["id"] == mine["id"]
+
+
+async def test_delete_by_key_frees_the_key_and_keeps_the_runs_readable(
+    client: httpx.AsyncClient,
+) -> None:
+    first = (await client.put(f"{API}/by-key/k3", json=record())).json()
+    run = (await client.post(f"{API}/{first['id']}/run")).json()
+    assert (await client.delete(f"{API}/by-key/k3")).status_code == 204
+    assert (await client.get(f"{API}/by-key/k3")).status_code == 404
+    assert (await client.delete(f"{API}/by-key/k3")).status_code == 404
+    assert (await client.get(f"/api/v1/runs/{run['id']}")).status_code == 200
+    again = await client.put(f"{API}/by-key/k3", json=record())
+    assert again.status_code == 201 and again.json()["id"] != first["id"]
+
+
+async def test_the_route_by_key_is_not_read_as_a_schedule_id(client: httpx.AsyncClient) -> None:
+    # "by-key/runs" would match "/{schedule_id}/runs" if that route came first.
+    created = await client.put(f"{API}/by-key/runs", json=record())
+    assert created.status_code == 201
+    assert (await client.get(f"{API}/by-key/runs")).json()["key"] == "runs"
+
+
+async def test_replace_keeps_the_run_history(live_app: Any, client: httpx.AsyncClient) -> None:
+    first = (await client.put(f"{API}/by-key/k4", json=record())).json()
+    run = (await client.post(f"{API}/{first['id']}/run")).json()
+    await client.put(f"{API}/by-key/k4", json=record(prompt="a new prompt"))
+    runs = (await client.get(f"{API}/{first['id']}/runs")).json()["items"]
+    assert [item["id"] for item in runs] == [run["id"]]
+    # The run keeps the input it was made with: editing the record rewrites no run.
+    kept, _ = await live_app.state.runs.get_run(run["id"], "local")
+    assert kept.payload["prompt"] == "Summarise today's headlines."
+    assert kept.payload["key"] == "k4"
+
+
+async def service(live_app: Any) -> ScheduleService:
+    schedules: ScheduleService = live_app.state.schedules
+    return schedules
+
+
+async def test_apply_in_python_and_the_handler_gets_the_key(db_url: str, tmp_path: Path) -> None:
+    seen: list[HandlerContext] = []
+    engine = agentcron.Engine(
+        handler=seen.append,
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        scheduler_tick_seconds=0.2,
+        log_format="console",
+    )
+    async with engine:
+        spec = record(runner={"type": "handler", "data": {"deployment": 7}})
+        applied = await engine.schedules.apply("host", "deployment:7", spec)
+        assert applied.created and applied.schedule.key == "deployment:7"
+        again = await engine.schedules.apply("host", "deployment:7", {**spec, "prompt": "v2"})
+        assert not again.created and again.schedule.id == applied.schedule.id
+        await engine.runs.run_now(applied.schedule.id, "host")
+        deadline = time.monotonic() + 15
+        while not seen:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert seen[0].key == "deployment:7" and seen[0].prompt == "v2"
+        await engine.schedules.delete_by_key("host", "deployment:7")
+        with pytest.raises(NotFound):
+            await engine.schedules.get_by_key("host", "deployment:7")
+
+
+async def test_reconcile_applies_pauses_and_deletes_only_its_scope(live_app: Any) -> None:
+    schedules = await service(live_app)
+    await schedules.apply("host", "deploy:gone", record())
+    await schedules.apply("host", "deploy:kept", record(name="old name"))
+    outside = await schedules.apply("host", "other:1", record())
+    unkeyed = await schedules.create(schedules_spec(), "host")
+
+    done = await schedules.reconcile(
+        "host",
+        {
+            "deploy:kept": record(name="new name"),
+            "deploy:new": record(),
+            "deploy:off": record(enabled=False),
+        },
+        scope="deploy:",
+    )
+    assert sorted(done.created) == ["deploy:new", "deploy:off"]
+    assert done.replaced == ["deploy:kept"] and done.deleted == ["deploy:gone"]
+    assert (await schedules.get_by_key("host", "deploy:kept")).name == "new name"
+    off = await schedules.get_by_key("host", "deploy:off")
+    assert off.enabled is False and off.next_run is None and off.paused_at is not None
+    with pytest.raises(NotFound):
+        await schedules.get_by_key("host", "deploy:gone")
+    # Outside the scope and without a key: untouched.
+    assert (await schedules.get_by_key("host", "other:1")).id == outside.schedule.id
+    assert (await schedules.get(unkeyed.id, "host")).deleted_at is None
+
+
+async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> None:
+    schedules = await service(live_app)
+    before = await schedules.apply("host", "deploy:a", record())
+    with pytest.raises(InvalidSchedule) as caught:
+        await schedules.reconcile(
+            "host",
+            {
+                "deploy:a": record(name="changed"),
+                "deploy:b": record(),
+                "deploy:c": record(trigger={"cron": "0 8 * * *", "timezone": "Mars/Olympus"}),
+            },
+            scope="deploy:",
+        )
+    assert "deploy:c" in caught.value.message
+    assert caught.value.field == "records.deploy:c.trigger.timezone"
+    assert (await schedules.get_by_key("host", "deploy:a")).name == before.schedule.name
+    with pytest.raises(NotFound):
+        await schedules.get_by_key("host", "deploy:b")
+
+    with pytest.raises(InvalidSchedule) as outside:
+        await schedules.reconcile("host", {"mine:x": record()}, scope="deploy:")
+    assert outside.value.field == "records.mine:x.key"
+    # An empty reconcile of the scope deletes what is in it, and only that.
+    done = await schedules.reconcile("host", {}, scope="deploy:")
+    assert done.deleted == ["deploy:a"]
+
+
+async def test_a_reconcile_past_the_limit_applies_none(live_app: Any) -> None:
+    schedules = await service(live_app)
+    schedules.max_active = 2
+    await schedules.apply("host", "deploy:1", record())
+    many = {f"deploy:{n}": record() for n in range(1, 4)}
+    with pytest.raises(ScheduleCapacityExceeded):
+        await schedules.reconcile("host", many, scope="deploy:")
+    with pytest.raises(NotFound):
+        await schedules.get_by_key("host", "deploy:2")
+    # Disabled records do not count against it.
+    many["deploy:3"] = record(enabled=False)
+    done = await schedules.reconcile("host", many, scope="deploy:")
+    assert sorted(done.created) == ["deploy:2", "deploy:3"]
+
+
+async def test_two_applies_of_one_new_key_make_one_schedule(live_app: Any) -> None:
+    schedules = await service(live_app)
+    results = await asyncio.gather(
+        *(schedules.apply("host", "race", record(name=f"n{n}")) for n in range(4))
+    )
+    assert len({result.schedule.id for result in results}) == 1
+    assert sum(result.created for result in results) == 1
+    page = await schedules.list("host")
+    assert len(page.items) == 1
+
+
+def schedules_spec() -> Any:
+    from agentcron.core.specs import ScheduleCreate
+
+    return ScheduleCreate.model_validate(record(name="made without a key"))
