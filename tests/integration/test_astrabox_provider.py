@@ -1,0 +1,208 @@
+"""The AstraBox-style provider of ``examples/astrabox_provider``: loaded from its entry point,
+bound to the contract suite (on SQLite and PostgreSQL), and its own promises: configure-time
+refusal, properties, reconcile, capacity, errors by class in the provider's words."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from agentcron.testing import (
+    Call,
+    HostHandler,
+    ProviderContract,
+    Record,
+    RunView,
+    SettableClock,
+    Store,
+    fire_engine_due_times,
+    settle_engine,
+)
+from tests.examples import ASTRABOX, PROVIDER_GROUP, load_entry_point
+
+Provider = load_entry_point(ASTRABOX, PROVIDER_GROUP, "agentcron")
+box: ModuleType = __import__(Provider.__module__)
+
+
+class Backend:
+    """The platform's repository backend: a SQL one has a URL, a document one has none."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+
+    def sql_url(self) -> str | None:
+        return self.url
+
+
+def configured(store: Store, **options: Any) -> Any:
+    provider = Provider()
+    provider.configure(
+        repository_backend=Backend(store.database_url),
+        data_dir=store.data_dir,
+        scheduler_tick_seconds=0.2,
+        log_format="console",
+        **options,
+    )
+    return provider
+
+
+class TestAstraBoxProviderContract(ProviderContract):
+    max_attempts = box.ATTEMPTS
+    permanent_error = box.PermanentFailure
+    invalid_errors = (box.InvalidSchedule,)
+    not_found_errors = (box.RunNotFound, box.DeploymentNotFound)
+
+    @pytest.fixture
+    def contract_store(self, db_url: str, tmp_path: Path) -> Store:
+        return Store(db_url, tmp_path / "data", migrated=True)
+
+    def make_engine(self, store: Store) -> Any:
+        return configured(store, clock=SettableClock())
+
+    async def fire_due_times(self, provider: Any, key: str, start: datetime, end: datetime) -> None:
+        await fire_engine_due_times(
+            provider.engine, box.OWNER, box.key_of(key), start, end, self.within
+        )
+
+    async def settle(self, provider: Any, key: str) -> None:
+        await settle_engine(provider.engine, box.OWNER, box.key_of(key), self.within)
+
+    async def start(self, provider: Any, handler: HostHandler) -> None:
+        async def on_call(call: Any) -> None:
+            assert call.idempotency_key == f"deployment-run:{call.run_id}"
+            await handler(
+                Call(
+                    run_id=call.run_id,
+                    key=call.deployment_id,
+                    trigger=call.trigger,
+                    due_at=call.due_at,
+                    prompt=call.prompt,
+                    data=call.target,
+                    replay_of=call.replayed_from_run_id,
+                    attempt=call.attempt,
+                )
+            )
+
+        await provider.start(on_call)
+
+    async def stop(self, provider: Any) -> None:
+        await provider.stop()
+
+    async def apply(self, provider: Any, key: str, record: Record) -> None:
+        await provider.apply(deployment(key, record))
+
+    async def delete(self, provider: Any, key: str) -> None:
+        await provider.delete(key)
+
+    async def run_now(self, provider: Any, key: str) -> str:
+        return str((await provider.run_now(key)).run_id)
+
+    async def replay(self, provider: Any, key: str, run_id: str) -> str:
+        return str((await provider.replay(key, run_id)).run_id)
+
+    async def list_runs(self, provider: Any, key: str, limit: int) -> list[RunView]:
+        return [
+            RunView(run.run_id, run.trigger, run.status, run.due_at, run.replayed_from_run_id)
+            for run in await provider.list_runs(key, limit)
+        ]
+
+
+def deployment(key: str, record: Record) -> Any:
+    return box.DeploymentRecord(
+        id=key,
+        name=record.name,
+        prompt=record.prompt,
+        cron=record.cron,
+        timezone=record.timezone,
+        enabled=record.enabled,
+        target=record.data,
+    )
+
+
+def hourly(id: str, **changes: Any) -> Any:
+    fields = {"name": id, "prompt": "p", "cron": "0 * * * *", "timezone": "UTC", **changes}
+    return box.DeploymentRecord(id=id, **fields)
+
+
+async def nothing(call: Any) -> None:
+    return None
+
+
+@pytest.fixture
+def store(db_url: str, tmp_path: Path) -> Store:
+    return Store(db_url, tmp_path / "data", migrated=True)
+
+
+def test_the_entry_point_names_the_provider() -> None:
+    assert Provider.name == "agentcron" and Provider.__name__ == "AgentcronProvider"
+
+
+def test_configure_refuses_a_backend_it_cannot_run_on(tmp_path: Path) -> None:
+    with pytest.raises(box.ProviderUnavailable, match="SQL repository backend"):
+        Provider().configure(repository_backend=Backend(None))  # a document database
+    with pytest.raises(box.ProviderUnavailable) as refused:
+        Provider().configure(repository_backend=Backend("mongodb://db/astrabox"))
+    assert "agentcron" not in str(refused.value).lower()
+
+
+async def test_properties_and_not_started(store: Store) -> None:
+    provider = configured(store, max_active_schedules=64)
+    props = provider.properties
+    expected = "cluster" if store.database_url.startswith("postgresql") else "executor"
+    assert (props.recovery_scope, props.max_active_schedules) == (expected, 64)
+    assert props.pause_visibility_seconds == 0.0
+    with pytest.raises(box.ProviderUnavailable, match="not started"):
+        await provider.apply(hourly("d1"))
+
+
+async def test_reconcile_applies_pauses_and_deletes_only_its_own(store: Store) -> None:
+    provider = configured(store)
+    await provider.start(nothing)
+    try:
+        engine = provider.engine
+        spec = {"name": "host's own", "prompt": "p", "trigger": {"every_seconds": 3600}}
+        spec["runner"] = {"type": "handler"}
+        await engine.schedules.apply(box.OWNER, "other:1", spec)  # not the provider's scope
+        await provider.reconcile([hourly("d1"), hourly("d2"), hourly("d3")])
+        await provider.reconcile([hourly("d1", prompt="edited"), hourly("d2", enabled=False)])
+        kept = await engine.schedules.get_by_key(box.OWNER, "deployment:d1")
+        paused = await engine.schedules.get_by_key(box.OWNER, "deployment:d2")
+        assert (kept.prompt, kept.enabled, paused.enabled) == ("edited", True, False)
+        assert await provider.list_runs("d3") == []
+        with pytest.raises(box.DeploymentNotFound):
+            await provider.run_now("d3")
+        await engine.schedules.get_by_key(box.OWNER, "other:1")  # untouched
+        with pytest.raises(box.InvalidSchedule) as refused:
+            await provider.reconcile([hourly("d1", prompt="never"), hourly("d9", timezone="X/Y")])
+        assert refused.value.deployment_id == "d9"
+        assert str(refused.value) == "deployment d9: schedule cron or timezone is invalid"
+        kept = await engine.schedules.get_by_key(box.OWNER, "deployment:d1")
+        assert kept.prompt == "edited"  # one bad record: none applied
+    finally:
+        await provider.stop()
+
+
+async def test_a_change_past_the_capacity_is_refused_and_the_previous_one_stays(
+    store: Store,
+) -> None:
+    provider = configured(store, max_active_schedules=1)
+    await provider.start(nothing)
+    try:
+        await provider.apply(hourly("d1"))
+        await provider.apply(hourly("d2", enabled=False))
+        with pytest.raises(box.ScheduleCapacityExceeded) as refused:
+            await provider.apply(hourly("d2", prompt="now enabled"))
+        assert "agentcron" not in str(refused.value).lower()
+        engine = provider.engine
+        still = await engine.schedules.get_by_key(box.OWNER, "deployment:d2")
+        assert (still.enabled, still.prompt) == (False, "p")
+        with pytest.raises(box.InvalidSchedule, match="^schedule cron or timezone is invalid$"):
+            await provider.apply(hourly("d1", cron="0 0 * * * *"))  # six fields
+        with pytest.raises(box.InvalidSchedule, match="^schedule cron or timezone is invalid$"):
+            await provider.apply(hourly("d1", cron="0 25 * * *"))
+    finally:
+        await provider.stop()
