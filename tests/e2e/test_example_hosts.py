@@ -1,0 +1,188 @@
+"""The example hosts of ``examples/``, run for real.
+
+zcbot (``examples/zcbot_host``) is served by uvicorn from its own directory, as its developers
+run it: its own ``core`` package is imported beside the installed ``agentcron``, its lifespan
+starts the engine, its auth decides the owner under ``/scheduling``, and its agent runs through
+the handler under the task's run lock. The AstraBox provider's distribution is built and
+installed into a directory of its own and found through its installed entry point.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import free_port
+from tests.examples import ASTRABOX, EXAMPLES, PROVIDER_GROUP
+
+ZCBOT = EXAMPLES / "zcbot_host"
+ALICE = {"Authorization": "Bearer token-a"}
+BOB = {"Authorization": "Bearer token-b"}
+pytestmark = pytest.mark.slow
+
+
+class Zcbot:
+    def __init__(
+        self, url: str, process: subprocess.Popen[bytes], log: Path, sink: BinaryIO
+    ) -> None:
+        self.url, self.process, self.log, self.sink = url, process, log, sink
+
+    def stop(self) -> bool:
+        """SIGTERM; True when zcbot's lifespan (the engine's drain included) ran to its end.
+        uvicorn exits by the signal it caught once it has shut down."""
+        self.process.terminate()
+        try:
+            code = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+        finally:
+            self.sink.close()
+        return code in (0, -signal.SIGTERM) and "Application shutdown complete" in self.text()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_zcbot(tmp_path: Path, **env: str) -> Zcbot:
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCRON_")}
+    environment.pop("PYTHONPATH", None)  # nothing of the checkout but the installed agentcron
+    environment.update(
+        ZCBOT_DATABASE_URL=f"sqlite:///{tmp_path / 'zcbot.db'}",
+        ZCBOT_DATA_DIR=str(tmp_path / "data"),
+        ZCBOT_USERS="alice=token-a,bob=token-b",
+        ZCBOT_SCHEDULER_TICK_SECONDS="0.2",
+        **env,
+    )
+    log = tmp_path / f"zcbot-{port}.log"
+    sink = log.open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
+        cwd=ZCBOT,
+        env=environment,
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+    )
+    server = Zcbot(f"http://127.0.0.1:{port}", process, log, sink)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, server.text()
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise AssertionError(f"zcbot did not start:\n{server.text()}")
+
+
+@pytest.fixture
+def zcbot(tmp_path: Path) -> Iterator[Zcbot]:
+    server = start_zcbot(tmp_path, ZCBOT_AGENT_SECONDS="0.3")
+    yield server
+    assert server.stop(), server.text()
+
+
+def schedule_body(task: str) -> dict[str, Any]:
+    return {
+        "name": f"zcbot {task}",
+        "prompt": "what changed today?",
+        "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
+        "runner": {"type": "handler", "data": {"task": task}},
+    }
+
+
+def wait_runs(url: str, schedule_id: str, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while True:
+        answer = httpx.get(f"{url}/scheduling/api/v1/schedules/{schedule_id}/runs", headers=ALICE)
+        runs: list[dict[str, Any]] = answer.json()["items"]
+        if len(runs) >= count and all(run["status"] not in ("pending", "running") for run in runs):
+            return runs
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.1)
+
+
+def test_zcbot_runs_its_agent_through_the_engine_under_its_own_auth(zcbot: Zcbot) -> None:
+    health = httpx.get(f"{zcbot.url}/healthz").json()
+    assert health["scheduler"] == "on"
+    assert Path(health["core"]).resolve() == (ZCBOT / "core" / "__init__.py").resolve()
+    api = f"{zcbot.url}/scheduling/api/v1/schedules"
+    assert httpx.post(api, json=schedule_body("news")).status_code == 401
+    created = httpx.post(api, json=schedule_body("news"), headers=ALICE)
+    assert created.status_code == 201, created.text
+    schedule = created.json()
+    assert schedule["owner"] == "alice"
+    assert httpx.get(api, headers=BOB).json()["items"] == []
+    assert httpx.get(f"{api}/{schedule['id']}", headers=BOB).status_code == 404
+    # Two runs of one task at once: the engine starts both (overlap allow), zcbot's run lock
+    # lets its agent take one at a time.
+    for _ in range(2):
+        assert httpx.post(f"{api}/{schedule['id']}/run", headers=ALICE).status_code == 202
+    runs = wait_runs(zcbot.url, schedule["id"], 2)
+    assert [run["status"] for run in runs] == ["succeeded", "succeeded"]
+    assert {run["output"] for run in runs} == {"zcbot answered 'what changed today?' for news"}
+    task = httpx.get(f"{zcbot.url}/tasks/news", headers=ALICE).json()
+    assert sorted(run["run_id"] for run in task["runs"]) == sorted(run["id"] for run in runs)
+    assert task["most_at_once"] == 1
+
+
+def test_zcbot_scheduler_switched_off_serves_the_api_and_runs_nothing(tmp_path: Path) -> None:
+    off = start_zcbot(tmp_path, ZCBOT_SCHEDULER="off")
+    try:
+        assert httpx.get(f"{off.url}/healthz").json()["scheduler"] == "off"
+        api = f"{off.url}/scheduling/api/v1/schedules"
+        created = httpx.post(api, json=schedule_body("digest"), headers=ALICE)
+        assert created.status_code == 201, created.text
+        schedule_id = created.json()["id"]
+        queued = httpx.post(f"{api}/{schedule_id}/run", headers=ALICE)
+        assert queued.status_code == 202
+        run = httpx.get(f"{off.url}/scheduling/api/v1/runs/{queued.json()['id']}", headers=ALICE)
+        assert run.json()["status"] == "pending"
+        assert httpx.get(f"{off.url}/tasks/digest", headers=ALICE).json()["runs"] == []
+    finally:
+        assert off.stop(), off.text()
+    on = start_zcbot(tmp_path)  # the same database, the scheduler on: the queued run goes
+    try:
+        (ran,) = wait_runs(on.url, schedule_id, 1)
+        assert ran["status"] == "succeeded" and ran["id"] == queued.json()["id"]
+    finally:
+        assert on.stop(), on.text()
+
+
+def test_the_provider_distribution_installs_and_is_found_by_its_entry_point(
+    tmp_path: Path,
+) -> None:
+    source = shutil.copytree(ASTRABOX, tmp_path / "src", ignore=shutil.ignore_patterns("__py*"))
+    target = tmp_path / "site"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, source],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert installed.returncode == 0, installed.stderr
+    probe = (
+        "from importlib.metadata import entry_points\n"
+        f"(point,) = entry_points(group={PROVIDER_GROUP!r}, name='agentcron')\n"
+        "provider = point.load()()\n"
+        "print(point.dist.name, provider.name, type(provider).__module__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    found = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == ["agentcron-astrabox", "agentcron", "agentcron_astrabox"]
