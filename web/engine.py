@@ -7,7 +7,8 @@
    (``Ledger.start_attempt``: overlap policy, the task's run lock, or why it does not start).
 3. **Execute**: the runner (chosen by ``web.attempt``) runs the agent under the timeout with
    a cooperative cancel token; ``web.leases`` renews the lease and stops the attempt if the
-   lease may be another's. Referenced secrets are resolved now and redacted from everything recorded.
+   lease may be another's. Referenced secrets are resolved now and redacted from everything
+   recorded.
 4. **Record**, with the slot freed: plain outcomes in a batch (``Ledger.record_batch``), a
    retry, a chat turn, a cancel or a runner gone alone (``Ledger.finish_attempt``); either way
    the ledger applies the circuit breaker and hands back the run as written.
