@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,12 +103,27 @@ class RunService:
         owner: str | None,
         limit: int = 50,
         cursor: str | None = None,
+        *,
+        status: Collection[str] | None = None,
+        trigger: Collection[str] | None = None,
+        origin: Collection[str] | None = None,
+        skipped: bool = True,
     ) -> Page[tuple[Run, list[Delivery]]]:
-        """Runs of a schedule newest first (ties by id) across every trigger."""
+        """Runs of a schedule newest first (ties by id) across every trigger, or only those
+        in one of ``status``, of one of ``trigger`` / ``origin``; ``skipped`` false leaves the
+        skipped rows out. A cursor pages through the same filters it was returned for."""
         check_limit(limit)
         async with self.db.session(write=False) as session:
             schedule = await load_schedule(session, schedule_id, owner)
             query = select(Run).where(Run.schedule_id == schedule.id)
+            if status is not None:
+                query = query.where(Run.status.in_([str(value) for value in status]))
+            if trigger is not None:
+                query = query.where(Run.trigger.in_(list(trigger)))
+            if origin is not None:
+                query = query.where(Run.origin.in_(list(origin)))
+            if not skipped:
+                query = query.where(Run.status != RunStatus.SKIPPED)
             if cursor is not None:
                 created, id = decode_cursor(cursor)
                 query = query.where(

@@ -266,6 +266,36 @@ class PageRequest(BaseModel):
     )
 
 
+# The values of core.states.RunStatus, spelled out: an enum would be a schema of its own in
+# the OpenAPI document (tests/unit/test_specs.py keeps the two equal).
+RunStatusName = Literal[
+    "pending", "running", "succeeded", "failed", "timed_out", "cancelled", "skipped"
+]
+RunTrigger = Literal["schedule", "manual", "replay"]
+RunOrigin = Literal["schedule", "catchup", "manual", "replay", "backfill"]
+
+
+class RunFilter(PageRequest):
+    """Query of a schedule's run history: a page, and which runs it lists. Each list is
+    "any of" (``?status=failed&status=timed_out``); the filters combine with "and"."""
+
+    status: list[RunStatusName] | None = Field(
+        default=None, description="only runs in one of these statuses"
+    )
+    trigger: list[RunTrigger] | None = Field(
+        default=None, description="only runs of these triggers: schedule, manual, replay"
+    )
+    origin: list[RunOrigin] | None = Field(
+        default=None,
+        description="only runs of these origins: schedule, catchup, manual, replay, backfill",
+    )
+    skipped: bool = Field(
+        default=True,
+        description="false leaves out the skipped rows (due times that did not run, each "
+        "with its reason): the timeline without its gaps",
+    )
+
+
 class SecretPut(_Input):
     """Body of ``PUT /api/v1/secrets/{name}``: the value to store (write-only)."""
 

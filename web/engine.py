@@ -5,9 +5,10 @@
 2. **Admit**, under the concurrency semaphore: a prepared run (task made by the claim, no look
    at other runs needed) in a batch (``Ledger.admit_batch``), any other alone
    (``Ledger.start_attempt``: overlap policy, the task's run lock, or why it does not start).
-3. **Execute**: the runner runs the agent under the timeout with a cooperative cancel token;
-   ``web.leases`` renews the lease and stops the attempt if the lease may be another's.
-   Referenced secrets are resolved now and redacted from everything recorded.
+3. **Execute**: the runner (chosen by ``web.attempt``) runs the agent under the timeout with
+   a cooperative cancel token; ``web.leases`` renews the lease and stops the attempt if the
+   lease may be another's. Referenced secrets are resolved now and redacted from everything
+   recorded.
 4. **Record**, with the slot freed: plain outcomes in a batch (``Ledger.record_batch``), a
    retry, a chat turn, a cancel or a runner gone alone (``Ledger.finish_attempt``); either way
    the ledger applies the circuit breaker and hands back the run as written.
@@ -21,7 +22,6 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from agentcron.core.batching import GroupCommit, retrying
@@ -36,12 +36,13 @@ from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
 from agentcron.core.logging import get_logger
 from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runners import CancelToken, Runner, RunRequest, build_runner
+from agentcron.core.runners import CancelToken
 from agentcron.core.runners.containment import Containment
-from agentcron.core.runners.handler import Handler, HandlerRunner, HandlerRunnerType
+from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring, load, referenced_secrets
 from agentcron.core.states import RunStatus
 from agentcron.core.storage import Run
+from agentcron.web.attempt import request_for, runner_for
 from agentcron.web.delivery import Deliveries, run_log
 from agentcron.web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
 from agentcron.web.metrics import EngineMetrics
@@ -244,14 +245,7 @@ class RunEngine:
         )
         secrets: dict[str, str] = {}
         try:
-            try:
-                runner: Runner = (
-                    HandlerRunner(self.handler)
-                    if payload["runner"].get("type") == HandlerRunnerType.name
-                    else build_runner(payload["runner"])
-                )
-            except InvalidSchedule as exc:  # its type was valid once: the plug-in is gone
-                raise TargetUnavailable(exc.message) from exc
+            runner = runner_for(payload["runner"], self.handler)
             names = referenced_secrets(payload["runner"], None)
             if names:
                 found = await load(
@@ -260,22 +254,13 @@ class RunEngine:
                 secrets = found.check()
             if getattr(runner, "suspendable", False):
                 self.suspendable.add(run.id)
-            request = RunRequest(
-                run_id=run.id,
-                schedule_id=run.schedule_id,
-                task_id=task.id,
-                attempt=run.attempt,
-                trigger=run.trigger,
-                due_at=run.due_at,
-                prompt=str(payload["prompt"]),
-                workdir=Path(task.workdir),
-                timeout_seconds=timeout,
-                history=list(task.conversation) if payload.get("mode") == "persistent" else [],
+            request = request_for(
+                run,
+                task,
+                timeout=timeout,
                 secrets=secrets,
                 instance_id=self.ledger.owner,
                 containment=self.containment,
-                payload=payload,
-                replay_of=run.replay_of,
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)

@@ -315,6 +315,15 @@ def test_run_now_history_replay_and_cancel(server: Server) -> None:
     replay = ok_json(env, "runs", "replay", run["id"], "--wait")
     assert replay["trigger"] == "replay" and replay["replay_of"] == run["id"]
     assert replay["status"] == "succeeded" and replay["output"] == run["output"]
+    filtered = ok_json(env, "runs", "list", schedule_id, "--trigger", "replay")["items"]
+    assert [item["id"] for item in filtered] == [replay["id"]]
+    both = ok_json(env, "runs", "list", schedule_id, "--trigger", "replay", "--trigger", "manual")
+    assert [item["id"] for item in both["items"]] == [replay["id"], run["id"]]
+    assert ok_json(env, "runs", "list", schedule_id, "--status", "failed")["items"] == []
+    shown_ids = ok(env, "runs", "list", schedule_id, "--hide-skipped", "--origin", "manual")
+    assert run["id"] in shown_ids and replay["id"] not in shown_ids
+    bad = failed(env, "runs", "list", schedule_id, "--status", "exploded")
+    assert "HTTP 422" in bad and "status" in bad
 
     conflict = failed(env, "runs", "cancel", run["id"])
     assert "HTTP 409 Conflict" in conflict and f"run {run['id']} already finished" in conflict

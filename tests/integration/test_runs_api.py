@@ -191,3 +191,46 @@ async def test_runs_of_a_deleted_schedule_stay_readable_by_id(client: httpx.Asyn
     assert_error(await client.get(f"{API}/schedules/{schedule['id']}/runs"), 404, "NotFound")
     assert_error(await client.post(f"{API}/runs/{run['id']}/replay"), 409, "Conflict")
     assert_error(await client.post(f"{API}/schedules/{schedule['id']}/run"), 404, "NotFound")
+
+
+async def test_history_filters_by_status_trigger_origin_and_skipped_rows(
+    client: httpx.AsyncClient,
+) -> None:
+    schedule = await create_schedule(client)
+    history = f"{API}/schedules/{schedule['id']}/runs"
+    skip = await client.post(
+        f"{API}/schedules/{schedule['id']}/skip", json={"due_at": schedule["next_run"]}
+    )
+    assert skip.status_code == 200, skip.text
+    skipped = skip.json()
+    waiting = await run_now(client, schedule["id"])
+    cancelled = await run_now(client, schedule["id"])
+    assert (await client.post(f"{API}/runs/{cancelled['id']}/cancel")).status_code == 202
+    replay = (await client.post(f"{API}/runs/{cancelled['id']}/replay")).json()
+
+    async def ids(**params: Any) -> list[str]:
+        response = await client.get(history, params=params)
+        assert response.status_code == 200, response.text
+        return [item["id"] for item in response.json()["items"]]
+
+    everything = [replay["id"], cancelled["id"], waiting["id"], skipped["id"]]
+    assert await ids() == everything
+    assert await ids(status="pending") == [replay["id"], waiting["id"]]
+    assert await ids(status=["cancelled", "skipped"]) == [cancelled["id"], skipped["id"]]
+    assert await ids(trigger="manual") == [cancelled["id"], waiting["id"]]
+    assert await ids(trigger=["replay", "schedule"]) == [replay["id"], skipped["id"]]
+    assert await ids(origin="schedule") == [skipped["id"]]
+    assert await ids(skipped="false") == everything[:3]
+    assert await ids(skipped="false", status="skipped") == []
+    assert await ids(status="pending", trigger="manual") == [waiting["id"]]
+
+    # A cursor pages through the same filters.
+    first = (await client.get(history, params={"status": "pending", "limit": 1})).json()
+    assert [item["id"] for item in first["items"]] == [replay["id"]]
+    rest = await ids(status="pending", limit=1, cursor=first["next_cursor"])
+    assert rest == [waiting["id"]]
+
+    for name, bad in (("status", "exploded"), ("trigger", "cron"), ("origin", "x")):
+        response = await client.get(history, params={name: bad})
+        body = assert_error(response, 422, "ValidationError")
+        assert name in response.text, body

@@ -47,3 +47,12 @@ def test_the_public_shape_shows_null_only_for_nullable_settings() -> None:
     for name in SETTINGS:
         nullable = "anyOf" in schema[name] and {"type": "null"} in schema[name]["anyOf"]
         assert nullable == (name in NULLABLE), name
+
+
+def test_the_run_history_filter_names_every_run_status() -> None:
+    from typing import get_args
+
+    from agentcron.core.specs import RunStatusName
+    from agentcron.core.states import RunStatus
+
+    assert set(get_args(RunStatusName)) == {status.value for status in RunStatus}

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from agentcron.core.runs import run_view
-from agentcron.core.specs import PageRequest
+from agentcron.core.specs import RunFilter
 from agentcron.web.api.deps import AuthDep, OwnerDep, PrincipalDep, RunsDep
 from agentcron.web.api.schedules import ERRORS
 from agentcron.web.api.schemas import RunOut, RunPage
@@ -32,10 +32,19 @@ async def list_runs(
     schedule_id: str,
     runs: RunsDep,
     owner: OwnerDep,
-    query: Annotated[PageRequest, Query()],
+    query: Annotated[RunFilter, Query()],
 ) -> RunPage:
-    """Runs of a schedule, newest first, across every trigger."""
-    page = await runs.list_runs(schedule_id, owner, query.limit, query.cursor)
+    """Runs of a schedule, newest first, across every trigger, or those the filters keep."""
+    page = await runs.list_runs(
+        schedule_id,
+        owner,
+        query.limit,
+        query.cursor,
+        status=query.status,
+        trigger=query.trigger,
+        origin=query.origin,
+        skipped=query.skipped,
+    )
     items = [RunOut.model_validate(run_view(run, deliveries)) for run, deliveries in page.items]
     return RunPage(items=items, next_cursor=page.next_cursor)
 

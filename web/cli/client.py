@@ -18,6 +18,8 @@ import typer
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# A query string: a list value repeats its name (?status=failed&status=timed_out).
+Params = dict[str, str | int | list[str]]
 
 # Exit codes: the README's "Command line" section lists the same.
 FAILED = 1  # the service said no (any non-2xx), could not be reached, or a waited run failed
@@ -152,7 +154,7 @@ class Api:
         path: str,
         *,
         body: Any = None,
-        params: dict[str, str | int] | None = None,
+        params: Params | None = None,
     ) -> httpx.Response:
         """``method`` on ``path`` (``/api/v1/...``), with a JSON ``body`` when not None; the
         answer is a 2xx whose body, if any, is JSON."""
@@ -169,7 +171,7 @@ class Api:
         require_json(response)
         return response
 
-    def get(self, path: str, params: dict[str, str | int] | None = None) -> httpx.Response:
+    def get(self, path: str, params: Params | None = None) -> httpx.Response:
         """GET ``path``; see ``request``."""
         return self.request("GET", path, params=params)
 
@@ -177,13 +179,15 @@ class Api:
         """POST ``path`` with a JSON ``body`` (none when None); see ``request``."""
         return self.request("POST", path, body=body)
 
-    def pages(self, path: str, limit: int, follow: bool) -> tuple[list[Any], list[str]]:
+    def pages(
+        self, path: str, limit: int, follow: bool, filters: Params | None = None
+    ) -> tuple[list[Any], list[str]]:
         """The items of a paginated list (docs/api.md ``?limit=&cursor=``): one page, or with
-        ``follow`` every page through ``next_cursor``. Returns the items and each page's raw
-        JSON text."""
+        ``follow`` every page through ``next_cursor``, sending ``filters`` with each. Returns
+        the items and each page's raw JSON text."""
         items: list[Any] = []
         texts: list[str] = []
-        params: dict[str, str | int] = {"limit": limit}
+        params: Params = {**(filters or {}), "limit": limit}
         while True:
             response = self.get(path, params)
             page = response.json()

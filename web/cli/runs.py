@@ -16,6 +16,7 @@ from agentcron.web.cli.client import (
     CliError,
     JsonOption,
     KeyOption,
+    Params,
     UrlOption,
     answer,
     hint_more_pages,
@@ -33,6 +34,33 @@ WaitOption = Annotated[
     typer.Option(
         "--wait", help="wait until the run finishes; exit 1 unless it succeeded (Ctrl-C stops)"
     ),
+]
+StatusOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status",
+        metavar="STATUS",
+        help="only runs in this status (pending, running, succeeded, failed, timed_out,"
+        " cancelled, skipped); repeat for several",
+    ),
+]
+TriggerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trigger", metavar="TRIGGER", help="only runs of this trigger (schedule, manual, replay)"
+    ),
+]
+OriginOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--origin",
+        metavar="ORIGIN",
+        help="only runs of this origin (schedule, catchup, manual, replay, backfill)",
+    ),
+]
+HideSkippedOption = Annotated[
+    bool,
+    typer.Option("--hide-skipped", help="leave out due times that did not run (skipped rows)"),
 ]
 POLL_SECONDS = 0.5
 
@@ -79,10 +107,22 @@ def list_runs(
     as_json: JsonOption = False,
     limit: LimitOption = 20,
     every_page: AllOption = False,
+    status: StatusOption = None,
+    trigger: TriggerOption = None,
+    origin: OriginOption = None,
+    hide_skipped: HideSkippedOption = False,
 ) -> None:
-    """A schedule's runs, newest first, every trigger (schedule, manual, replay)."""
+    """A schedule's runs, newest first, every trigger (schedule, manual, replay), or those
+    the filters keep: `--status failed --status timed_out` lists the failures."""
     api = Api.connect(url, key)
-    items, texts = api.pages(f"/api/v1/schedules/{schedule_id}/runs", limit, every_page)
+    filters: Params = {}
+    for name, values in (("status", status), ("trigger", trigger), ("origin", origin)):
+        if values:
+            filters[name] = list(values)
+    if hide_skipped:
+        filters["skipped"] = "false"
+    path = f"/api/v1/schedules/{schedule_id}/runs"
+    items, texts = api.pages(path, limit, every_page, filters)
     if as_json:
         print_json(
             texts[0] if len(texts) == 1 else json.dumps({"items": items, "next_cursor": None})

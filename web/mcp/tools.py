@@ -24,6 +24,7 @@ from agentcron.core.specs import (
     PauseRequest,
     PreviewRequest,
     ResumeRequest,
+    RunFilter,
     ScheduleCreate,
     ScheduleUpdate,
 )
@@ -290,12 +291,14 @@ TOOLS: tuple[ApiTool, ...] = (
         description="A schedule's run history: every run of every trigger (its timetable, "
         "run_now, replays), each with status (pending, running, succeeded, failed, timed_out, "
         "skipped, cancelled), due_at, started_at, finished_at, output and error. "
-        f"{_PAGE} {_TIMES}\n"
-        'Example: {"schedule_id": "3f0c6a2e-5d3b-4e7f-9a41-0c2b7d8e9f10", "limit": 5}',
+        "status, trigger and origin keep only runs with one of the values listed; skipped: "
+        f"false leaves out due times that did not run. {_PAGE} {_TIMES}\n"
+        'Example: {"schedule_id": "3f0c6a2e-5d3b-4e7f-9a41-0c2b7d8e9f10", "limit": 5, '
+        '"status": ["failed", "timed_out"]}',
         method="GET",
         path="/api/v1/schedules/{schedule_id}/runs",
         ids=ScheduleId,
-        query=PageRequest,
+        query=RunFilter,
         answer=RunPage,
         read_only=True,
     ),
