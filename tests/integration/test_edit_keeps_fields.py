@@ -191,6 +191,7 @@ SERVER_SET = frozenset(
     {
         "id",
         "owner",
+        "key",
         "next_run",
         "description",
         "paused_at",
