@@ -80,9 +80,12 @@ UNOWNED: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("POST", "/api/v1/schedules/preview", PREVIEW, 200),
 ]
 # The endpoints that act on the caller's own owner's objects only, an admin key's included:
-# stored secrets. Their isolation is tested in test_secrets.py (another owner's secret is
-# invisible and 404; an admin sees its own owner's).
+# stored secrets and schedules by key. Their isolation is tested in test_secrets.py and
+# test_schedule_keys.py (another owner's is invisible and 404; an admin sees its own owner's).
 MINE: list[tuple[str, str, dict[str, Any] | None, int]] = [
+    ("PUT", "/api/v1/schedules/by-key/{key}", SCHEDULE, 201),
+    ("GET", "/api/v1/schedules/by-key/{key}", None, 200),
+    ("DELETE", "/api/v1/schedules/by-key/{key}", None, 204),
     ("GET", "/api/v1/secrets", None, 200),
     ("PUT", "/api/v1/secrets/{name}", {"value": "v"}, 200),
     ("DELETE", "/api/v1/secrets/{name}", None, 204),
@@ -168,6 +171,7 @@ async def world(live_app: FastAPI) -> AsyncIterator[World]:
                 "run_id": run.json()["id"],
                 "task_id": str(task.id),
                 "name": "alices-secret",
+                "key": "alices-key",
             },
             bob_schedule=bob_schedule["id"],
         )
