@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
 
 from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
@@ -124,19 +124,18 @@ class ScheduleService(ScheduleCrud):
         included: one bad record is ``InvalidSchedule`` naming its key and field, and none
         is applied."""
         specs: dict[str, ScheduleCreate] = {}
-        for key, record in records.items():
-            try:
-                check_key(key)
-                if not key.startswith(scope):
-                    raise InvalidSchedule(f"key is outside the scope {scope!r}", field="key")
-                specs[key] = as_spec(record)
-                prepared = self.prepare(specs[key], trusted=trusted).values
-                async with self.db.session(write=False) as session:
-                    await check_references(session, owner, prepared["runner"], prepared["notify"])
-            except InvalidSchedule as exc:
-                where = f"records.{key}" + (f".{exc.field}" if exc.field else "")
-                raise InvalidSchedule(f"record {key!r}: {exc.message}", field=where) from None
         async with self.db.session(write=False) as session:
+            for key, record in records.items():
+                try:
+                    check_key(key)
+                    if not key.startswith(scope):
+                        raise InvalidSchedule(f"key is outside the scope {scope!r}", field="key")
+                    specs[key] = as_spec(record)
+                    values = self.prepare(specs[key], trusted=trusted).values
+                    await check_references(session, owner, values["runner"], values["notify"])
+                except InvalidSchedule as exc:
+                    where = f"records.{key}" + (f".{exc.field}" if exc.field else "")
+                    raise InvalidSchedule(f"record {key!r}: {exc.message}", field=where) from None
             stored = list(
                 (
                     await session.scalars(
@@ -165,16 +164,14 @@ class ScheduleService(ScheduleCrud):
     ) -> None:
         """Refuse, before anything is applied, a reconcile that would end above the
         active-schedule limit (applying record after record would stop half-way)."""
-        mine = {s.id for s in stored if (s.key or "").startswith(scope)}
+        mine = sum(1 for s in stored if s.enabled and (s.key or "").startswith(scope))
         async with self.db.session(write=False) as session:
-            active = set(
-                await session.scalars(
-                    select(Schedule.id).where(
-                        Schedule.enabled.is_(True), Schedule.deleted_at.is_(None)
-                    )
-                )
+            active = await session.scalar(
+                select(func.count())
+                .select_from(Schedule)
+                .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
             )
-        after = len(active - mine) + sum(1 for spec in specs.values() if spec.enabled)
+        after = (active or 0) - mine + sum(1 for spec in specs.values() if spec.enabled)
         if after > self.max_active:
             raise ScheduleCapacityExceeded(
                 f"at most {self.max_active} active schedules (AGENTCRON_MAX_ACTIVE_SCHEDULES);"
