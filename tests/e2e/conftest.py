@@ -77,18 +77,26 @@ def start_server(env: dict[str, str], log_path: Path, timeout: float = 30) -> Se
         stderr=subprocess.STDOUT,
     )
     server = Server(f"http://127.0.0.1:{port}", process, log_path, log)
+    if wait_healthy(server.url, process, timeout):
+        return server
+    if process.poll() is not None:
+        raise AssertionError(f"server exited with {process.returncode}:\n{server.log()}")
+    server.stop()
+    raise AssertionError(f"server did not become healthy:\n{server.log()}")
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> bool:
+    """Wait until ``url``/healthz answers 200: True; False after ``timeout`` or as soon as
+    ``process`` has exited (the caller says why, with its log)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode}:\n{server.log()}")
+    while time.monotonic() < deadline and process.poll() is None:
         try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return True
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    server.stop()
-    raise AssertionError(f"server did not become healthy:\n{server.log()}")
+    return False
 
 
 @pytest.fixture

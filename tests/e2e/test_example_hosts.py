@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_healthy
 from tests.examples import ASTRABOX, EXAMPLES, PROVIDER_GROUP
 
 ZCBOT = EXAMPLES / "zcbot_host"
@@ -75,15 +75,9 @@ def start_zcbot(tmp_path: Path, **env: str) -> Zcbot:
         stderr=subprocess.STDOUT,
     )
     server = Zcbot(f"http://127.0.0.1:{port}", process, log, sink)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, server.text()
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    if wait_healthy(server.url, process):
+        return server
+    assert process.poll() is None, server.text()
     server.stop()
     raise AssertionError(f"zcbot did not start:\n{server.text()}")
 
