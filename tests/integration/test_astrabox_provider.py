@@ -4,12 +4,14 @@ refusal, properties, reconcile, capacity, errors by class in the provider's word
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from agentcron.testing import (
     Call,
@@ -23,6 +25,8 @@ from agentcron.testing import (
     settle_engine,
 )
 from tests.examples import ASTRABOX, PROVIDER_GROUP, load_entry_point
+from tests.faults.conftest import through
+from tests.faults.proxy import running_proxy
 
 Provider = load_entry_point(ASTRABOX, PROVIDER_GROUP, "agentcron")
 box: ModuleType = __import__(Provider.__module__)
@@ -206,3 +210,38 @@ async def test_a_change_past_the_capacity_is_refused_and_the_previous_one_stays(
             await provider.apply(hourly("d1", cron="0 25 * * *"))
     finally:
         await provider.stop()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_failing_execution_store_is_execution_unavailable_then_recovers(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The execution store gone (every connection to PostgreSQL reset by the fault proxy):
+    each call raises ``ExecutionUnavailable`` in the provider's words, none hangs or leaks
+    driver text, and the same provider works again once the database is back."""
+    upstream = make_url(db_url)
+    with running_proxy(upstream.host or "127.0.0.1", upstream.port or 5432) as proxy:
+        provider = configured(Store(through(proxy, db_url), tmp_path / "data", migrated=True))
+        await provider.start(nothing)
+        try:
+            await provider.apply(hourly("d1"))
+            proxy.cut()
+            calls = {
+                "apply": lambda: provider.apply(hourly("d2")),
+                "delete": lambda: provider.delete("d1"),
+                "reconcile": lambda: provider.reconcile([hourly("d1")]),
+                "list_runs": lambda: provider.list_runs("d1"),
+                "run_now": lambda: provider.run_now("d1"),
+            }
+            for name, call in calls.items():
+                with pytest.raises(box.ExecutionUnavailable) as failed:
+                    await asyncio.wait_for(call(), timeout=30)
+                text = str(failed.value).lower()
+                assert "agentcron" not in text and "asyncpg" not in text, (name, text)
+            proxy.restore()
+            await provider.apply(hourly("d2"))
+            run = await provider.run_now("d1")
+            assert [r.run_id for r in await provider.list_runs("d1")] == [run.run_id]
+        finally:
+            proxy.restore()
+            await provider.stop()
