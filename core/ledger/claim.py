@@ -7,15 +7,13 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, update
-
 from agentcron.core.keys import check_owner
 from agentcron.core.ledger.base import LedgerBase
 from agentcron.core.ledger.types import Claim, Wakeup
 from agentcron.core.logging import get_logger
 from agentcron.core.planning import plan_due_times
 from agentcron.core.states import RunStatus
-from agentcron.core.storage import Run, Schedule, Task
+from agentcron.core.storage import Run, built
 from agentcron.core.storage import queries as q
 from agentcron.core.timeline import gap_rows, jitter_delay, run_payload
 
@@ -116,9 +114,9 @@ class Claiming(LedgerBase):
                         tasks[run_id] = self._new_task_row(task_id, schedule, now)
                 advances.append(
                     {
-                        "id": schedule.id,
-                        "next_run": plan.next_run,
-                        "scheduled_runs": (schedule.scheduled_runs or 0) + len(plan.run_at),
+                        "b_id": schedule.id,
+                        "b_next_run": plan.next_run,
+                        "b_scheduled_runs": (schedule.scheduled_runs or 0) + len(plan.run_at),
                     }
                 )
             inserted: set[uuid.UUID] = set()
@@ -129,10 +127,10 @@ class Claiming(LedgerBase):
                 await session.execute(q.insert_runs(self.db.capabilities.dialect), accounted)
             prepared = [tasks[run_id] for run_id in inserted if run_id in tasks]
             if prepared:
-                await session.execute(insert(Task), prepared)
+                await session.execute(q.INSERT_TASKS, prepared)
             if advances:
-                await session.execute(update(Schedule), advances)
-            claimed = [Run(**row) for row in rows if row["id"] in inserted]
+                await session.execute(q.ADVANCE_SCHEDULES, advances)
+            claimed = [built(Run, row) for row in rows if row["id"] in inserted]
             workdirs = {task["id"]: task["workdir"] for task in prepared}
 
             room = limit - len(schedules)

@@ -1,7 +1,16 @@
 """SQLAlchemy 2 async storage: engine and sessions, column types, models."""
 
 from agentcron.core.storage.database import Capabilities, Database
-from agentcron.core.storage.models import ApiKey, Base, Delivery, Run, Schedule, Secret, Task
+from agentcron.core.storage.models import (
+    ApiKey,
+    Base,
+    Delivery,
+    Run,
+    Schedule,
+    Secret,
+    Task,
+    built,
+)
 
 __all__ = [
     "ApiKey",
@@ -13,4 +22,5 @@ __all__ = [
     "Schedule",
     "Secret",
     "Task",
+    "built",
 ]

@@ -7,8 +7,9 @@ migrations and these models agree.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -22,7 +23,8 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column
+from sqlalchemy.orm.attributes import manager_of_class
 
 from agentcron.core.storage.types import JSONType, UTCDateTime
 
@@ -250,3 +252,18 @@ class Secret(Base):
 
     # One secret per (owner, name); its index also serves every lookup, which is by both.
     __table_args__ = (UniqueConstraint("owner", "name"),)
+
+
+M = TypeVar("M", bound=Base)
+
+
+def built(model: type[M], values: Mapping[str, Any]) -> M:
+    """A transient ``model`` holding ``values``, made as the ORM's loader makes the objects it
+    reads: the instance state and the attribute dict at once. The declarative constructor
+    fires an attribute event per column (about 40 us for a run); a claim builds hundreds of
+    runs from rows it has just written. Reads and later assignments behave as on ``model(**)``.
+    """
+    configure_mappers()  # a no-op once done; attribute access needs the mappers configured
+    instance: M = manager_of_class(model).new_instance()
+    instance.__dict__.update(values)
+    return instance
