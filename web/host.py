@@ -278,12 +278,12 @@ class Engine:
                 containment=self.containment,
                 handler=self.handler,
                 liveness=settings.liveness,
+                predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
             service.on_change = ledger.on_change = runs.on_change = loop.wake
             runs.on_cancel = loop.cancel_local
         if self._watch is not None:
-            # Before the first claim, so it already uses the database's time. API-only
-            # replicas measure too: run now and schedule changes write times as well.
+            # Before the first claim (it uses the database's time). API-only replicas too.
             await self._watch.start()
         if self._loop is not None:
             self._loop.start()

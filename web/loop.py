@@ -94,9 +94,13 @@ class SchedulerLoop:
         containment: Containment | None = None,
         handler: Handler | None = None,
         liveness: bool = False,
+        predecessors: bool = False,
     ) -> None:
         """``liveness``: hold this engine's liveness lock and take over the runs of engines
-        whose lock is gone (PostgreSQL only; ``core.storage.liveness``)."""
+        whose lock is gone (PostgreSQL only; ``core.storage.liveness``). ``predecessors``: this
+        is the one engine of its id (PostgreSQL, under its liveness lock) or of its file
+        (SQLite, under ``EngineLock``), so its first claim takes the runs of the engine it
+        replaces at once."""
         self.ledger = ledger
         self.retention = retention
         self.retention_interval = retention_interval
@@ -134,7 +138,7 @@ class SchedulerLoop:
         self.suspects = Suspects()
         # The first claim also takes the runs of the engine this one replaces (SQLite: any
         # active run; PostgreSQL: those under this id), at once rather than after their lease.
-        self.predecessors = True
+        self.predecessors = predecessors
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import structlog
 from sqlalchemy import text
 
 from agentcron.core.clock import DatabaseClock
@@ -24,8 +25,16 @@ from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage import Database, Run
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, Liveness, Suspects
 from agentcron.web.loop import SchedulerLoop
-from tests.integration.engine_kit import fetch_run, wait_for
+from tests.integration.engine_kit import (
+    HOURLY,
+    MakeEngine,
+    fetch_run,
+    spec,
+    wait_for,
+    wait_status,
+)
 from tests.integration.test_clock import add_schedule
+from tests.integration.test_leases import STEPS, command, read_steps, wait_pid, wait_state
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -129,7 +138,7 @@ async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_c
     run = await running_under(db, predecessor, fake.config("long"))
     # The predecessor died here (its lease has 30 s to go); its successor starts.
     successor = Ledger(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
-    loop = SchedulerLoop(successor, tick_seconds=30)
+    loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True)  # as web/host.py says
     began = time.monotonic()
     loop.start()
     try:
@@ -145,3 +154,36 @@ async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_c
     print(f"\nsqlite restart: predecessor's run continued and done {took:.2f} s after start")
     assert done.attempt == 2 and done.task_id == run.task_id and done.output == "continued"
     assert done.lease_owner is None or done.lease_owner == "successor"
+
+
+@pg_only
+async def test_an_engine_that_loses_its_session_freezes_its_attempts_until_the_lock_is_back(
+    make_engine: MakeEngine,
+) -> None:
+    """Its session ended by the server (the process lives on), the engine may have its runs
+    taken within a second: its command agent is frozen at once, and thawed once the lock is
+    taken again and a renewal confirms the lease still ours; the same attempt finishes."""
+    engine = make_engine(start=False, lease=30, liveness=True)
+    liveness = engine.loop.liveness
+    assert liveness is not None
+    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
+    workdir = engine.workdir(schedule)
+    with structlog.testing.capture_logs() as lines:
+        engine.loop.start()
+        queued = await engine.run_now(schedule.id)
+        pid = await wait_pid(workdir / "pid.1")
+        backend = await holder_pid(engine.db, engine.ledger.owner)
+        assert backend is not None
+        async with engine.db.session() as session:
+            await session.execute(text("SELECT pg_terminate_backend(:p)"), {"p": backend})
+        await wait_state(pid, "T", within=1)  # frozen as soon as the session is gone
+        ended = await wait_status(engine.db, queued.id, "succeeded", "failed", within=15)
+    assert (ended.status, ended.attempt, ended.output) == ("succeeded", 1, "done\n")
+    assert read_steps(workdir) == ["1", "2", "3", "4", "5", "6"]
+    events = [line for line in lines if line["event"].startswith(("run_", "liveness_"))]
+    names = [line["event"] for line in events]
+    assert names.count("run_suspended") == 1 and names.count("run_resumed") == 1, names
+    suspended = next(line for line in events if line["event"] == "run_suspended")
+    assert suspended["cause"] == "liveness lock lost"
+    assert names.index("liveness_lost") < names.index("run_suspended")
+    assert "run_lease_lost" not in names
