@@ -13,7 +13,9 @@ overlap in time, and every due time has exactly one run, which succeeds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import signal
 import statistics
 import time
 import uuid
@@ -25,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentcron.core.storage import Run
 from tests.conftest import bearer
 from tests.e2e.conftest import (
     Fleet,
@@ -184,3 +187,81 @@ async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
         f" p50 {statistics.median(ordered):.2f} s, p99 {p99:.2f} s, max {ordered[-1]:.2f} s"
     )
     assert ordered[-1] <= TAKEOVER_WITHIN, ordered
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+@pytest.mark.solo
+async def test_a_frozen_replica_keeps_its_session_so_only_its_lease_frees_its_run(
+    pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
+) -> None:
+    """SIGSTOP freezes the service, not its agent (a session of its own), and the frozen
+    service's database session lives on: its liveness lock is held, so the run waits for its
+    lease (6 s) and only then goes on elsewhere. Resumed (SIGCONT), the service stops its
+    attempt at once instead of finishing it. The two executions overlap from the takeover to
+    the resume: measured here, bounded by how long the service stays frozen past its lease."""
+    marker = f"agentcron-frozen-{uuid.uuid4().hex}"
+    log = tmp_path / "agents.log"
+    probe = probe_factory(pg_url)
+    lease = 6.0
+    env_a = engine_env(pg_url, tmp_path / "data-a", "frozen-a", LEASE_SECONDS=f"{lease:g}")
+    env_b = engine_env(pg_url, tmp_path / "data-b", "frozen-b", LEASE_SECONDS=f"{lease:g}")
+    try:
+        key = await asyncio.to_thread(make_key, env_a)
+        a = await asyncio.to_thread(fleet.start, env_a, "a")
+        at = datetime.now(UTC) + timedelta(seconds=1)
+        body = {
+            "name": "frozen",
+            "prompt": "work",
+            "trigger": {"at": iso(at)},
+            "runner": command_runner(AGENT, marker, str(log), str(round(20 / 0.2))),
+        }
+        async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
+            response = await http.post(f"{a.url}/api/v1/schedules", json=body)
+        assert response.status_code == 201, response.text
+        await asyncio.to_thread(fleet.start, env_b, "b")
+
+        async def started_on_a() -> bool:
+            return log.exists() and any(e.instance == "frozen-a" for e in executions(log))
+
+        await wait_for(started_on_a, "the run to start on A", within=15)
+        a.process.send_signal(signal.SIGSTOP)
+        frozen_at = time.time_ns()
+
+        async def started_on_b() -> bool:
+            return any(e.instance == "frozen-b" for e in executions(log))
+
+        await wait_for(started_on_b, "B to take the run over", within=3 * lease)
+        await asyncio.sleep(1)  # frozen a second past the takeover
+        a.process.send_signal(signal.SIGCONT)
+        resumed_at = time.time_ns()
+        await asyncio.sleep(2)  # its agent's beats, if it were still going, would show
+        done = await wait_for(
+            lambda: probe_done(probe), "the run to finish on B", within=40, interval=0.5
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            a.process.send_signal(signal.SIGCONT)
+        fleet.close()
+        kill_processes_with(marker)
+
+    seen = executions(log)
+    first = next(e for e in seen if e.instance == "frozen-a")
+    second = next(e for e in seen if e.instance == "frozen-b")
+    waited = (second.started - frozen_at) / 1e9
+    overlap = (first.last - second.started) / 1e9
+    stopped = (first.last - resumed_at) / 1e9
+    print(
+        f"\nSIGSTOP: taken over {waited:.2f} s after the freeze (lease {lease:g} s); the frozen"
+        f" replica's agent stopped {stopped:.2f} s after SIGCONT; overlap {overlap:.2f} s"
+    )
+    assert not first.ended and second.attempt == first.attempt + 1
+    assert waited >= lease - 2  # its session lived on: the lease, not liveness, freed the run
+    assert stopped < 1.0  # stopped at once on resume, not left to finish
+    assert overlap < (resumed_at - second.started) / 1e9 + 1.0
+    assert done.status == "succeeded" and done.attempt == 2
+
+
+async def probe_done(probe: RunProbe) -> Run | None:
+    runs = await probe.runs()
+    return runs[0] if len(runs) == 1 and runs[0].status == "succeeded" else None
