@@ -30,7 +30,7 @@ from sqlalchemy.pool import NullPool
 
 from agentcron.core.config import Settings
 from agentcron.core.logging import get_logger
-from agentcron.core.storage import queries as q
+from agentcron.core.storage import liveness_sql as q
 from agentcron.core.storage.database import Database
 
 log = get_logger(__name__)

@@ -15,32 +15,25 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Boolean,
     ColumnElement,
     Integer,
     Select,
-    SQLColumnExpression,
     Table,
     Update,
     Uuid,
     and_,
     bindparam,
     case,
-    cast,
-    column,
-    exists,
     func,
-    literal,
     or_,
     select,
-    table,
-    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.storage.liveness_sql import liveness_held
 from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.storage.types import UTCDateTime
 from agentcron.core.transitions import admitted, finished
@@ -106,48 +99,6 @@ def claimable_runs(
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-
-
-# -- liveness (PostgreSQL): a session-level advisory lock per engine (core.storage.liveness) --
-
-LIVENESS_PREFIX = "agentcron:"
-# pg_locks, as much of it as the check reads. A 64-bit advisory key shows there split in two
-# (``classid`` the high half, ``objid`` the low one) with ``objsubid`` 1.
-_PG_LOCKS = table(
-    "pg_locks",
-    column("locktype"),
-    column("classid"),
-    column("objid"),
-    column("objsubid"),
-    column("granted"),
-)
-
-
-def liveness_key(owner: SQLColumnExpression[Any] | str) -> ColumnElement[int]:
-    """The advisory lock key of ``owner``, computed by the database both when the lock is
-    taken and when it is looked for, so no client-side hash has to agree with it."""
-    name = literal(owner) if isinstance(owner, str) else owner
-    return func.hashtextextended(literal(LIVENESS_PREFIX) + name, 0, type_=BigInteger)
-
-
-def liveness_held(owner: SQLColumnExpression[Any]) -> ColumnElement[bool]:
-    """Whether some session holds ``owner``'s liveness lock now: pg_locks only, no lock taken
-    or tried (trying another's would hold it, if only for an instant)."""
-    locks = _PG_LOCKS.c
-    high = cast(locks.classid, BigInteger).op("<<")(literal(32, Integer))
-    key = high.op("|")(cast(locks.objid, BigInteger))
-    return exists().where(
-        locks.locktype == "advisory",
-        locks.objsubid == 1,
-        locks.granted.is_(true()),
-        key == liveness_key(owner),
-    )
-
-
-def take_liveness(owner: str) -> Select[bool]:
-    """Take ``owner``'s liveness lock for the session (True), or say another session holds it
-    (False): never waits, so a stuck holder is logged instead of blocking the engine."""
-    return select(func.pg_try_advisory_lock(liveness_key(owner), type_=Boolean))
 
 
 def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
