@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     max_active_schedules: int = Field(default=100_000, ge=1)
     lease_seconds: float = Field(default=30.0, gt=0)
+    # PostgreSQL: each engine holds an advisory lock on a session of its own, so a dead one is
+    # noticed in about 2 s instead of a lease (core.storage.liveness). Off: leases only.
+    liveness: bool = True
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
     # Run ledger retention (core.retention): finished runs older than retention_days are
     # pruned, except each schedule's newest retention_keep_last runs and its latest run.

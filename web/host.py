@@ -47,6 +47,7 @@ from agentcron.core.runs import RunService
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.secrets import Keyring
 from agentcron.core.storage import Database
+from agentcron.core.storage.liveness import noticed_by, promised_recovery
 from agentcron.core.storage.lock import EngineLock
 from agentcron.core.storage.migrate import check_schema, upgrade
 from agentcron.web.api.hosting import ConfigurationError, as_principal, install_errors
@@ -178,8 +179,7 @@ class Engine:
             max_active_schedules=settings.max_active_schedules or None,
             pause_visibility_seconds=0.0,
             lease_seconds=settings.lease_seconds,
-            # The lease runs out, then the next claim (at most a tick later) takes the run.
-            recovery_seconds=settings.lease_seconds + settings.scheduler_tick_seconds,
+            recovery_seconds=promised_recovery(multi, settings),
             tick_seconds=settings.scheduler_tick_seconds,
             concurrency=settings.scheduler_concurrency,
             dialect="postgresql" if multi else "sqlite",
@@ -277,12 +277,13 @@ class Engine:
                 keyring=self.keyring,
                 containment=self.containment,
                 handler=self.handler,
+                liveness=settings.liveness,
+                predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
             service.on_change = ledger.on_change = runs.on_change = loop.wake
             runs.on_cancel = loop.cancel_local
         if self._watch is not None:
-            # Before the first claim, so it already uses the database's time. API-only
-            # replicas measure too: run now and schedule changes write times as well.
+            # Before the first claim (it uses the database's time). API-only replicas too.
             await self._watch.start()
         if self._loop is not None:
             self._loop.start()
@@ -302,6 +303,8 @@ class Engine:
             max_active_schedules=settings.max_active_schedules,
             pause_visibility="immediate: checked under the schedule's row lock when a run starts",
             lease_seconds=settings.lease_seconds,
+            recovery_seconds=self.properties.recovery_seconds,
+            liveness=noticed_by(caps.multi_process, settings.liveness),
             tick_seconds=settings.scheduler_tick_seconds,
             concurrency=settings.scheduler_concurrency,
             clock="given" if self.clock else "database" if caps.database_clock else "local",

@@ -12,11 +12,18 @@ confirms the lease is still ours, so a database outage costs no work; a runner t
 freeze is stopped instead. An attempt whose lease was taken over (a renewal no longer finds it
 ours) is stopped at once, frozen or not: ``CancelToken.cancel(..., at_once=True)``, SIGKILL of
 the process group, no grace period.
+
+With liveness (PostgreSQL, ``core.storage.liveness``) the engine's session lock is what other
+replicas judge it by: once it is lost they may take its runs within a second, lease or not.
+So the loss fences every attempt at once (``unvouched``), a new attempt is fenced as it
+starts, nothing thaws while the lock is not ours, and taking it again prompts a renewal at
+once: it thaws the attempts still ours and stops those taken over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -59,6 +66,20 @@ class LeaseKeeper:
         self.fences: dict[uuid.UUID, asyncio.TimerHandle] = {}
         lease = ledger.lease_seconds
         self.fence_margin = min(max(1.0, lease / 6), lease / 4)
+        # Whether this engine may vouch for its leases now (its liveness lock is held); always
+        # True without liveness.
+        self.vouched: Callable[[], bool] = lambda: True
+        self.prompt = asyncio.Event()  # renew executing attempts now, not at the next beat
+
+    def unvouched(self) -> None:
+        """The liveness lock was lost: fence every executing attempt now."""
+        for run_id in list(self.tokens):
+            self.disarm(run_id)
+            self._lease_running_out(run_id)
+
+    def vouch(self) -> None:
+        """The liveness lock is ours again: confirm the leases now (``heartbeat``)."""
+        self.prompt.set()
 
     def disarm(self, run_id: uuid.UUID) -> None:
         """The attempt of ``run_id`` ended: nothing to stop any more."""
@@ -83,8 +104,13 @@ class LeaseKeeper:
         # Not bound to the stop event: runs draining at shutdown keep their leases renewed
         # until ``stop()`` cancels this task, or a replica would take them over mid-run.
         while True:
-            await asyncio.sleep(interval)
-            if clock() - backlog_renewed >= backlog_every - 0.05:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.prompt.wait(), interval)
+            prompted = self.prompt.is_set()
+            self.prompt.clear()
+            if prompted:
+                ids = list(self.tokens)
+            elif clock() - backlog_renewed >= backlog_every - 0.05:
                 ids, backlog_renewed = list(self.held), clock()
                 # Delivery leases go with the backlog: a third of a lease is plenty of margin,
                 # and a slow receiver after a burst can hold thousands of deliveries open.
@@ -114,7 +140,7 @@ class LeaseKeeper:
                     token.cancel(LEASE_LOST, at_once=True)
                     continue
                 self.fence(run_id, until)
-                if token.suspended and not token.cancelled:
+                if token.suspended and not token.cancelled and self.vouched():
                     token.resume()
                     log.info("run_resumed", run_id=str(run_id), instance_id=self.ledger.owner)
                 if leases[run_id]:
@@ -129,6 +155,8 @@ class LeaseKeeper:
         if run_id not in self.tokens:
             return
         delay = (until - self.clock()).total_seconds() - self.fence_margin
+        if not self.vouched():
+            delay = 0.0  # no liveness lock: the run may be another's in a second
         self.fences[run_id] = asyncio.get_running_loop().call_later(
             max(0.0, delay), self._lease_running_out, run_id
         )
@@ -138,14 +166,13 @@ class LeaseKeeper:
         token = self.tokens.get(run_id)
         if token is None:
             return
+        cause = "renewal not confirmed in time" if self.vouched() else "liveness lock lost"
         if run_id in self.suspendable and not token.cancelled:
-            token.suspend()
-            log.warning(
-                "run_suspended",
-                run_id=str(run_id),
-                instance_id=self.ledger.owner,
-                cause="renewal not confirmed in time",
-            )
+            if not token.suspended:  # already frozen: said once
+                token.suspend()
+                log.warning(
+                    "run_suspended", run_id=str(run_id), instance_id=self.ledger.owner, cause=cause
+                )
         else:
             # A graceful stop already under way (a timeout's SIGTERM) is hurried too.
             token.cancel(LEASE_UNCONFIRMED, at_once=True)

@@ -21,7 +21,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 
 from agentcron.core.clock import Clock, utcnow
@@ -34,6 +34,7 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring
+from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
 from agentcron.core.storage.wakeups import listen
 from agentcron.web.engine import HARD_STOP_GRACE, RunEngine
 from agentcron.web.metrics import EngineMetrics
@@ -48,7 +49,8 @@ CLAIM_BATCH = 500  # the most due schedules one claim takes
 FIRST_CLAIM = 32
 LOOK_EVERY_SECONDS = 1.0  # while claims come back full, the longest the loop goes without a look
 RECHECK_SECONDS = 0.05  # due work another replica holds locked: look again after this
-SERVICES = ("loop", "heartbeat", "listen", "retention")  # the loop's supervised tasks
+# The loop's supervised tasks. "liveness" last: it stays held while the runs drain.
+SERVICES = ("loop", "heartbeat", "listen", "retention", "liveness")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class EngineProperties:
     max_active_schedules: int
     pause_visibility: str
     lease_seconds: float
+    recovery_seconds: float  # the longest a dead engine's run waits before it is continued
+    liveness: str  # "session lock" (PostgreSQL, AGENTCRON_LIVENESS), "lease", "file lock"
     tick_seconds: float
     concurrency: int
     clock: str  # "database": due times and leases by the database's clock; "local": SQLite
@@ -89,7 +93,14 @@ class SchedulerLoop:
         keyring: Keyring | None = None,
         containment: Containment | None = None,
         handler: Handler | None = None,
+        liveness: bool = False,
+        predecessors: bool = False,
     ) -> None:
+        """``liveness``: hold this engine's liveness lock and take over the runs of engines
+        whose lock is gone (PostgreSQL only; ``core.storage.liveness``). ``predecessors``: this
+        is the one engine of its id (PostgreSQL, under its liveness lock) or of its file
+        (SQLite, under ``EngineLock``), so its first claim takes the runs of the engine it
+        replaces at once."""
         self.ledger = ledger
         self.retention = retention
         self.retention_interval = retention_interval
@@ -119,6 +130,15 @@ class SchedulerLoop:
             containment=containment,
             handler=handler,
         )
+        self.liveness: Liveness | None = None
+        if liveness and ledger.db.capabilities.multi_process:
+            self.liveness = Liveness(ledger.db, ledger.owner, self._liveness_changed)
+            held = self.liveness
+            self.engine.leases.vouched = lambda: held.held
+        self.suspects = Suspects()
+        # The first claim also takes the runs of the engine this one replaces (SQLite: any
+        # active run; PostgreSQL: those under this id), at once rather than after their lease.
+        self.predecessors = predecessors
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -128,6 +148,8 @@ class SchedulerLoop:
 
     def start(self) -> None:
         self.running = True
+        if self.liveness is not None:
+            self.supervisor.spawn("liveness", self.liveness.keep)
         self._loop_task = self.supervisor.spawn("loop", self._run_loop)
         self.supervisor.spawn("heartbeat", self.engine.leases.heartbeat)
         if self.ledger.db.capabilities.listen_notify:
@@ -173,6 +195,13 @@ class SchedulerLoop:
                 log.error("engine_error", exc_info=error)
         self._healthy = healthy
 
+    def _liveness_changed(self, held: bool) -> None:
+        if held:
+            self.engine.leases.vouch()  # thaw what is still ours, stop what was taken
+            self.wake()
+        else:
+            self.engine.leases.unvouched()
+
     # -- the loop -------------------------------------------------------------------------
 
     async def _run_loop(self) -> None:
@@ -189,19 +218,34 @@ class SchedulerLoop:
             self.iterations += 1
             self.metrics.iterations.inc()
             timeout = self.tick
+            if self.liveness is not None and not self.liveness.held:
+                # Without its lock this engine claims nothing: others may take its runs now.
+                self.liveness.changed.clear()
+                await self._sleep(self.tick, self.liveness.changed)
+                continue
             try:
                 now = self.clock()
                 wake_at: datetime | None = now
                 wake_next: datetime | None = None
                 deliveries_due = False
+                dead: frozenset[str] = frozenset()
                 if not pressing or time.monotonic() - looked >= LOOK_EVERY_SECONDS:
-                    wake = await self.ledger.next_wakeup()
+                    wake = await self.ledger.next_wakeup(self.liveness is not None)
                     looked = time.monotonic()
                     deliveries_due = wake.deliveries is not None and wake.deliveries <= now
                     if deliveries_due and await self.engine.deliveries.recover(now):
                         self._set_health(True)
                         continue  # look again: more may have run out, and the next instant moved
                     wake_at, wake_next = wake.work, wake.at
+                    dead = self.suspects.observe(wake.lockless, looked)
+                    self.predecessors = self.predecessors and wake.leased
+                    if dead or self.predecessors:
+                        wake_at = now
+                    elif wake.watching or self.suspects.pending:
+                        # Others hold runs: look again soon enough to notice one dying.
+                        wait = CONFIRM_SECONDS if self.suspects.pending else WATCH_SECONDS
+                        soon = now + timedelta(seconds=wait)
+                        wake_next = min(wake_next, soon) if wake_next is not None else soon
                 pressing = False
                 room = self.engine.room()
                 if wake_at is not None and wake_at <= now and room == 0:
@@ -213,7 +257,12 @@ class SchedulerLoop:
                 if wake_at is not None and wake_at <= now:
                     began = time.perf_counter()
                     start = self.engine.free_slots()
-                    claim = await self.ledger.claim_due_jobs(now, min(batch, room), start=start)
+                    claim = await self.ledger.claim_due_jobs(
+                        now, min(batch, room), start, dead=dead, predecessors=self.predecessors
+                    )
+                    self.predecessors = False
+                    if dead:
+                        log.warning("replicas_dead", owners=sorted(dead), runs=claim.recovered)
                     self.metrics.claim_duration.observe(time.perf_counter() - began)
                     if claim.runs:
                         self.metrics.claim_size.observe(len(claim.runs))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +24,14 @@ YIELD_EVERY = 50  # schedules planned between two yields to the event loop
 
 
 class Claiming(LedgerBase):
-    async def claim_due_jobs(self, now: datetime, limit: int = 500, start: int = 0) -> Claim:
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        limit: int = 500,
+        start: int = 0,
+        dead: Collection[str] = (),
+        predecessors: bool = False,
+    ) -> Claim:
         """Take due work in one transaction and lease it to this instance.
 
         Eligible: enabled, undeleted schedules with ``next_run <= now`` (row-locked, skipping
@@ -38,6 +46,12 @@ class Claiming(LedgerBase):
         ``running``, attempt 1, with their fresh task (``Claim.started``), so they start with no
         round trip of their own. Pause stays visible at once: the schedule rows are locked by
         this transaction, and a pause committed before it finds nothing due.
+
+        ``dead``: owners the loop saw without a liveness lock twice (``core.storage.liveness``):
+        their active runs are taken over now if their lock is still free. ``predecessors``: the
+        first claim of a started engine, which holds no run yet: on SQLite (one engine per
+        file, under its file lock) every active run leased by anyone is a dead engine's; on
+        PostgreSQL those leased under this very id (its liveness lock is ours now).
         """
         until = self._lease_until(now)
         async with self.db.session() as session:
@@ -136,13 +150,26 @@ class Claiming(LedgerBase):
             room = limit - len(schedules)
             recovered = 0
             if room > 0:
-                found = (await session.execute(q.claimable_runs(now, room))).all()
+                adopt = None
+                if predecessors:
+                    adopt = (
+                        Run.lease_owner == self.owner
+                        if self.db.capabilities.multi_process
+                        else Run.lease_owner.is_not(None)
+                    )
+                statement = q.claimable_runs(now, room, sorted(dead), adopt)
+                found = (await session.execute(statement)).all()
                 if found:
                     ids = [row.id for row in found]
                     taken = (await session.execute(q.lease_runs(ids, self.owner, until))).scalars()
                     claimed.extend(taken)
                     # A run that had another replica's lease: this is a takeover.
-                    recovered = sum(1 for row in found if row.lease_owner not in (None, self.owner))
+                    recovered = sum(
+                        1
+                        for row in found
+                        if row.lease_owner is not None
+                        and (predecessors or row.lease_owner != self.owner)
+                    )
                 full = len(found) >= room
             else:
                 full = True
@@ -155,10 +182,18 @@ class Claiming(LedgerBase):
             started={id: workdir for id, workdir in ready.items() if id in starting},
         )
 
-    async def next_wakeup(self) -> Wakeup:
+    async def next_wakeup(self, liveness: bool = False) -> Wakeup:
         """The earliest instant a claim could find new work, and the earliest delivery lease
-        to run out, in one statement (the idle loop's only one)."""
+        to run out, in one statement (the idle loop's only one). ``liveness`` (PostgreSQL):
+        the same statement also says which other owners hold active runs without their
+        liveness lock."""
+        statement = q.next_wakeup(self.owner if liveness else None)
         async with self.db.session(write=False) as session:
-            *work, deliveries = (await session.execute(q.next_wakeup())).one()
+            row = (await session.execute(statement)).one()
+        *work, deliveries = row[:4]
         candidates = [value for value in work if value is not None]
-        return Wakeup(min(candidates) if candidates else None, deliveries)
+        first, leased = (min(candidates) if candidates else None), row[2] is not None
+        if not liveness:
+            return Wakeup(first, deliveries, leased)
+        lockless = frozenset(row[5] or ())
+        return Wakeup(first, deliveries, leased, watching=bool(row[4]), lockless=lockless)

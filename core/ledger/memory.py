@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -153,13 +153,21 @@ class MemoryRunStore:
             raise failures.pop(0)
         return self.clock()
 
-    async def next_wakeup(self) -> Wakeup:
+    async def next_wakeup(self, liveness: bool = False) -> Wakeup:
         await self._enter("next_wakeup")
         times = [self._claimable_at(run) for run in self.runs.values()]
         due = [at for at in times if at is not None]
         return Wakeup(min(due) if due else None, None)
 
-    async def claim_due_jobs(self, now: datetime, limit: int = 500, start: int = 0) -> Claim:
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        limit: int = 500,
+        start: int = 0,
+        dead: Collection[str] = (),
+        predecessors: bool = False,
+    ) -> Claim:
+        # One process's store: no other owner to find dead, no predecessor to adopt.
         await self._enter("claim_due_jobs")
         due = [
             run

@@ -10,7 +10,7 @@ ours, except a claim taking over a lease that ran out.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -23,12 +23,21 @@ class RunStore(Protocol):
     owner: str  # this instance's id: the lease owner of every run it holds
     lease_seconds: float
 
-    async def next_wakeup(self) -> Wakeup:
+    async def next_wakeup(self, liveness: bool = False) -> Wakeup:
         """The earliest instant a claim could find work (a due ``next_run``, a queued run
         becoming available, a lease running out) and the earliest delivery lease to run out.
-        One statement, no lock: what an idle replica pays per tick."""
+        One statement, no lock: what an idle replica pays per tick. ``liveness``
+        (PostgreSQL): also whether other owners hold active runs, and which of them hold no
+        liveness lock (``core.storage.liveness``)."""
 
-    async def claim_due_jobs(self, now: datetime, limit: int = 500, start: int = 0) -> Claim:
+    async def claim_due_jobs(
+        self,
+        now: datetime,
+        limit: int = 500,
+        start: int = 0,
+        dead: Collection[str] = (),
+        predecessors: bool = False,
+    ) -> Claim:
         """Take due work and lease it to us until ``now + lease_seconds``.
 
         Afterwards: every due time ``<= now`` of each claimed schedule has exactly one row
@@ -40,7 +49,10 @@ class RunStore(Protocol):
         LOCKED`` on PostgreSQL, so replicas claim disjoint sets; SQLite's write lock).
         ``Claim.full``: ``limit`` was reached, claim again. A schedule that cannot be
         planned is taken off the timetable (``next_run`` NULL) and logged, never retried on
-        every claim."""
+        every claim. ``dead``: owners seen without their liveness lock twice; their active runs
+        are ours if their lock is still free. ``predecessors``: the first claim of a started
+        engine also takes the active runs of the engine it replaces (SQLite: any owner's;
+        PostgreSQL: this very id's)."""
 
     async def start_attempt(self, run_id: uuid.UUID) -> StartDecision:
         """Admit one attempt of a run of ours, under its schedule's row lock.

@@ -84,10 +84,15 @@ class StartDecision:
 @dataclass(frozen=True)
 class Wakeup:
     """What ``Ledger.next_wakeup`` found: the earliest instant a claim could find work, and
-    the earliest delivery lease to run out (None: nothing of that kind)."""
+    the earliest delivery lease to run out (None: nothing of that kind). With liveness
+    (PostgreSQL): whether other owners hold active runs (``watching``: look again soon), and
+    which of them hold no liveness lock (``lockless``: perhaps dead, ``core.storage.liveness``)."""
 
     work: datetime | None
     deliveries: datetime | None
+    leased: bool = False  # some active run is leased (by anyone): a predecessor may have some
+    watching: bool = False
+    lockless: frozenset[str] = frozenset()
 
     @property
     def at(self) -> datetime | None:

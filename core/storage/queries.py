@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    ColumnElement,
     Integer,
     Select,
     Table,
@@ -33,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.storage.liveness_sql import liveness_held
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.storage.types import UTCDateTime
 from agentcron.core.transitions import admitted, finished
@@ -87,18 +89,28 @@ ADVANCE_SCHEDULES = (
 )
 
 
-def claimable_runs(now: datetime, limit: int) -> Select[uuid.UUID, str | None]:
+def claimable_runs(
+    now: datetime,
+    limit: int,
+    dead: Sequence[str] = (),
+    predecessors: ColumnElement[bool] | None = None,
+) -> Select[uuid.UUID, str | None]:
     """Runs this instance may take: queued ones (manual, replay, retry whose backoff is over)
-    that nobody leases, and pending or running ones whose lease expired (a dead replica's)."""
+    that nobody leases, pending or running ones whose lease expired (a dead replica's), those
+    of the ``dead`` owners whose liveness lock is still held by nobody (checked again here, in
+    the claim itself: a replica that came back in between keeps its runs), and those matched
+    by ``predecessors`` (a restarted engine's first claim, ``Ledger.claim_due_jobs``)."""
+    taken = [
+        and_(Run.lease_owner.is_(None), Run.available_at <= now),
+        Run.lease_expires_at < now,
+    ]
+    if dead:
+        taken.append(and_(Run.lease_owner.in_(list(dead)), ~liveness_held(Run.lease_owner)))
+    if predecessors is not None:
+        taken.append(predecessors)
     return (
         select(Run.id, Run.lease_owner)
-        .where(
-            Run.status.in_(ACTIVE),
-            or_(
-                and_(Run.lease_owner.is_(None), Run.available_at <= now),
-                Run.lease_expires_at < now,
-            ),
-        )
+        .where(Run.status.in_(ACTIVE), or_(*taken))
         .order_by(Run.available_at)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -271,13 +283,17 @@ def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
     )
 
 
-def next_wakeup() -> Select[Any, Any, Any, Any]:
+def next_wakeup(owner: str | None = None) -> Select[*tuple[Any, ...]]:
     """The earliest instant at which the claim could find work: a schedule's ``next_run``, a
     queued run becoming available, or a lease running out; and, apart, the earliest delivery
     lease (``deliver_until``) to run out. Leases of ``owner`` count too: one that lapses here
     (its attempt died with the database out of reach) is taken back by this very instance,
     even with no other replica and nothing else due. Leases of runs and deliveries in hand are
-    renewed long before they run out, so they never wake the loop."""
+    renewed long before they run out, so they never wake the loop.
+
+    With ``owner`` (liveness on, PostgreSQL) two more columns: how many other owners hold
+    active runs, and which of them hold no liveness lock (an array, NULL for none). The
+    distinct owners come first, so pg_locks is read once per owner, not once per run."""
     first_due = (
         select(func.min(Schedule.next_run))
         .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
@@ -295,7 +311,23 @@ def next_wakeup() -> Select[Any, Any, Any, Any]:
     )
     # An index on deliver_until makes this a look at the first index entry (NULLs excluded).
     first_delivery = select(func.min(Run.deliver_until)).scalar_subquery()
-    return select(first_due, first_queued, first_expiry, first_delivery)
+    if owner is None:
+        return select(first_due, first_queued, first_expiry, first_delivery)
+    others = (
+        select(Run.lease_owner.label("owner"))
+        .where(Run.status.in_(ACTIVE), Run.lease_owner.is_not(None), Run.lease_owner != owner)
+        .distinct()
+        .cte("others")
+    )
+    watched = select(func.count()).select_from(others).scalar_subquery()
+    lockless = (
+        select(func.array_agg(others.c.owner))
+        .where(~liveness_held(others.c.owner))
+        .scalar_subquery()
+    )
+    return select(first_due, first_queued, first_expiry, first_delivery, watched, lockless).add_cte(
+        others
+    )
 
 
 def database_now() -> Select[datetime]:

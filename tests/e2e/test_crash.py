@@ -241,7 +241,10 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
     probe = probe_factory(pg_url)
     # A lease long enough that the short agent (2 s) ends before its lease would need a renewal
     # the outage prevents; the 40-s one does not.
-    env = engine_env(pg_url, tmp_path / "data", "outage-a", LEASE_SECONDS="6")
+    # Leases only: this holds the lease fence. With liveness the outage also ends the engine's
+    # liveness session, which freezes every attempt at once, the short one too
+    # (tests/integration/test_liveness.py::test_an_engine_that_loses_its_session_freezes_...).
+    env = engine_env(pg_url, tmp_path / "data", "outage-a", LEASE_SECONDS="6", LIVENESS="false")
     # Another database's session, which the outage does not touch.
     admin = await asyncpg.connect(
         make_url(PG_URL).set(drivername="postgresql").render_as_string(False)

@@ -355,6 +355,14 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         violations.append(
             f"{len(unexplained)} re-executions not a new attempt after a kill: {unexplained[:5]}"
         )
+    # Takeover time: from a kill to the next attempt's start of each execution it cut short.
+    takeover_s = [
+        (min(later.started_ns for later in after) - killed_ns[cut.instance]) / 1e9
+        for cut in log
+        if cut.ended_ns is None and cut.instance in killed_ns
+        for after in [[e for e in by_run[cut.run_id] if e.attempt > cut.attempt]]
+        if after
+    ]
     pairs = overlapping(log)
     orphaned = [(a, b) for a, b in pairs if killed_before(a, b)]
     overlaps = [(a, b) for a, b in pairs if not killed_before(a, b)]
@@ -425,6 +433,10 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         "orphaned_overlaps": len(orphaned),
         "orphaned_agents_stopped": len(orphans),
         "takeovers": len(taken_over),
+        "takeover_cut_executions": len(takeover_s),
+        "takeover_p50_s": round(percentile(takeover_s, 0.5), 3),
+        "takeover_p99_s": round(percentile(takeover_s, 0.99), 3),
+        "takeover_max_s": round(max(takeover_s, default=0.0), 3),
         "leases_recovered": recovered,
         "start_delay_p50_s": round(percentile(delays, 0.5), 3),
         "start_delay_p99_s": round(percentile(delays, 0.99), 3),

@@ -245,6 +245,8 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     assert len(started) == 1 and started[0]["recovery_scope"] == "cluster", started
     assert started[0]["lease_seconds"] == float(LEASE) and started[0]["dialect"] == "postgresql"
     assert {"max_active_schedules", "pause_visibility", "tick_seconds"} <= set(started[0])
+    # The recovery time it promises: a dead replica is known by its session, not its lease.
+    assert started[0]["liveness"] == "session lock" and started[0]["recovery_seconds"] == 2.25
 
     # -- the process stayed up and said so once per state change --------------------------
     assert seen.get("readyz 503", 0) >= 1 and seen.get("readyz 200", 0) == 0, seen

@@ -40,6 +40,7 @@ async def make_engine(
         start: bool = True,
         allow_private: bool = False,
         lease: float = LEASE,
+        liveness: bool = False,
     ) -> Engine:
         ledger = Ledger(db, owner=owner, lease_seconds=lease, data_dir=tmp_path / "data")
         loop = SchedulerLoop(
@@ -49,6 +50,7 @@ async def make_engine(
             drain_timeout=drain_timeout,
             retry_base=0.05,
             allow_private=allow_private,
+            liveness=liveness,
         )
         ledger.on_change = loop.wake
         loops.append(loop)

@@ -125,3 +125,38 @@ async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_d
     engine.loop.start()
     done = await wait_status(engine.db, queued.id, "succeeded", within=10)
     assert done.output == "picked up" and done.attempt == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # the liveness lock is PostgreSQL's
+async def test_liveness_keeps_an_idle_loop_at_one_statement_per_wake_up(
+    db: Database, fake: FakeRunnerType, tmp_path: Path
+) -> None:
+    ledger = Ledger(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path)
+    loop = SchedulerLoop(ledger, tick_seconds=0.1, liveness=True)
+    assert loop.liveness is not None
+    schedules = ScheduleService(db)
+    for _ in range(3):
+        await schedules.create(spec(fake.config(), HOURLY), "local")
+    locking: list[str] = []
+    own = loop.liveness._engine.sync_engine  # its connection is outside the pools: count it too
+
+    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
+        locking.append(statement)
+
+    event.listen(own, "before_cursor_execute", record)
+    with statements(db) as sent:
+        loop.start()
+
+        async def woke_enough() -> bool:
+            return loop.iterations >= 8
+
+        try:
+            await wait_for(woke_enough, what="8 wake-ups")
+        finally:
+            await loop.stop()
+    event.remove(own, "before_cursor_execute", record)
+    # The look is still one statement (the liveness columns are part of it); the lock is
+    # taken once and then costs nothing: its loss is heard on the socket, not polled for.
+    assert len(sent) <= loop.iterations, sent
+    assert all(s.startswith("WITH others AS") for s in sent), sent
+    assert len([s for s in locking if "pg_try_advisory_lock" in s]) == 1, locking

@@ -1,0 +1,64 @@
+"""The liveness statements (PostgreSQL), in ``core.storage.queries`` style: the lock key of an
+engine, whether someone holds it (read from pg_locks), and taking it. Apart from ``queries``
+only so that each file stays short; ``queries`` uses ``liveness_held`` in the idle look and
+in the claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    Integer,
+    Select,
+    SQLColumnExpression,
+    cast,
+    column,
+    exists,
+    func,
+    literal,
+    select,
+    table,
+    true,
+)
+
+LIVENESS_PREFIX = "agentcron:"
+# pg_locks, as much of it as the check reads. A 64-bit advisory key shows there split in two
+# (``classid`` the high half, ``objid`` the low one) with ``objsubid`` 1.
+_PG_LOCKS = table(
+    "pg_locks",
+    column("locktype"),
+    column("classid"),
+    column("objid"),
+    column("objsubid"),
+    column("granted"),
+)
+
+
+def liveness_key(owner: SQLColumnExpression[Any] | str) -> ColumnElement[int]:
+    """The advisory lock key of ``owner``, computed by the database both when the lock is
+    taken and when it is looked for, so no client-side hash has to agree with it."""
+    name = literal(owner) if isinstance(owner, str) else owner
+    return func.hashtextextended(literal(LIVENESS_PREFIX) + name, 0, type_=BigInteger)
+
+
+def liveness_held(owner: SQLColumnExpression[Any]) -> ColumnElement[bool]:
+    """Whether some session holds ``owner``'s liveness lock now: pg_locks only, no lock taken
+    or tried (trying another's would hold it, if only for an instant)."""
+    locks = _PG_LOCKS.c
+    high = cast(locks.classid, BigInteger).op("<<")(literal(32, Integer))
+    key = high.op("|")(cast(locks.objid, BigInteger))
+    return exists().where(
+        locks.locktype == "advisory",
+        locks.objsubid == 1,
+        locks.granted.is_(true()),
+        key == liveness_key(owner),
+    )
+
+
+def take_liveness(owner: str) -> Select[bool]:
+    """Take ``owner``'s liveness lock for the session (True), or say another session holds it
+    (False): never waits, so a stuck holder is logged instead of blocking the engine."""
+    return select(func.pg_try_advisory_lock(liveness_key(owner), type_=Boolean))

@@ -1,0 +1,189 @@
+"""Liveness (core.storage.liveness): a dead engine is known by its vanished database session,
+not by a lease running out; on SQLite a restarted engine continues its predecessor's runs at
+its first claim.
+
+PostgreSQL: the holder's session is closed (the process is gone) or terminated by the server
+(``pg_terminate_backend``); the other ledger's one idle statement reports the owner lockless,
+and its claim takes the run over at once, a 30-s lease notwithstanding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import structlog
+from sqlalchemy import text
+
+from agentcron.core.clock import DatabaseClock
+from agentcron.core.ledger import Ledger
+from agentcron.core.runners.fake import FakeRunnerType, succeed
+from agentcron.core.storage import Database, Run
+from agentcron.core.storage.liveness import CONFIRM_SECONDS, Liveness, Suspects
+from agentcron.web.loop import SchedulerLoop
+from tests.integration.engine_kit import (
+    HOURLY,
+    MakeEngine,
+    fetch_run,
+    spec,
+    wait_for,
+    wait_status,
+)
+from tests.integration.test_clock import add_schedule
+from tests.integration.test_leases import STEPS, command, read_steps, wait_pid, wait_state
+
+pg_only = pytest.mark.parametrize("backend", ["postgresql"])
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+async def running_under(db: Database, ledger: Ledger, runner: dict[str, object]) -> Run:
+    """A run of a new schedule, claimed and started by ``ledger`` (lease 30 s)."""
+    await add_schedule(db, ledger.clock() - timedelta(milliseconds=100), runner=runner)
+    (run,) = (await ledger.claim_due_jobs(ledger.clock())).runs
+    decision = await ledger.start_attempt(run.id)
+    assert decision.action == "run" and decision.run is not None
+    return decision.run
+
+
+async def holder_pid(db: Database, owner: str) -> int | None:
+    """The backend holding ``owner``'s liveness lock, found the way the engine looks for it."""
+    statement = text(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+        " AND ((classid::int8 << 32) | objid::int8) = hashtextextended('agentcron:' || :o, 0)"
+    )
+    async with db.session(write=False) as session:
+        pid = (await session.execute(statement, {"o": owner})).scalar()
+    return int(pid) if pid is not None else None
+
+
+@pg_only
+async def test_a_vanished_session_makes_its_owner_dead_and_its_runs_taken_at_once(
+    db: Database, fake: FakeRunnerType
+) -> None:
+    clock = DatabaseClock()
+    await clock.measure(db)
+    holder = Ledger(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
+    other = Ledger(db, owner="other", lease_seconds=30, clock=clock)
+    liveness = Liveness(db, holder.owner)
+    keeping = asyncio.create_task(liveness.keep())
+    try:
+        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+        run = await running_under(db, holder, fake.config())
+        alive = await other.next_wakeup(liveness=True)
+        assert alive.watching and alive.lockless == frozenset()
+        # Named dead by mistake, a live owner keeps its runs: the claim checks the lock again.
+        assert (await other.claim_due_jobs(clock(), dead={holder.owner})).runs == []
+        assert await holder_pid(db, holder.owner) is not None
+
+        keeping.cancel()  # the process is gone: its connection closes with it
+        await asyncio.gather(keeping, return_exceptions=True)
+        gone = time.monotonic()
+        suspects = Suspects()
+        dead: frozenset[str] = frozenset()
+        while not dead:
+            wakeup = await other.next_wakeup(liveness=True)
+            dead = suspects.observe(wakeup.lockless, time.monotonic())
+            assert time.monotonic() - gone < 2, "the dead owner was not noticed within 2 s"
+            await asyncio.sleep(0.05)
+        assert dead == {holder.owner}
+        assert time.monotonic() - gone >= CONFIRM_SECONDS  # seen twice, not once
+
+        claim = await other.claim_due_jobs(clock(), dead=dead)
+        assert [taken.id for taken in claim.runs] == [run.id] and claim.recovered == 1
+        decision = await other.start_attempt(run.id)
+        assert decision.action == "run" and decision.run is not None
+        assert decision.run.attempt == run.attempt + 1 == 2
+        assert decision.run.task_id == run.task_id
+        assert (await fetch_run(db, run.id)).lease_owner == "other"
+        print(f"\nliveness: owner dead and run taken {time.monotonic() - gone:.2f} s after")
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+
+
+@pg_only
+async def test_a_terminated_session_is_noticed_and_the_lock_taken_again(db: Database) -> None:
+    changes: list[bool] = []
+    liveness = Liveness(db, f"blip-{uuid.uuid4().hex[:6]}", changes.append)
+    keeping = asyncio.create_task(liveness.keep())
+    try:
+        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+        pid = await holder_pid(db, liveness.owner)
+        assert pid is not None
+        async with db.session() as session:
+            await session.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        await wait_for(
+            lambda: asyncio.sleep(0, changes == [True, False, True]), within=5, what="re-taken"
+        )
+        again = await holder_pid(db, liveness.owner)
+        assert again is not None and again != pid
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+    assert not liveness.held
+
+
+@sqlite_only
+async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_claim(
+    db: Database, tmp_path: Path, fake: FakeRunnerType
+) -> None:
+    # The predecessor's attempt is only written (admitted), never played: the successor's is
+    # the script's first.
+    fake.script("long", [succeed("continued")])
+    predecessor = Ledger(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
+    run = await running_under(db, predecessor, fake.config("long"))
+    # The predecessor died here (its lease has 30 s to go); its successor starts.
+    successor = Ledger(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
+    loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True)  # as web/host.py says
+    began = time.monotonic()
+    loop.start()
+    try:
+
+        async def succeeded() -> Run | None:
+            found = await fetch_run(db, run.id)
+            return found if found.status == "succeeded" else None
+
+        done = await wait_for(succeeded, within=5, what="the successor to continue the run")
+    finally:
+        await loop.stop()
+    took = time.monotonic() - began
+    print(f"\nsqlite restart: predecessor's run continued and done {took:.2f} s after start")
+    assert done.attempt == 2 and done.task_id == run.task_id and done.output == "continued"
+    assert done.lease_owner is None or done.lease_owner == "successor"
+
+
+@pg_only
+async def test_an_engine_that_loses_its_session_freezes_its_attempts_until_the_lock_is_back(
+    make_engine: MakeEngine,
+) -> None:
+    """Its session ended by the server (the process lives on), the engine may have its runs
+    taken within a second: its command agent is frozen at once, and thawed once the lock is
+    taken again and a renewal confirms the lease still ours; the same attempt finishes."""
+    engine = make_engine(start=False, lease=30, liveness=True)
+    liveness = engine.loop.liveness
+    assert liveness is not None
+    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
+    workdir = engine.workdir(schedule)
+    with structlog.testing.capture_logs() as lines:
+        engine.loop.start()
+        queued = await engine.run_now(schedule.id)
+        pid = await wait_pid(workdir / "pid.1")
+        backend = await holder_pid(engine.db, engine.ledger.owner)
+        assert backend is not None
+        async with engine.db.session() as session:
+            await session.execute(text("SELECT pg_terminate_backend(:p)"), {"p": backend})
+        await wait_state(pid, "T", within=1)  # frozen as soon as the session is gone
+        ended = await wait_status(engine.db, queued.id, "succeeded", "failed", within=15)
+    assert (ended.status, ended.attempt, ended.output) == ("succeeded", 1, "done\n")
+    assert read_steps(workdir) == ["1", "2", "3", "4", "5", "6"]
+    events = [line for line in lines if line["event"].startswith(("run_", "liveness_"))]
+    names = [line["event"] for line in events]
+    assert names.count("run_suspended") == 1 and names.count("run_resumed") == 1, names
+    suspended = next(line for line in events if line["event"] == "run_suspended")
+    assert suspended["cause"] == "liveness lock lost"
+    assert names.index("liveness_lost") < names.index("run_suspended")
+    assert "run_lease_lost" not in names
