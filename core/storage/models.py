@@ -263,7 +263,9 @@ def built(model: type[M], values: Mapping[str, Any]) -> M:
     fires an attribute event per column (about 40 us for a run); a claim builds hundreds of
     runs from rows it has just written. Reads and later assignments behave as on ``model(**)``.
     """
-    configure_mappers()  # a no-op once done; attribute access needs the mappers configured
-    instance: M = manager_of_class(model).new_instance()
+    manager = manager_of_class(model)
+    if not manager.mapper.configured:  # attribute access needs it; checking again costs 3 us
+        configure_mappers()
+    instance: M = manager.new_instance()
     instance.__dict__.update(values)
     return instance
