@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcron.core.clock import DatabaseClock
 from agentcron.core.ledger import Ledger
@@ -33,20 +34,33 @@ from tests.integration.engine_kit import (
 
 
 @contextmanager
-def statements(db: Database) -> Iterator[list[str]]:
-    """Every statement sent through any of the database's pools while the block runs."""
+def statements(*engines: AsyncEngine) -> Iterator[list[str]]:
+    """Every statement sent through any of ``engines`` while the block runs."""
     sent: list[str] = []
 
     def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
         sent.append(statement)
 
-    for engine in db.engines:
+    for engine in engines:
         event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
         yield sent
     finally:
-        for engine in db.engines:
+        for engine in engines:
             event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+async def wake_ups(loop: SchedulerLoop, count: int) -> None:
+    """Run ``loop`` until it has woken ``count`` times, then stop it."""
+
+    async def woke_enough() -> bool:
+        return loop.iterations >= count
+
+    loop.start()
+    try:
+        await wait_for(woke_enough, what=f"{count} wake-ups")
+    finally:
+        await loop.stop()
 
 
 async def test_an_idle_loop_sends_one_statement_per_wake_up(
@@ -55,14 +69,8 @@ async def test_an_idle_loop_sends_one_statement_per_wake_up(
     engine = make_engine(tick=0.1, start=False)
     for _ in range(3):
         await engine.create(spec(fake.config(), HOURLY))  # due in an hour
-    with statements(engine.db) as sent:
-        engine.loop.start()
-
-        async def woke_enough() -> bool:
-            return engine.loop.iterations >= 8
-
-        await wait_for(woke_enough, what="8 wake-ups")
-        await engine.loop.stop()
+    with statements(*engine.db.engines) as sent:
+        await wake_ups(engine.loop, 8)
         wakes = engine.loop.iterations
     assert wakes >= 8
     # One look (the earliest due time) per wake-up, and no claim transaction at all. (SQLite's
@@ -85,18 +93,12 @@ async def test_the_database_clock_adds_one_read_per_measurement_to_an_idle_loop(
     schedules = ScheduleService(db, clock=clock)
     for _ in range(3):
         await schedules.create(spec(fake.config(), HOURLY), "local")
-    with statements(db) as sent:
+    with statements(*db.engines) as sent:
         began = time.monotonic()
         await watch.start()
-        loop.start()
-
-        async def woke_enough() -> bool:
-            return loop.iterations >= 12
-
         try:
-            await wait_for(woke_enough, what="12 wake-ups")
+            await wake_ups(loop, 12)
         finally:
-            await loop.stop()
             await watch.stop()
         elapsed = time.monotonic() - began
     reads = [s for s in sent if "clock_timestamp" in s]
@@ -137,24 +139,9 @@ async def test_liveness_keeps_an_idle_loop_at_one_statement_per_wake_up(
     schedules = ScheduleService(db)
     for _ in range(3):
         await schedules.create(spec(fake.config(), HOURLY), "local")
-    locking: list[str] = []
-    own = loop.liveness._engine.sync_engine  # its connection is outside the pools: count it too
-
-    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
-        locking.append(statement)
-
-    event.listen(own, "before_cursor_execute", record)
-    with statements(db) as sent:
-        loop.start()
-
-        async def woke_enough() -> bool:
-            return loop.iterations >= 8
-
-        try:
-            await wait_for(woke_enough, what="8 wake-ups")
-        finally:
-            await loop.stop()
-    event.remove(own, "before_cursor_execute", record)
+    own = loop.liveness._engine  # its connection is outside the pools: count it too
+    with statements(*db.engines) as sent, statements(own) as locking:
+        await wake_ups(loop, 8)
     # The look is still one statement (the liveness columns are part of it); the lock is
     # taken once and then costs nothing: its loss is heard on the socket, not polled for.
     assert len(sent) <= loop.iterations, sent
