@@ -291,4 +291,11 @@ async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
 
     await wait_for(delivered, LEASE * 5, "the other engine to deliver")
     assert gate.ids == [f"{queued.id}.0"] * 2
+
+    # The delivery's row is written first, the run's lease cleared by the next statement: wait
+    # for that one too rather than read between the two (it raced on a loaded CI).
+    async def lease_cleared() -> bool:
+        return (await fetch_run(first.db, queued.id)).deliver_until is None
+
+    await wait_for(lease_cleared, 5, "the delivery lease to be cleared")
     assert (await fetch_run(first.db, queued.id)).deliver_until is None
