@@ -56,6 +56,12 @@ def released(now: datetime) -> Values:
     }
 
 
+def delivering(until: Any, owner: Any) -> Values:
+    """A finished run's deliveries are leased to engine ``owner`` until ``until``; both None:
+    nothing (more) to deliver."""
+    return {"deliver_until": until, "deliverer": owner}
+
+
 def paused(now: datetime, note: str | None, since: datetime | None = None) -> Values:
     """A schedule stops taking due times (a user, the circuit breaker, a runner gone);
     ``since``: when it was paused first, for a pause that only changes its note."""

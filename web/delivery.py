@@ -1,16 +1,18 @@
 """Delivering finished runs: outside the concurrency slot, under a delivery lease.
 
 A run recorded with a delivery lease (``deliver_until``: a notify channel applies) is delivered
-by the process that ran it, which renews the lease (``web.leases``) until every channel is
-delivered or failed for good, then clears it. If that process dies or is cut off, the lease
-runs out and another (or this one after a restart) takes the run over and makes what is left:
-each channel's delivery row says what was already made.
+by the process that ran it (``Run.deliverer``), which renews the lease (``web.leases``) until
+every channel is delivered or failed for good, then clears it. If that process dies, another
+takes the run over as soon as the dead one's liveness lock is seen gone (PostgreSQL), or a
+restarted engine at its first look (SQLite); if it is cut off or stopped, once the lease runs
+out. The taker makes what is left: each channel's delivery row says what was already made.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -103,9 +105,13 @@ class Deliveries:
         finally:
             self.delivering.discard(run.id)
 
-    async def recover(self, now: datetime) -> bool:
-        """Take over deliveries whose lease ran out and make them here; True if any."""
-        taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH)
+    async def recover(
+        self, now: datetime, dead: Collection[str] = (), predecessors: bool = False
+    ) -> bool:
+        """Take over deliveries nobody makes (their lease ran out, their deliverer is one of
+        the ``dead``, or, with ``predecessors``, the engine this one replaces left them) and
+        make them here; True if any."""
+        taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH, dead, predecessors)
         for run, workdir in taken:
             if run.id not in self.delivering:  # ours already: its renewal just lapsed
                 bound = run_log(run, self.ledger.owner)

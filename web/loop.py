@@ -4,10 +4,11 @@ The loop waits on whichever comes first: the earliest due time, a wake-up (a sch
 here, or a PostgreSQL NOTIFY from another replica), the stop event, or the tick. It then claims
 due work (``Ledger.claim_due_jobs``) and hands every claimed run to the run engine
 (``web.engine``: what happens to one run); a full batch loops again at once. Deliveries whose
-lease ran out (their process died before it was done) are taken over when the loop wakes for
-them. The loop survives every exception and keeps ticking; the loop, the lease heartbeat
-(``web.leases``), the listener and retention run under a ``web.supervisor.Supervisor``, which
-restarts any of them that dies and reports it unready meanwhile.
+process died before it was done are taken over at the look that finds it dead (its liveness
+lock gone, or, restarted, at the first look), or when their lease runs out. The loop
+survives every exception and keeps ticking; the loop, the lease heartbeat (``web.leases``), the
+listener and retention run under a ``web.supervisor.Supervisor``, which restarts any of them
+that dies and reports it unready meanwhile.
 
 Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
 (``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
@@ -139,6 +140,8 @@ class SchedulerLoop:
         # The first claim also takes the runs of the engine this one replaces (SQLite: any
         # active run; PostgreSQL: those under this id), at once rather than after their lease.
         self.predecessors = predecessors
+        # Likewise the first look takes the deliveries that engine left unmade.
+        self.adopt_deliveries = predecessors
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -232,12 +235,16 @@ class SchedulerLoop:
                 if not pressing or time.monotonic() - looked >= LOOK_EVERY_SECONDS:
                     wake = await self.ledger.next_wakeup(self.liveness is not None)
                     looked = time.monotonic()
+                    dead = self.suspects.observe(wake.lockless, looked)
+                    owed = wake.deliveries is not None
                     deliveries_due = wake.deliveries is not None and wake.deliveries <= now
-                    if deliveries_due and await self.engine.deliveries.recover(now):
+                    adopt, self.adopt_deliveries = self.adopt_deliveries and owed, False
+                    if (deliveries_due or (owed and dead) or adopt) and (
+                        await self.engine.deliveries.recover(now, dead, adopt)
+                    ):
                         self._set_health(True)
                         continue  # look again: more may have run out, and the next instant moved
                     wake_at, wake_next = wake.work, wake.at
-                    dead = self.suspects.observe(wake.lockless, looked)
                     self.predecessors = self.predecessors and wake.leased
                     if dead or self.predecessors:
                         wake_at = now

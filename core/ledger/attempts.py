@@ -254,8 +254,8 @@ class Attempts(Leases):
                     await announce_change(self.db, session)
             # Recorded with the outcome, in its transaction: if this process dies before its
             # deliveries are made, another takes them over once this lease runs out.
-            run.deliver_until = self.delivery_deadline(
-                run.payload.get("notify") or (), status, now, run.reason
+            apply(
+                run, self.delivery_lease(run.payload.get("notify") or (), status, now, run.reason)
             )
         if promoted:
             self._changed()  # after the commit, so the loop's claim sees the next queued run
@@ -279,8 +279,8 @@ class Attempts(Leases):
                 run = outcome.run
                 apply(run, finished(outcome.status, now))
                 run.output, run.error = output_excerpt(outcome.output), error_excerpt(outcome.error)
-                run.deliver_until = self.delivery_deadline(
-                    run.payload.get("notify") or (), outcome.status, now
+                apply(
+                    run, self.delivery_lease(run.payload.get("notify") or (), outcome.status, now)
                 )
             if mine:
                 await connection.execute(
@@ -293,6 +293,7 @@ class Attempts(Leases):
                             "b_error": o.run.error,
                             "b_now": now,
                             "b_deliver_until": o.run.deliver_until,
+                            "b_deliverer": o.run.deliverer,
                         }
                         for o in mine
                     ],
@@ -314,17 +315,16 @@ class Attempts(Leases):
         for schedule_id, streak, limit in tripped:
             run = last[schedule_id]
             run.reason = RunReason.CIRCUIT_BREAKER.value
-            run.deliver_until = self.delivery_deadline(
+            delivery = self.delivery_lease(
                 run.payload.get("notify") or (), run.status, now, run.reason
             )
+            apply(run, delivery)
             note = breaker_note(streak, limit, run.error or run.status)
             await connection.execute(
                 update(Schedule).where(Schedule.id == schedule_id).values(**paused(now, note))
             )
             await connection.execute(
-                update(Run)
-                .where(Run.id == run.id)
-                .values(reason=run.reason, deliver_until=run.deliver_until)
+                update(Run).where(Run.id == run.id).values(reason=run.reason, **delivery)
             )
         if tripped:
             await announce_change(self.db, connection)

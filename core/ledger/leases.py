@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select, true
 
 from agentcron.core.ledger.base import LedgerBase
 from agentcron.core.notify.delivery import applicable_channels
 from agentcron.core.storage import Run, Schedule, Task
 from agentcron.core.storage import queries as q
+from agentcron.core.transitions import Values, delivering
 
 
 class Leases(LedgerBase):
@@ -48,16 +49,19 @@ class Leases(LedgerBase):
 
     # -- delivery leases (``Run.deliver_until``) ------------------------------------------
 
-    def delivery_deadline(
+    def delivery_lease(
         self,
         notify: Sequence[Mapping[str, Any]],
         status: str,
         now: datetime,
         reason: str | None = None,
-    ) -> datetime | None:
-        """``deliver_until`` for a run finishing ``now`` with ``status``: a lease from now if a
-        channel applies (the recorder then delivers, renewing it), else None (nothing to do)."""
-        return self._lease_until(now) if applicable_channels(notify, status, reason) else None
+    ) -> Values:
+        """The delivery lease of a run finishing ``now`` with ``status`` (``deliver_until``
+        and ``deliverer``): ours, from now, if a channel applies (the recorder then delivers,
+        renewing it), else none (nothing to do)."""
+        if not applicable_channels(notify, status, reason):
+            return delivering(None, None)
+        return delivering(self._lease_until(now), self.owner)
 
     async def renew_deliveries(self, now: datetime, run_ids: Sequence[uuid.UUID]) -> None:
         """Extend the delivery leases of runs this process is delivering now."""
@@ -71,12 +75,26 @@ class Leases(LedgerBase):
         async with self.db.connection(single=True) as connection:
             await connection.execute(q.end_deliveries(list(run_ids)))
 
-    async def take_over_deliveries(self, now: datetime, limit: int) -> list[tuple[Run, str]]:
-        """Lease to this instance up to ``limit`` finished runs whose delivery lease ran out,
-        each with the working directory of its task (file channels write there), or of its
-        schedule if the task is gone."""
+    async def take_over_deliveries(
+        self,
+        now: datetime,
+        limit: int,
+        dead: Collection[str] = (),
+        predecessors: bool = False,
+    ) -> list[tuple[Run, str]]:
+        """Lease to this instance up to ``limit`` finished runs whose deliveries nobody makes:
+        their delivery lease ran out, their deliverer is one of the ``dead`` (its liveness
+        lock still free), or, with ``predecessors`` (a started engine's first look), they
+        were left by the engine this one replaces (SQLite: every one; PostgreSQL: those under
+        this id). Each comes with the working directory of its task (file channels write
+        there), or of its schedule if the task is gone."""
+        adopt: ColumnElement[bool] | None = None
+        if predecessors:
+            adopt = Run.deliverer == self.owner if self.db.capabilities.multi_process else true()
         async with self.db.session() as session:
-            statement = q.take_over_deliveries(now, self._lease_until(now), limit)
+            statement = q.take_over_deliveries(
+                now, self.owner, self._lease_until(now), limit, sorted(dead), adopt
+            )
             runs = list((await session.execute(statement)).scalars())
             task_ids = {run.task_id for run in runs if run.task_id is not None}
             workdirs: dict[uuid.UUID | None, str] = {}

@@ -34,7 +34,15 @@ from agentcron.core.ledger.types import Claim, Outcome, PreparedTask, StartDecis
 from agentcron.core.states import ACTIVE, RunReason, RunStatus
 from agentcron.core.storage import Database, Run, Schedule
 from agentcron.core.timeline import run_payload
-from agentcron.core.transitions import admitted, apply, finished, paused, released, retry_at
+from agentcron.core.transitions import (
+    admitted,
+    apply,
+    delivering,
+    finished,
+    paused,
+    released,
+    retry_at,
+)
 
 _RUN_COLUMNS = tuple(column.key for column in sa_inspect(Run).columns)
 
@@ -298,14 +306,14 @@ class MemoryRunStore:
             if run is not None and run.lease_owner == self.owner and run.status in ACTIVE:
                 apply(run, released(now))
 
-    def delivery_deadline(
+    def delivery_lease(
         self,
         notify: Sequence[Mapping[str, Any]],
         status: str,
         now: datetime,
         reason: str | None = None,
-    ) -> datetime | None:
-        return None  # no channels here: delivery is the SQL ledger's and its tests'
+    ) -> dict[str, Any]:
+        return delivering(None, None)  # no channels here: delivery is the SQL ledger's
 
     async def renew_deliveries(self, now: datetime, run_ids: Sequence[uuid.UUID]) -> None:
         await self._enter("renew_deliveries")
@@ -313,7 +321,13 @@ class MemoryRunStore:
     async def end_deliveries(self, run_ids: Sequence[uuid.UUID]) -> None:
         await self._enter("end_deliveries")
 
-    async def take_over_deliveries(self, now: datetime, limit: int) -> list[tuple[Run, str]]:
+    async def take_over_deliveries(
+        self,
+        now: datetime,
+        limit: int,
+        dead: Collection[str] = (),
+        predecessors: bool = False,
+    ) -> list[tuple[Run, str]]:
         await self._enter("take_over_deliveries")
         return []
 

@@ -108,15 +108,16 @@ class RunStore(Protocol):
     async def release(self, run_ids: Sequence[uuid.UUID]) -> None:
         """Give back runs of ours that did not start (shutdown): unleased, available now."""
 
-    def delivery_deadline(
+    def delivery_lease(
         self,
         notify: Sequence[Mapping[str, Any]],
         status: str,
         now: datetime,
         reason: str | None = None,
-    ) -> datetime | None:
-        """The delivery lease a run ending ``now`` with ``status`` gets: None when no channel
-        applies (nothing to deliver)."""
+    ) -> dict[str, Any]:
+        """The delivery lease a run ending ``now`` with ``status`` gets, as the columns to
+        write (``transitions.delivering``): none when no channel applies (nothing to
+        deliver), else ours until a lease from now."""
 
     async def renew_deliveries(self, now: datetime, run_ids: Sequence[uuid.UUID]) -> None:
         """Extend the delivery leases of runs whose deliveries we are making."""
@@ -124,6 +125,14 @@ class RunStore(Protocol):
     async def end_deliveries(self, run_ids: Sequence[uuid.UUID]) -> None:
         """Every channel of these runs is delivered or failed for good: clear the lease."""
 
-    async def take_over_deliveries(self, now: datetime, limit: int) -> list[tuple[Run, str]]:
-        """Lease to us up to ``limit`` finished runs whose delivery lease ran out (``SKIP
-        LOCKED``: two replicas take different runs), each with its working directory."""
+    async def take_over_deliveries(
+        self,
+        now: datetime,
+        limit: int,
+        dead: Collection[str] = (),
+        predecessors: bool = False,
+    ) -> list[tuple[Run, str]]:
+        """Lease to us up to ``limit`` finished runs whose deliveries nobody makes (``SKIP
+        LOCKED``: two replicas take different runs), each with its working directory: those
+        whose delivery lease ran out, those of ``dead`` deliverers (as ``claim_due_jobs``), and
+        with ``predecessors`` those the engine this one replaces left."""

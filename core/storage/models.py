@@ -121,7 +121,9 @@ class Run(Base):
     ``deliver_until`` is the lease on a finished run's deliveries (its outbox): set, with the
     outcome, only when a notify channel applies to the status; renewed by the process
     delivering; cleared when every channel is delivered or failed for good. Once it has passed,
-    any replica may take the deliveries over (the holder died or was stopped).
+    any replica may take the deliveries over (the holder died or was stopped). ``deliverer``
+    names the engine holding that lease, so a dead engine's deliveries are taken over as soon
+    as its liveness lock is gone, without waiting for the lease.
     """
 
     __tablename__ = "runs"
@@ -151,6 +153,7 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     deliver_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    deliverer: Mapped[str | None] = mapped_column(String(200))
     # A skipped row accounting for due times that did not run (core.timeline): how many it
     # stands for (NULL on a summary row: more than it counted) and the last of them.
     covers: Mapped[int | None] = mapped_column(Integer)

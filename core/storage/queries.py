@@ -19,6 +19,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Select,
+    String,
     Table,
     Update,
     Uuid,
@@ -37,7 +38,7 @@ from agentcron.core.states import ACTIVE, RunReason, RunStatus
 from agentcron.core.storage.liveness_sql import liveness_held
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.storage.types import UTCDateTime
-from agentcron.core.transitions import admitted, finished
+from agentcron.core.transitions import admitted, delivering, finished
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
 SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
@@ -229,8 +230,11 @@ FINISH_RUN = (
         **finished(bindparam("b_status"), bindparam("b_now", type_=UTCDateTime())),
         output=bindparam("b_output"),
         error=bindparam("b_error"),
-        # NULL unless a notify channel applies to the status (``delivery_deadline``).
-        deliver_until=bindparam("b_deliver_until", type_=UTCDateTime()),
+        # NULL unless a notify channel applies to the status (``delivery_lease``).
+        **delivering(
+            bindparam("b_deliver_until", type_=UTCDateTime()),
+            bindparam("b_deliverer", type_=String()),
+        ),
     )
 )
 SCHEDULE_RESULT = (
@@ -292,8 +296,9 @@ def next_wakeup(owner: str | None = None) -> Select[*tuple[Any, ...]]:
     renewed long before they run out, so they never wake the loop.
 
     With ``owner`` (liveness on, PostgreSQL) two more columns: how many other owners hold
-    active runs, and which of them hold no liveness lock (an array, NULL for none). The
-    distinct owners come first, so pg_locks is read once per owner, not once per run."""
+    active runs or are making deliveries, and which of them hold no liveness lock (an array,
+    NULL for none). The distinct owners come first, so pg_locks is read once per owner, not
+    once per run."""
     first_due = (
         select(func.min(Schedule.next_run))
         .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
@@ -313,10 +318,18 @@ def next_wakeup(owner: str | None = None) -> Select[*tuple[Any, ...]]:
     first_delivery = select(func.min(Run.deliver_until)).scalar_subquery()
     if owner is None:
         return select(first_due, first_queued, first_expiry, first_delivery)
+    # Owners of active runs, and engines making deliveries (the deliver_until index finds
+    # those rows); UNION, not UNION ALL: one row per owner.
     others = (
         select(Run.lease_owner.label("owner"))
         .where(Run.status.in_(ACTIVE), Run.lease_owner.is_not(None), Run.lease_owner != owner)
-        .distinct()
+        .union(
+            select(Run.deliverer).where(
+                Run.deliver_until.is_not(None),
+                Run.deliverer.is_not(None),
+                Run.deliverer != owner,
+            )
+        )
         .cte("others")
     )
     watched = select(func.count()).select_from(others).scalar_subquery()
@@ -349,25 +362,39 @@ def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
 
 def end_deliveries(ids: Sequence[uuid.UUID]) -> Update:
     """Nothing left to deliver for these runs: every channel is delivered or failed for good."""
-    return update(Run).where(Run.id.in_(ids)).values(deliver_until=None)
+    return update(Run).where(Run.id.in_(ids)).values(**delivering(None, None))
 
 
-def take_over_deliveries(now: datetime, until: datetime, limit: int) -> Update:
-    """Lease to the caller up to ``limit`` finished runs whose delivery lease ran out (their
-    deliverer died, or was stopped), oldest first; returns the runs. The rows are locked with
-    ``SKIP LOCKED``, so two replicas recovering at once take different runs (on SQLite the
-    write transaction serialises them)."""
-    expired = (
+def take_over_deliveries(
+    now: datetime,
+    owner: str,
+    until: datetime,
+    limit: int,
+    dead: Sequence[str] = (),
+    predecessors: ColumnElement[bool] | None = None,
+) -> Update:
+    """Lease to ``owner`` up to ``limit`` finished runs whose deliveries nobody is making, oldest
+    first; returns the runs. Taken: those whose delivery lease ran out (their deliverer died or
+    was stopped), those of the ``dead`` deliverers whose liveness lock nobody holds (checked
+    again here, as the claim does), and those matched by ``predecessors`` (a restarted
+    engine's first look). The rows are locked with ``SKIP LOCKED``, so two replicas
+    recovering at once take different runs (on SQLite the write transaction serialises them)."""
+    taken = [Run.deliver_until < now]
+    if dead:
+        taken.append(and_(Run.deliverer.in_(list(dead)), ~liveness_held(Run.deliverer)))
+    if predecessors is not None:
+        taken.append(predecessors)
+    orphaned = (
         select(Run.id)
-        .where(Run.deliver_until < now)
+        .where(Run.deliver_until.is_not(None), or_(*taken))
         .order_by(Run.deliver_until)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
     return (
         update(Run)
-        .where(Run.id.in_(expired.scalar_subquery()))
-        .values(deliver_until=until)
+        .where(Run.id.in_(orphaned.scalar_subquery()))
+        .values(**delivering(until, owner))
         .returning(Run)
         .execution_options(synchronize_session=False)
     )

@@ -14,6 +14,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -23,11 +24,12 @@ from agentcron.core.clock import DatabaseClock
 from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage import Database, Run
-from agentcron.core.storage.liveness import CONFIRM_SECONDS, Liveness, Suspects
+from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
 from agentcron.web.loop import SchedulerLoop
 from tests.integration.engine_kit import (
     HOURLY,
     MakeEngine,
+    deliveries_of,
     fetch_run,
     spec,
     wait_for,
@@ -35,14 +37,17 @@ from tests.integration.engine_kit import (
 )
 from tests.integration.test_clock import add_schedule
 from tests.integration.test_leases import STEPS, command, read_steps, wait_pid, wait_state
+from tests.integration.test_webhook import Receiver
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
 
-async def running_under(db: Database, ledger: Ledger, runner: dict[str, object]) -> Run:
+async def running_under(
+    db: Database, ledger: Ledger, runner: dict[str, object], **overrides: Any
+) -> Run:
     """A run of a new schedule, claimed and started by ``ledger`` (lease 30 s)."""
-    await add_schedule(db, ledger.clock() - timedelta(milliseconds=100), runner=runner)
+    await add_schedule(db, ledger.clock() - timedelta(milliseconds=100), runner=runner, **overrides)
     (run,) = (await ledger.claim_due_jobs(ledger.clock())).runs
     decision = await ledger.start_attempt(run.id)
     assert decision.action == "run" and decision.run is not None
@@ -125,6 +130,83 @@ async def test_a_terminated_session_is_noticed_and_the_lock_taken_again(db: Data
         keeping.cancel()
         await asyncio.gather(keeping, return_exceptions=True)
     assert not liveness.held
+
+
+async def finished_with_a_delivery_owed(db: Database, ledger: Ledger, url: str, secret: str) -> Run:
+    """A run ``ledger`` ran and recorded ``succeeded``, its webhook delivery leased to it for
+    30 s and not made: the state its process leaves when it dies right after recording."""
+    notify = [{"type": "webhook", "url": url, "secret": secret}]
+    run = await running_under(
+        db, ledger, {"type": "python", "callable": "os:getcwd"}, notify=notify
+    )
+    done = await ledger.finish_attempt(run.id, "succeeded", output="five bullets")
+    assert done is not None and done.deliverer == ledger.owner
+    assert done.deliver_until is not None and done.deliver_until > ledger.clock()
+    return done
+
+
+async def delivered(db: Database, receiver: Receiver, run: Run) -> bool:
+    """The run's one delivery made, and its delivery lease cleared."""
+    return bool(receiver.requests) and (await fetch_run(db, run.id)).deliver_until is None
+
+
+@pg_only
+async def test_a_vanished_deliverers_deliveries_are_taken_at_once(
+    db: Database, make_engine: MakeEngine, receiver: Receiver, secret: str
+) -> None:
+    clock = DatabaseClock()
+    await clock.measure(db)
+    holder = Ledger(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
+    liveness = Liveness(db, holder.owner)
+    keeping = asyncio.create_task(liveness.keep())
+    try:
+        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+        run = await finished_with_a_delivery_owed(db, holder, receiver.url(), secret)
+        with structlog.testing.capture_logs() as logs:
+            make_engine("other", lease=30, liveness=True, allow_private=True)
+            # Alive, the holder keeps its deliveries: the other engine watches and takes none.
+            await asyncio.sleep(2 * WATCH_SECONDS + CONFIRM_SECONDS)
+            assert receiver.requests == []
+            keeping.cancel()  # the process is gone: its connection closes with it
+            await asyncio.gather(keeping, return_exceptions=True)
+            gone = time.monotonic()
+            await wait_for(lambda: delivered(db, receiver, run), within=20, what="the delivery")
+        took = time.monotonic() - gone
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+    print(f"\nliveness: a dead deliverer's delivery made {took:.2f} s after it vanished")
+    # Well inside its 30-s delivery lease: taken because the session was gone, not the lease.
+    assert took < 10
+    assert [request.headers["webhook-id"] for request in receiver.requests] == [f"{run.id}.0"]
+    (delivery,) = await deliveries_of(db, run.id)
+    assert (delivery.status, delivery.attempts) == ("delivered", 1)
+    recovered = [entry for entry in logs if entry["event"] == "deliveries_recovered"]
+    assert sum(entry["runs"] for entry in recovered) == 1
+    after = await fetch_run(db, run.id)
+    assert (after.status, after.deliverer) == ("succeeded", None)
+
+
+@sqlite_only
+async def test_a_restarted_engine_makes_its_predecessors_deliveries_at_its_first_look(
+    db: Database, tmp_path: Path, receiver: Receiver, secret: str
+) -> None:
+    predecessor = Ledger(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
+    run = await finished_with_a_delivery_owed(db, predecessor, receiver.url(), secret)
+    # The predecessor died here (its delivery lease has 30 s to go); its successor starts.
+    successor = Ledger(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
+    loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True, allow_private=True)
+    began = time.monotonic()
+    loop.start()
+    try:
+        await wait_for(lambda: delivered(db, receiver, run), within=5, what="the delivery")
+    finally:
+        await loop.stop()
+    took = time.monotonic() - began
+    print(f"\nsqlite restart: predecessor's delivery made {took:.2f} s after start")
+    assert [request.headers["webhook-id"] for request in receiver.requests] == [f"{run.id}.0"]
+    (delivery,) = await deliveries_of(db, run.id)
+    assert delivery.status == "delivered"
 
 
 @sqlite_only
