@@ -214,7 +214,7 @@ async def test_a_frozen_replica_keeps_its_session_so_only_its_lease_frees_its_ru
             "name": "frozen",
             "prompt": "work",
             "trigger": {"at": iso(at)},
-            "runner": command_runner(AGENT, marker, str(log), str(round(20 / 0.2))),
+            "runner": command_runner(AGENT, marker, str(log), str(round(12 / 0.2))),
         }
         async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
             response = await http.post(f"{a.url}/api/v1/schedules", json=body)
