@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -46,6 +47,7 @@ from agentcron.web.attempt import request_for, runner_for
 from agentcron.web.delivery import Deliveries, run_log
 from agentcron.web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
 from agentcron.web.metrics import EngineMetrics
+from agentcron.web.slots import QUICK_SECONDS, Slots
 from agentcron.web.timing import sleep_or_stop
 from agentcron.web.verdict import Verdict, redact_verdict
 
@@ -54,14 +56,9 @@ log = get_logger("agentcron.engine")
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
-# Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
-# 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
-# own; with a small one nearly every run is admitted by its claim, and a replica never
-# sits on due runs another could start.
-QUEUE_AHEAD = 32
 
 
-class RunEngine:
+class RunEngine(Slots):
     """The runs of one engine instance: from dispatch to delivery."""
 
     def __init__(
@@ -108,6 +105,7 @@ class RunEngine:
         # Runs whose attempt is over and whose outcome is being written: still held (their
         # lease is renewed until it is), but no longer in the way of the next claim.
         self.recording = 0
+        self.recent = self.new_recent()  # recent attempts: quick or not
         self.leases = LeaseKeeper(
             ledger,
             clock,
@@ -134,18 +132,6 @@ class RunEngine:
         self.results = GroupCommit(
             retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
         )
-
-    def free_slots(self) -> int:
-        """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
-        return max(0, self.concurrency - len(self.held))
-
-    def room(self) -> int:
-        """How many more runs the next claim may take in hand: the free slots plus a short
-        queue (``QUEUE_AHEAD``) that lets a slot go on to its next run while a claim is
-        still on its way. Runs beyond it stay in the database, unleased, for whichever
-        replica has room (or for this one, once ``slot_freed`` is set)."""
-        waiting_or_running = len(self.held) - self.recording
-        return max(0, self.concurrency + max(QUEUE_AHEAD, self.concurrency) - waiting_or_running)
 
     def dispatch(self, run: Run, workdir: str | None = None, *, started: bool = False) -> None:
         """Take a claimed run in hand. ``started``: the claim admitted it (``Claim.started``,
@@ -174,6 +160,14 @@ class RunEngine:
             delay = (run.available_at - self.clock()).total_seconds()
             if delay > 0:
                 await sleep_or_stop(self._stop, delay)
+            if prepared is not None and not started and self.admit_ahead():
+                # Admitted in place (the run as now written), as the claim admits: the slot
+                # then goes on to it with no round trip. Not admitted: ``start_attempt`` says why.
+                started = await self.admissions.submit((run, prepared)) is not None
+                if started:
+                    self.admitted.add(run.id)  # a stop gives it back as a running attempt
+                else:
+                    prepared = None
             while not self._stop.is_set():
                 async with self.semaphore:
                     if self._stop.is_set():
@@ -243,6 +237,7 @@ class RunEngine:
             trigger=run.trigger,
             due_at=run.due_at.isoformat() if run.due_at else None,
         )
+        began = time.monotonic()
         secrets: dict[str, str] = {}
         try:
             runner = runner_for(payload["runner"], self.handler)
@@ -282,6 +277,7 @@ class RunEngine:
             verdict.transient = True
         finally:
             timer.cancel()
+            self.recent.append(time.monotonic() - began < QUICK_SECONDS)
             self.tokens.pop(run.id, None)
             self.suspendable.discard(run.id)
             self.leases.disarm(run.id)

@@ -253,11 +253,15 @@ class SchedulerLoop:
                         wait = CONFIRM_SECONDS if self.suspects.pending else WATCH_SECONDS
                         soon = now + timedelta(seconds=wait)
                         wake_next = min(wake_next, soon) if wake_next is not None else soon
-                pressing = False
+                backlog, pressing = pressing, False
                 room = self.engine.room()
-                if wake_at is not None and wake_at <= now and room == 0:
-                    # Every slot busy and the short queue full: the due runs stay in the
-                    # database for a replica with room, or for this one when a run ends.
+                # With a backlog, a claim waits until the queue ahead is half gone (runs of a
+                # dead replica do not wait).
+                defer = backlog and not dead and not self.engine.should_claim()
+                if wake_at is not None and wake_at <= now and (room == 0 or defer):
+                    # Every slot busy and the short queue full (or, with a backlog, still half
+                    # full): the due runs stay in the database for a replica with room, or for
+                    # this one when runs end.
                     pressing = True
                     await self._sleep(self.tick, self.engine.slot_freed)
                     continue

@@ -1,0 +1,69 @@
+"""How many runs one engine takes in hand, and when a waiting run is admitted.
+
+The engine runs at most ``concurrency`` attempts at once (its semaphore) and holds a short
+queue of claimed runs beyond them, so a slot that frees goes on to its next run while the
+loop's next claim is still on its way. These are the numbers the loop decides its claims by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from typing import Any
+
+# Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
+# 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
+# own; with a small one nearly every run is admitted by its claim, and a replica never
+# sits on due runs another could start.
+QUEUE_AHEAD = 32
+# While most recent attempts took less than this, a run queued in hand is admitted before its
+# slot frees (``RunEngine.admit_ahead``), so the slot goes on to it with no round trip; it then
+# shows ``running`` for the short while it waits, at most a queue's worth of such attempts.
+QUICK_SECONDS = 0.05
+RECENT = 16  # how many recent attempts decide that
+
+
+class Slots:
+    """The slot accounting of ``web.engine.RunEngine``, over the engine's own sets."""
+
+    concurrency: int
+    semaphore: asyncio.Semaphore
+    held: set[uuid.UUID]  # runs leased by this process
+    tokens: dict[uuid.UUID, Any]  # attempts executing now
+    recording: int  # runs whose attempt is over and whose outcome is being written
+    recent: deque[bool]  # whether each of the last ``RECENT`` attempts was quick
+
+    @staticmethod
+    def new_recent() -> deque[bool]:
+        return deque(maxlen=RECENT)
+
+    def free_slots(self) -> int:
+        """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
+        return max(0, self.concurrency - len(self.held))
+
+    def room(self) -> int:
+        """How many more runs the next claim may take in hand: the free slots plus a short
+        queue (``QUEUE_AHEAD``) that lets a slot go on to its next run while a claim is
+        still on its way. Runs beyond it stay in the database, unleased, for whichever
+        replica has room (or for this one, once ``slot_freed`` is set)."""
+        waiting_or_running = len(self.held) - self.recording
+        return max(0, self.concurrency + max(QUEUE_AHEAD, self.concurrency) - waiting_or_running)
+
+    def queued(self) -> int:
+        """Runs in hand that are not executing or being recorded: the queue ahead of the
+        slots (including runs the claim admitted that have not begun)."""
+        return len(self.held) - self.recording - len(self.tokens)
+
+    def should_claim(self) -> bool:
+        """Whether a claim is worth its transaction while due work is known to be waiting:
+        once the queue ahead has run down to half. Claiming as soon as any slot frees took
+        claims of a few runs each (at concurrency 4, 279 claims for 2,000 runs, ~8 ms each),
+        the claims' statements outnumbering the runs'."""
+        return self.room() > 0 and self.queued() <= max(QUEUE_AHEAD, self.concurrency) // 2
+
+    def admit_ahead(self) -> bool:
+        """Admit a queued run before its slot frees: every slot is taken, and most of the last
+        ``RECENT`` attempts were quick, so its wait will be short too."""
+        quick = len(self.recent) == RECENT and 2 * sum(self.recent) > RECENT
+        return quick and self.semaphore.locked()
