@@ -312,15 +312,17 @@ async def test_quick_runs_queued_in_hand_are_admitted_before_their_slot_frees(
     # its next run with no admission of its own.
     bench.fake.script("quick", [succeed()])
     schedule = bench.store.add_schedule(bench.fake.config("quick"))
-    queued = [bench.store.queue(schedule) for _ in range(300)]
-    bench.loop(concurrency=4)
-    for run in queued:
-        await bench.until(run.id, "succeeded")
+    queued = [bench.store.queue(schedule) for _ in range(600)]
+    loop = bench.loop(concurrency=4)
+    most = 0  # runs in hand: the queue ahead grows once attempts are seen to be quick
+    while not all(bench.store.run(run.id).status == "succeeded" for run in queued):
+        most = max(most, len(loop.engine.held))
+        await asyncio.sleep(0.002)
+    assert most > 4 + QUEUE_AHEAD, most
     admissions = bench.store.calls.get("admit_batch", 0)
-    print(
-        f"\n300 quick runs: {admissions} admissions, {bench.store.calls['claim_due_jobs']} claims"
-    )
-    assert admissions <= 300 // 8  # 74 when each waits for its slot to be admitted
+    claims = bench.store.calls["claim_due_jobs"]
+    print(f"\n600 quick runs: {admissions} admissions, {claims} claims, {most} in hand at most")
+    assert admissions <= 600 // 8  # 148 when each waits for its slot to be admitted
     assert all(bench.store.run(run.id).attempt == 1 for run in queued)
 
 
@@ -331,9 +333,10 @@ async def test_runs_waiting_behind_slow_attempts_stay_pending(bench: Bench) -> N
     runner = bench.fake.script("slow", [sleep(0.06)])
     schedule = bench.store.add_schedule(bench.fake.config("slow"))
     queued = [bench.store.queue(schedule) for _ in range(40)]
-    bench.loop(concurrency=2)
-    most = 0
+    loop = bench.loop(concurrency=2)
+    most, held = 0, 0
     while not all(bench.store.run(run.id).status == "succeeded" for run in queued):
+        held = max(held, len(loop.engine.held))
         called = {call.run_id for call in runner.calls}
         early = [
             r for r in queued if bench.store.run(r.id).status == "running" and r.id not in called
@@ -341,3 +344,4 @@ async def test_runs_waiting_behind_slow_attempts_stay_pending(bench: Bench) -> N
         most = max(most, len(early))
         await asyncio.sleep(0.005)
     assert most <= 2
+    assert held <= 2 + QUEUE_AHEAD  # behind slow attempts the queue ahead stays short
