@@ -95,6 +95,10 @@ def exits(ctx: RunContext) -> str:
     raise SystemExit(3)
 
 
+async def exits_async(ctx: RunContext) -> str:
+    raise SystemExit(4)
+
+
 async def waits_for_cancel(ctx: RunContext) -> str:
     """Sleeps far longer than any test: only cancellation ends it."""
     try:

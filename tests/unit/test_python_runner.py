@@ -129,6 +129,7 @@ async def test_a_returned_run_outcome_is_kept_as_is() -> None:
         ("fails_with_value_error", "ValueError: the model said no"),
         ("fails_async", "KeyError: 'missing'"),
         ("exits", "the target called exit (3)"),
+        ("exits_async", "the target called exit (4)"),
     ],
 )
 async def test_other_exceptions_become_transient_with_type_and_message(
