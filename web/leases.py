@@ -64,6 +64,9 @@ class LeaseKeeper:
         # Each executing attempt's stop, armed ``fence_margin`` before its confirmed lease runs
         # out and moved on by every renewal.
         self.fences: dict[uuid.UUID, asyncio.TimerHandle] = {}
+        # The latest lease end a renewal confirmed, per run held: a run admitted before its
+        # slot freed (``web.slots``) starts under it, not under its admission's older one.
+        self.confirmed: dict[uuid.UUID, datetime] = {}
         lease = ledger.lease_seconds
         self.fence_margin = min(max(1.0, lease / 6), lease / 4)
         # Whether this engine may vouch for its leases now (its liveness lock is held); always
@@ -112,6 +115,7 @@ class LeaseKeeper:
                 ids = list(self.tokens)
             elif clock() - backlog_renewed >= backlog_every - 0.05:
                 ids, backlog_renewed = list(self.held), clock()
+                self.confirmed = {r: u for r, u in self.confirmed.items() if r in self.held}
                 # Delivery leases go with the backlog: a third of a lease is plenty of margin,
                 # and a slow receiver after a burst can hold thousands of deliveries open.
                 if self.delivering:
@@ -133,6 +137,8 @@ class LeaseKeeper:
             # Only the runs asked about: an attempt that started while the renewal was awaited
             # is not in the answer, and not lost (its admission wrote its lease).
             for run_id in ids:
+                if run_id in leases:
+                    self.confirmed[run_id] = until
                 token = self.tokens.get(run_id)
                 if token is None:  # not executing (backlog), or its attempt ended meanwhile
                     continue
@@ -154,6 +160,7 @@ class LeaseKeeper:
             previous.cancel()
         if run_id not in self.tokens:
             return
+        until = max(until, self.confirmed.get(run_id, until))
         delay = (until - self.clock()).total_seconds() - self.fence_margin
         if not self.vouched():
             delay = 0.0  # no liveness lock: the run may be another's in a second

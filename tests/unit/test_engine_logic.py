@@ -345,3 +345,22 @@ async def test_runs_waiting_behind_slow_attempts_stay_pending(bench: Bench) -> N
         await asyncio.sleep(0.005)
     assert most <= 2
     assert held <= 2 + QUEUE_AHEAD  # behind slow attempts the queue ahead stays short
+
+
+async def test_a_run_admitted_ahead_starts_under_its_renewed_lease(bench: Bench) -> None:
+    # Quick attempts first, so the runs queued later are admitted ahead; then one attempt of
+    # 1.5 s holds the only slot, longer than the 0.9 s lease. The runs behind it wait for the
+    # slot past their admission's lease: they must start under the lease the heartbeat renewed
+    # meanwhile, not be stopped at once as "not confirmed" and run again as attempt 2.
+    bench.fake.script("quick", [succeed()])
+    bench.fake.script("slow", [sleep(1.5)])
+    quick = bench.store.add_schedule(bench.fake.config("quick"))
+    slow = bench.store.add_schedule(bench.fake.config("slow"))
+    first = [bench.store.queue(quick) for _ in range(20)]
+    held_up = bench.store.queue(slow, delay=0.2)
+    behind = [bench.store.queue(quick, delay=0.4) for _ in range(5)]
+    loop = bench.loop(concurrency=1)
+    for run in [*first, held_up, *behind]:
+        await bench.until(run.id, "succeeded", within=10)
+    assert loop.engine.quick()  # the runs behind were admitted ahead of their slot
+    assert [bench.store.run(run.id).attempt for run in behind] == [1] * 5
