@@ -5,10 +5,12 @@ refusal, properties, reconcile, capacity, errors by class in the provider's word
 from __future__ import annotations
 
 import asyncio
+import io
+from collections.abc import Coroutine
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -27,6 +29,8 @@ from agentcron.testing import (
 from tests.examples import ASTRABOX, PROVIDER_GROUP, load_entry_point
 from tests.faults.conftest import through
 from tests.faults.proxy import running_proxy
+
+T = TypeVar("T")
 
 Provider = load_entry_point(ASTRABOX, PROVIDER_GROUP, "agentcron")
 box: ModuleType = __import__(Provider.__module__)
@@ -235,13 +239,29 @@ async def test_a_failing_execution_store_is_execution_unavailable_then_recovers(
             }
             for name, call in calls.items():
                 with pytest.raises(box.ExecutionUnavailable) as failed:
-                    await asyncio.wait_for(call(), timeout=30)
+                    await answered(name, call())
                 text = str(failed.value).lower()
                 assert "agentcron" not in text and "asyncpg" not in text, (name, text)
             proxy.restore()
-            await provider.apply(hourly("d2"))
-            run = await provider.run_now("d1")
-            assert [r.run_id for r in await provider.list_runs("d1")] == [run.run_id]
+            await answered("apply after the restore", provider.apply(hourly("d2")))
+            run = await answered("run_now after the restore", provider.run_now("d1"))
+            runs = await answered("list_runs after the restore", provider.list_runs("d1"))
+            assert [r.run_id for r in runs] == [run.run_id]
         finally:
             proxy.restore()
-            await provider.stop()
+            await answered("stop", provider.stop(), within=60)
+
+
+async def answered(name: str, call: Coroutine[Any, Any, T], within: float = 30) -> T:
+    """``call``'s result or exception within ``within`` seconds; otherwise fail at once,
+    naming it, with the stack of every task (``wait_for`` would wait for a cancelled call
+    that does not end, and hide which one hung)."""
+    task = asyncio.ensure_future(call)
+    await asyncio.wait({task}, timeout=within)
+    if not task.done():
+        stacks = io.StringIO()
+        for other in asyncio.all_tasks():
+            other.print_stack(file=stacks)
+        task.cancel()
+        pytest.fail(f"{name} did not answer within {within:g} s\n{stacks.getvalue()}")
+    return task.result()
