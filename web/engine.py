@@ -174,7 +174,10 @@ class RunEngine(Slots):
                         break
                     decision: StartDecision | None = None
                     if started and prepared is not None and run.task_id is not None:
-                        decision = StartDecision("run", run, PreparedTask(run.task_id, prepared))
+                        # Admitted before its slot freed: a long wait is confirmed first.
+                        fresh = await self.leases.confirm(run)
+                        task = PreparedTask(run.task_id, prepared)
+                        decision = StartDecision("run" if fresh else "lost", run, task)
                     elif prepared is not None:
                         decision = await self.admissions.submit((run, prepared))
                     if decision is None:

@@ -32,6 +32,7 @@ from agentcron.core.clock import Clock
 from agentcron.core.ledger import RunStore
 from agentcron.core.logging import get_logger
 from agentcron.core.runners import CancelToken
+from agentcron.core.storage import Run
 
 log = get_logger("agentcron.engine")
 
@@ -151,6 +152,20 @@ class LeaseKeeper:
                     log.info("run_resumed", run_id=str(run_id), instance_id=self.ledger.owner)
                 if leases[run_id]:
                     token.cancel("cancel")
+
+    async def confirm(self, run: Run) -> bool:
+        """Before an admitted run starts: True if its lease (the admission's, or the latest a
+        renewal confirmed) has at least half a lease left, else after renewing it now; False
+        if the renewal finds the run is not ours any more."""
+        assert run.lease_expires_at is not None
+        until = max(run.lease_expires_at, self.confirmed.get(run.id, run.lease_expires_at))
+        if (until - self.clock()).total_seconds() >= self.ledger.lease_seconds / 2:
+            return True
+        renewed_at = self.clock()
+        if run.id not in await self.ledger.renew_leases(renewed_at, [run.id]):
+            return False
+        self.confirmed[run.id] = renewed_at + timedelta(seconds=self.ledger.lease_seconds)
+        return True
 
     def fence(self, run_id: uuid.UUID, until: datetime) -> None:
         """Arm (again) the stop of the attempt of ``run_id``, ``fence_margin`` before ``until``,

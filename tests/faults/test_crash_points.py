@@ -264,7 +264,7 @@ async def test_sigkill_during_delivery_is_delivered_by_the_survivor(
 
         survivor = servers[1 - victim]
         await wait_for(
-            partial(delivered, survivor, key, run.id), "the survivor to deliver", within=20
+            partial(delivered, survivor, key, run.id), "the survivor to deliver", within=25
         )
         # Seen twice (the victim's request, held open, and the survivor's), always with the
         # same webhook-id (receivers de-duplicate on it).
@@ -277,5 +277,6 @@ async def test_sigkill_during_delivery_is_delivered_by_the_survivor(
             fleet.start, env, f"s{victim}g{generation[victim]}"
         )
     print(f"\ndelivery taken over after SIGKILL: {', '.join(f'{t:.2f} s' for t in taken)}")
-    # The liveness bound (about 2 s) with room for a loaded machine; the lease would be 30 s.
-    assert max(taken) < 10, taken
+    # The liveness bound (about 2 s) with room for a loaded machine (13.7 s seen once on a
+    # CI run beside other load); the lease would be 30 s.
+    assert max(taken) < 20, taken
