@@ -158,7 +158,7 @@ class LeaseKeeper:
         renewal confirmed) has at least half a lease left, else after renewing it now; False
         if the renewal finds the run is not ours any more."""
         assert run.lease_expires_at is not None
-        until = max(run.lease_expires_at, self.confirmed.get(run.id, run.lease_expires_at))
+        until = self._latest(run.id, run.lease_expires_at)
         if (until - self.clock()).total_seconds() >= self.ledger.lease_seconds / 2:
             return True
         renewed_at = self.clock()
@@ -166,6 +166,11 @@ class LeaseKeeper:
             return False
         self.confirmed[run.id] = renewed_at + timedelta(seconds=self.ledger.lease_seconds)
         return True
+
+    def _latest(self, run_id: uuid.UUID, until: datetime) -> datetime:
+        """``until``, or the later lease end a renewal confirmed for ``run_id`` since."""
+        confirmed = self.confirmed.get(run_id)
+        return until if confirmed is None else max(until, confirmed)
 
     def fence(self, run_id: uuid.UUID, until: datetime) -> None:
         """Arm (again) the stop of the attempt of ``run_id``, ``fence_margin`` before ``until``,
@@ -175,7 +180,7 @@ class LeaseKeeper:
             previous.cancel()
         if run_id not in self.tokens:
             return
-        until = max(until, self.confirmed.get(run_id, until))
+        until = self._latest(run_id, until)
         delay = (until - self.clock()).total_seconds() - self.fence_margin
         if not self.vouched():
             delay = 0.0  # no liveness lock: the run may be another's in a second
