@@ -1,10 +1,11 @@
 """The run ledger: the engine's verbs over the database, one module per noun.
 
 - ``claim``: due schedules become leased ``pending`` runs; runs nobody holds are leased again;
-- ``attempts``: admit an attempt (``running``) and record its outcome, one by one or batched;
+- ``attempts``: admit an attempt (``running``) and record its outcome one by one;
+- ``records``: record a batch of plain outcomes (one statement on PostgreSQL);
 - ``leases``: renew what this instance holds, give runs back, delivery leases.
 
-Every state change they write is one of ``core.transitions``. ``Ledger`` is all three over
+Every state change they write is one of ``core.transitions``. ``Ledger`` is all four over
 one database, for one engine instance (``owner``).
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from agentcron.core.ledger.attempts import Attempts, breaker_note
 from agentcron.core.ledger.claim import Claiming
+from agentcron.core.ledger.records import Recording
 from agentcron.core.ledger.store import RunStore
 from agentcron.core.ledger.types import (
     Claim,
@@ -28,7 +30,7 @@ from agentcron.core.ledger.types import (
 
 
 @dataclass
-class Ledger(Claiming, Attempts):
+class Ledger(Claiming, Attempts, Recording):
     """Claim, admit, record and lease runs for the engine instance ``owner``: the SQL
     ``RunStore``."""
 

@@ -12,11 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.ledger.leases import Leases
 from agentcron.core.ledger.types import (
-    Outcome,
     PreparedTask,
     StartDecision,
     error_excerpt,
@@ -261,74 +260,6 @@ class Attempts(Leases):
             self._changed()  # after the commit, so the loop's claim sees the next queued run
         return run
 
-    async def record_batch(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
-        """Record plain outcomes of attempts this instance ran, in one transaction: each run
-        ends with its status (and its delivery lease, if a channel applies), each schedule's
-        ``last_*`` fields and failure streak follow its runs in the order given, and a
-        schedule whose streak reaches ``pause_after_failures`` is paused by its last failure,
-        as ``finish_attempt`` does. For outcomes that need more (a retry, chat turns, pausing
-        the schedule, a cancel) use ``finish_attempt``. Returns, per outcome, its run as
-        written, or None if the lease was lost meanwhile (another replica owns the run now).
-        """
-        now = self.clock()
-        async with self.db.connection() as connection:
-            params = {"b_ids": [outcome.run.id for outcome in outcomes], "b_owner": self.owner}
-            ours = set((await connection.execute(q.LOCK_RUNNING, params)).scalars())
-            mine = [outcome for outcome in outcomes if outcome.run.id in ours]
-            for outcome in mine:
-                run = outcome.run
-                apply(run, finished(outcome.status, now))
-                run.output, run.error = output_excerpt(outcome.output), error_excerpt(outcome.error)
-                apply(
-                    run, self.delivery_lease(run.payload.get("notify") or (), outcome.status, now)
-                )
-            if mine:
-                await connection.execute(
-                    q.FINISH_RUN,
-                    [
-                        {
-                            "b_id": o.run.id,
-                            "b_status": o.status,
-                            "b_output": o.run.output,
-                            "b_error": o.run.error,
-                            "b_now": now,
-                            "b_deliver_until": o.run.deliver_until,
-                            "b_deliverer": o.run.deliverer,
-                        }
-                        for o in mine
-                    ],
-                )
-                await connection.execute(q.SCHEDULE_RESULT, _schedule_results(mine, now))
-                await self._trip_breakers(connection, mine, now)
-        return [outcome.run if outcome.run.id in ours else None for outcome in outcomes]
-
-    async def _trip_breakers(
-        self, connection: AsyncConnection, recorded: Sequence[Outcome], now: datetime
-    ) -> None:
-        """Pause the schedules whose failure streak the batch brought to their limit, from the
-        schedule rows themselves (locked by the batch's UPDATE)."""
-        last = {outcome.run.schedule_id: outcome.run for outcome in recorded}
-        failing = sorted(sid for sid, run in last.items() if run.status in FAILURES)
-        if not failing:
-            return
-        tripped = (await connection.execute(q.tripped_breakers(failing))).all()
-        for schedule_id, streak, limit in tripped:
-            run = last[schedule_id]
-            run.reason = RunReason.CIRCUIT_BREAKER.value
-            delivery = self.delivery_lease(
-                run.payload.get("notify") or (), run.status, now, run.reason
-            )
-            apply(run, delivery)
-            note = breaker_note(streak, limit, run.error or run.status)
-            await connection.execute(
-                update(Schedule).where(Schedule.id == schedule_id).values(**paused(now, note))
-            )
-            await connection.execute(
-                update(Run).where(Run.id == run.id).values(reason=run.reason, **delivery)
-            )
-        if tripped:
-            await announce_change(self.db, connection)
-
     async def release_for_takeover(self, run_id: uuid.UUID) -> None:
         """Stop a running attempt without an outcome (shutdown): any replica continues it."""
         now = self.clock()
@@ -343,37 +274,6 @@ class Attempts(Leases):
                     .values(lock_run_id=None)
                 )
             apply(run, released(now))
-
-
-def _schedule_results(outcomes: Sequence[Outcome], now: datetime) -> list[dict[str, Any]]:
-    """One parameter set of ``q.SCHEDULE_RESULT`` per schedule, in id order (a fixed lock
-    order, so two replicas recording at once cannot deadlock on schedule rows)."""
-    by_schedule: dict[uuid.UUID, list[Outcome]] = {}
-    for outcome in outcomes:
-        by_schedule.setdefault(outcome.run.schedule_id, []).append(outcome)
-    params = []
-    for schedule_id in sorted(by_schedule):
-        runs = by_schedule[schedule_id]
-        statuses = [outcome.status for outcome in runs]
-        reset = RunStatus.SUCCEEDED in statuses
-        if reset:  # the streak restarts after the batch's last success
-            last_success = len(statuses) - 1 - statuses[::-1].index(RunStatus.SUCCEEDED)
-            failures = len(statuses) - 1 - last_success
-        else:
-            failures = len(statuses)
-        last = runs[-1].run
-        params.append(
-            {
-                "b_id": schedule_id,
-                "b_now": now,
-                "b_status": last.status,
-                "b_error": last.error,
-                "b_run_id": last.id,
-                "b_reset": reset,
-                "b_failures": failures,
-            }
-        )
-    return params
 
 
 async def _append_turns(

@@ -8,6 +8,8 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from agentcron.core.keys import check_owner
 from agentcron.core.ledger.base import LedgerBase
 from agentcron.core.ledger.types import Claim, Wakeup
@@ -16,6 +18,7 @@ from agentcron.core.planning import plan_due_times
 from agentcron.core.states import RunStatus
 from agentcron.core.storage import Run, built
 from agentcron.core.storage import queries as q
+from agentcron.core.storage.claim_sql import CLAIM_WRITES, claim_params
 from agentcron.core.timeline import gap_rows, jitter_delay, run_payload
 
 log = get_logger(__name__)
@@ -75,9 +78,9 @@ class Claiming(LedgerBase):
                     log.exception("schedule_unplannable", schedule_id=str(schedule.id))
                     advances.append(
                         {
-                            "id": schedule.id,
-                            "next_run": None,
-                            "scheduled_runs": schedule.scheduled_runs,
+                            "b_id": schedule.id,
+                            "b_next_run": None,
+                            "b_scheduled_runs": schedule.scheduled_runs,
                         }
                     )
                     continue
@@ -133,17 +136,10 @@ class Claiming(LedgerBase):
                         "b_scheduled_runs": (schedule.scheduled_runs or 0) + len(plan.run_at),
                     }
                 )
-            inserted: set[uuid.UUID] = set()
-            if rows:
-                statement = q.insert_runs(self.db.capabilities.dialect)
-                inserted.update((await session.execute(statement, rows)).scalars())
+            inserted = await self._write_claim(session, rows, tasks, advances)
             if accounted:
                 await session.execute(q.insert_runs(self.db.capabilities.dialect), accounted)
             prepared = [tasks[run_id] for run_id in inserted if run_id in tasks]
-            if prepared:
-                await session.execute(q.INSERT_TASKS, prepared)
-            if advances:
-                await session.execute(q.ADVANCE_SCHEDULES, advances)
             claimed = [built(Run, row) for row in rows if row["id"] in inserted]
             workdirs = {task["id"]: task["workdir"] for task in prepared}
 
@@ -181,6 +177,32 @@ class Claiming(LedgerBase):
             prepared={id: workdir for id, workdir in ready.items() if id not in starting},
             started={id: workdir for id, workdir in ready.items() if id in starting},
         )
+
+    async def _write_claim(
+        self,
+        session: AsyncSession,
+        rows: list[dict[str, Any]],
+        tasks: dict[uuid.UUID, dict[str, Any]],
+        advances: list[dict[str, Any]],
+    ) -> set[uuid.UUID]:
+        """Insert the planned runs and the tasks of those inserted, advance the schedules;
+        returns the ids of the runs inserted (a due time already present is not). One
+        statement on PostgreSQL (``claim_sql.CLAIM_WRITES``), three on SQLite."""
+        if self.db.capabilities.dialect == "postgresql":
+            if not rows and not advances:
+                return set()
+            params = claim_params(rows, list(tasks.values()), advances)
+            return set((await session.execute(CLAIM_WRITES, params)).scalars())
+        inserted: set[uuid.UUID] = set()
+        if rows:
+            statement = q.insert_runs(self.db.capabilities.dialect)
+            inserted.update((await session.execute(statement, rows)).scalars())
+        prepared = [tasks[run_id] for run_id in inserted if run_id in tasks]
+        if prepared:
+            await session.execute(q.INSERT_TASKS, prepared)
+        if advances:
+            await session.execute(q.ADVANCE_SCHEDULES, advances)
+        return inserted
 
     async def next_wakeup(self, liveness: bool = False) -> Wakeup:
         """The earliest instant a claim could find new work, and the earliest delivery lease

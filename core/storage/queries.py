@@ -15,17 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
     ColumnElement,
     Integer,
     Select,
-    String,
     Table,
     Update,
-    Uuid,
     and_,
     bindparam,
-    case,
     func,
     insert,
     or_,
@@ -38,7 +34,7 @@ from agentcron.core.states import ACTIVE, RunReason, RunStatus
 from agentcron.core.storage.liveness_sql import liveness_held
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.storage.types import UTCDateTime
-from agentcron.core.transitions import admitted, delivering, finished
+from agentcron.core.transitions import admitted, delivering
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
 SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
@@ -208,66 +204,6 @@ ADMIT_RUNS = (
     )
     .returning(RUNS.c.id)
 )
-
-# Of the given runs, those this instance still runs, row-locked until their outcome is written
-# (``core.ledger's ``record_batch````).
-LOCK_RUNNING = (
-    select(RUNS.c.id)
-    .where(
-        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
-        RUNS.c.lease_owner == bindparam("b_owner"),
-        RUNS.c.status == RunStatus.RUNNING.value,
-    )
-    .order_by(RUNS.c.id)
-    .with_for_update()
-)
-
-# Executemany statements: one parameter set per run or schedule.
-FINISH_RUN = (
-    update(RUNS)
-    .where(RUNS.c.id == bindparam("b_id"))
-    .values(
-        **finished(bindparam("b_status"), bindparam("b_now", type_=UTCDateTime())),
-        output=bindparam("b_output"),
-        error=bindparam("b_error"),
-        # NULL unless a notify channel applies to the status (``delivery_lease``).
-        **delivering(
-            bindparam("b_deliver_until", type_=UTCDateTime()),
-            bindparam("b_deliverer", type_=String()),
-        ),
-    )
-)
-SCHEDULE_RESULT = (
-    update(SCHEDULES)
-    .where(SCHEDULES.c.id == bindparam("b_id"))
-    .values(
-        last_run_at=bindparam("b_now", type_=UTCDateTime()),
-        last_status=bindparam("b_status"),
-        last_error=bindparam("b_error"),
-        last_run_id=bindparam("b_run_id", type_=Uuid()),
-        # ``b_reset``: a run of the batch succeeded, so the streak restarts at ``b_failures``
-        # (the failures after it); otherwise the batch's failures add to the streak.
-        consecutive_failures=case(
-            (bindparam("b_reset", type_=Boolean), bindparam("b_failures", type_=Integer)),
-            else_=SCHEDULES.c.consecutive_failures + bindparam("b_failures", type_=Integer),
-        ),
-    )
-)
-
-
-def tripped_breakers(schedule_ids: Sequence[uuid.UUID]) -> Select[Any, Any, Any]:
-    """Of these schedules, the enabled ones whose failure streak reached
-    ``pause_after_failures``: (id, streak, limit), in id order."""
-    return (
-        select(Schedule.id, Schedule.consecutive_failures, Schedule.pause_after_failures)
-        .where(
-            Schedule.id.in_(schedule_ids),
-            Schedule.enabled.is_(True),
-            Schedule.pause_after_failures.is_not(None),
-            Schedule.consecutive_failures >= Schedule.pause_after_failures,
-        )
-        .order_by(Schedule.id)
-    )
 
 
 def running_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[uuid.UUID]:

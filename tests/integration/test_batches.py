@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select, update
+import pytest
+from sqlalchemy import event, insert, select, update
 
 from agentcron.core import triggers
 from agentcron.core.ledger import Claim, Ledger, Outcome
@@ -210,6 +211,72 @@ async def test_record_batch_skips_runs_whose_lease_was_lost(db: Database, tmp_pa
     async with db.session(write=False) as session:
         last = await session.scalar(select(Schedule.last_status).where(Schedule.id == schedule))
     assert last is None
+
+
+async def test_a_schedule_follows_only_the_runs_of_the_batch_still_ours(
+    db: Database, tmp_path: Path
+) -> None:
+    """A batch part of whose runs another replica took meanwhile: the schedule's ``last_*``
+    fields and streak follow the runs recorded, not the batch as it was sent (on PostgreSQL
+    the one-statement record leaves such a schedule to a second statement)."""
+    partly = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
+    whole = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
+    me = ledger(db, tmp_path)
+    async with db.session() as session:
+        await session.execute(update(Schedule).values(next_run=DUE - timedelta(seconds=120)))
+    claim = await me.claim_due_jobs(NOW)
+    runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
+    await me.admit_batch([(run, claim.prepared[run.id]) for run in runs])
+    of = {sid: [run for run in runs if run.schedule_id == sid] for sid in (partly, whole)}
+    taken = of[partly][2]
+    async with db.session() as session:
+        await session.execute(update(Run).where(Run.id == taken.id).values(lease_owner="replica-b"))
+
+    outcomes = [
+        Outcome(of[partly][0], "failed", error="e1"),
+        Outcome(of[partly][1], "failed", error="e2"),
+        Outcome(taken, "succeeded", output="not ours"),
+        *(Outcome(run, "succeeded", output="fine") for run in of[whole]),
+    ]
+    finished = await me.record_batch(outcomes)
+    assert finished == [run if run is not taken else None for run in (o.run for o in outcomes)]
+
+    first = await fetch(db, Schedule, partly)
+    assert (first.consecutive_failures, first.last_status, first.last_error) == (7, "failed", "e2")
+    assert first.last_run_id == of[partly][1].id
+    second = await fetch(db, Schedule, whole)
+    assert (second.consecutive_failures, second.last_status) == (0, "succeeded")
+    assert second.last_run_id == of[whole][-1].id
+    stored = await fetch(db, Run, taken.id)
+    assert (stored.status, stored.lease_owner, stored.output) == ("running", "replica-b", None)
+
+
+async def test_record_batch_is_one_statement_on_postgresql(db: Database, tmp_path: Path) -> None:
+    """A batch of any size is one round trip on PostgreSQL: runs, schedules and the breaker's
+    reading of the streaks (SQLite sends a statement per step)."""
+    if db.capabilities.dialect != "postgresql":
+        pytest.skip("the one-statement record is PostgreSQL's")
+    for _ in range(3):
+        await add(db)
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    await me.admit_batch(prepared(claim))
+    sent: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    for engine in db.engines:  # the ORM sessions' engine and the batched statements' one
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        finished = await me.record_batch(
+            [Outcome(run, "failed", error="boom") for run in claim.runs]
+        )
+    finally:
+        for engine in db.engines:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert all(finished)
+    assert len(sent) == 1, sent
 
 
 async def test_record_batch_keeps_the_tail_of_long_output(db: Database, tmp_path: Path) -> None:

@@ -1,0 +1,248 @@
+"""The statements that record a batch of attempt outcomes (``core.ledger.records``).
+
+On PostgreSQL a batch is one statement, ``RECORD_RESULTS``: the runs and their schedules'
+``last_*`` fields in one round trip, built from the same transitions as the one-by-one path.
+SQLite has neither data-modifying CTEs nor arrays; it sends the three statements below
+(``LOCK_RUNNING``, ``FINISH_RUN``, ``SCHEDULE_RESULT``), which are also PostgreSQL's path for
+the rare batch part of whose runs are no longer ours.
+
+Rows are locked in id order, runs first, then schedules: two engines recording at once, or a
+record beside a lease renewal, cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Integer,
+    Select,
+    String,
+    Table,
+    Text,
+    Uuid,
+    any_,
+    bindparam,
+    case,
+    column,
+    func,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from agentcron.core.states import RunStatus
+from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.types import UTCDateTime
+from agentcron.core.transitions import delivering, finished
+
+RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
+SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
+
+
+def _streak(reset: Any, failures: Any) -> Any:
+    """The schedule's failure streak after a batch: ``reset`` (a run of the batch succeeded)
+    restarts it at ``failures`` (the failures after that success); otherwise they add to it."""
+    return case((reset, failures), else_=SCHEDULES.c.consecutive_failures + failures)
+
+
+# -- SQLite, and PostgreSQL's partial batches: one statement per step ----------------------
+
+# Of the given runs, those this instance still runs, row-locked until their outcome is written.
+LOCK_RUNNING = (
+    select(RUNS.c.id)
+    .where(
+        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
+        RUNS.c.lease_owner == bindparam("b_owner"),
+        RUNS.c.status == RunStatus.RUNNING.value,
+    )
+    .order_by(RUNS.c.id)
+    .with_for_update()
+)
+
+# Executemany statements: one parameter set per run or schedule.
+FINISH_RUN = (
+    update(RUNS)
+    .where(RUNS.c.id == bindparam("b_id"))
+    .values(
+        **finished(bindparam("b_status"), bindparam("b_now", type_=UTCDateTime())),
+        output=bindparam("b_output"),
+        error=bindparam("b_error"),
+        # NULL unless a notify channel applies to the status (``delivery_lease``).
+        **delivering(
+            bindparam("b_deliver_until", type_=UTCDateTime()),
+            bindparam("b_deliverer", type_=String()),
+        ),
+    )
+)
+SCHEDULE_RESULT = (
+    update(SCHEDULES)
+    .where(SCHEDULES.c.id == bindparam("b_id"))
+    .values(
+        last_run_at=bindparam("b_now", type_=UTCDateTime()),
+        last_status=bindparam("b_status"),
+        last_error=bindparam("b_error"),
+        last_run_id=bindparam("b_run_id", type_=Uuid()),
+        consecutive_failures=_streak(
+            bindparam("b_reset", type_=Boolean), bindparam("b_failures", type_=Integer)
+        ),
+    )
+)
+
+
+def tripped_breakers(schedule_ids: Sequence[uuid.UUID]) -> Select[Any, Any, Any]:
+    """Of these schedules, the enabled ones whose failure streak reached
+    ``pause_after_failures``: (id, streak, limit), in id order."""
+    return (
+        select(Schedule.id, Schedule.consecutive_failures, Schedule.pause_after_failures)
+        .where(
+            Schedule.id.in_(schedule_ids),
+            Schedule.enabled.is_(True),
+            Schedule.pause_after_failures.is_not(None),
+            Schedule.consecutive_failures >= Schedule.pause_after_failures,
+        )
+        .order_by(Schedule.id)
+    )
+
+
+# -- PostgreSQL: the whole batch in one statement -----------------------------------------
+
+
+def _array(name: str, item: Any) -> Any:
+    return bindparam(name, type_=ARRAY(item))
+
+
+def _record_results() -> Any:
+    """``RECORD_RESULTS``; parameters are arrays, one element per run (``r_*``) or per
+    schedule (``s_*``, from ``records.schedule_results``), and ``b_now``, ``b_owner``.
+
+    Returns one row per run written (``kind`` 'run': its id) and one per schedule whose
+    ``last_*`` fields it wrote (``kind`` 'schedule': id, streak, limit, enabled). A schedule's
+    fields are written only if every run the batch has of it was still ours (``s_runs`` of them
+    ended): otherwise they were computed over runs that were not recorded, and the caller
+    writes them again from the runs that were.
+    """
+    now = bindparam("b_now", type_=UTCDateTime())
+    outcomes = (
+        func.unnest(
+            _array("r_ids", Uuid()),
+            _array("r_statuses", String()),
+            _array("r_outputs", Text()),
+            _array("r_errors", Text()),
+            _array("r_deliver_until", UTCDateTime()),
+            _array("r_deliverers", String()),
+        )
+        .table_valued(
+            column("id", Uuid()),
+            column("status", String()),
+            column("output", Text()),
+            column("error", Text()),
+            column("deliver_until", UTCDateTime()),
+            column("deliverer", String()),
+        )
+        .render_derived(name="outcome")
+    )
+    # MATERIALIZED: the rows are locked by this SELECT, in its order, before any is written.
+    locked = (
+        select(RUNS.c.id)
+        .where(
+            RUNS.c.id == any_(_array("r_ids", Uuid())),
+            RUNS.c.lease_owner == bindparam("b_owner"),
+            RUNS.c.status == RunStatus.RUNNING.value,
+        )
+        .order_by(RUNS.c.id)
+        .with_for_update()
+        .cte("locked")
+        .prefix_with("MATERIALIZED")
+    )
+    ended = (
+        update(RUNS)
+        .where(RUNS.c.id == outcomes.c.id, RUNS.c.id.in_(select(locked.c.id)))
+        .values(
+            **finished(outcomes.c.status, now),
+            output=outcomes.c.output,
+            error=outcomes.c.error,
+            **delivering(outcomes.c.deliver_until, outcomes.c.deliverer),
+        )
+        .returning(RUNS.c.id, RUNS.c.schedule_id)
+        .cte("ended")
+    )
+    results = (
+        func.unnest(
+            _array("s_ids", Uuid()),
+            _array("s_statuses", String()),
+            _array("s_errors", Text()),
+            _array("s_run_ids", Uuid()),
+            _array("s_resets", Boolean()),
+            _array("s_failures", Integer()),
+            _array("s_runs", Integer()),
+        )
+        .table_valued(
+            column("id", Uuid()),
+            column("status", String()),
+            column("error", Text()),
+            column("run_id", Uuid()),
+            column("reset", Boolean()),
+            column("failures", Integer()),
+            column("runs", Integer()),
+        )
+        .render_derived(name="result")
+    )
+    schedules_locked = (
+        select(SCHEDULES.c.id)
+        .where(SCHEDULES.c.id == any_(_array("s_ids", Uuid())))
+        .order_by(SCHEDULES.c.id)
+        .with_for_update()
+        .cte("schedules_locked")
+        .prefix_with("MATERIALIZED")
+    )
+    ended_of_schedule = (
+        select(func.count())
+        .select_from(ended)
+        .where(ended.c.schedule_id == results.c.id)
+        .scalar_subquery()
+    )
+    followed = (
+        update(SCHEDULES)
+        .where(
+            SCHEDULES.c.id == results.c.id,
+            SCHEDULES.c.id.in_(select(schedules_locked.c.id)),
+            results.c.runs == ended_of_schedule,
+        )
+        .values(
+            last_run_at=now,
+            last_status=results.c.status,
+            last_error=results.c.error,
+            last_run_id=results.c.run_id,
+            consecutive_failures=_streak(results.c.reset, results.c.failures),
+        )
+        .returning(
+            SCHEDULES.c.id,
+            SCHEDULES.c.consecutive_failures,
+            SCHEDULES.c.pause_after_failures,
+            SCHEDULES.c.enabled,
+        )
+        .cte("followed")
+    )
+    runs_written = select(
+        literal("run").label("kind"),
+        ended.c.id,
+        literal(None, Integer()).label("streak"),
+        literal(None, Integer()).label("limit"),
+        literal(None, Boolean()).label("enabled"),
+    )
+    schedules_written = select(
+        literal("schedule"),
+        followed.c.id,
+        followed.c.consecutive_failures,
+        followed.c.pause_after_failures,
+        followed.c.enabled,
+    )
+    return runs_written.union_all(schedules_written)
+
+
+RECORD_RESULTS = _record_results()
