@@ -16,10 +16,18 @@ from agentcron.core.runners import RunContext, RunOutcome, TransientRunError
 CALLS: list[dict[str, Any]] = []
 SYNC_STOPPED = threading.Event()  # set by ``polls_cancel`` once it returns
 NOT_CALLABLE = 42
+# ``meet``'s meeting point: a test sets it to a barrier of as many parties as it runs targets.
+MEETING = threading.Barrier(1)
 
 
 def _record(ctx: RunContext, **extra: Any) -> None:
     CALLS.append({"run_id": ctx.request.run_id, "thread": threading.get_ident(), **extra})
+
+
+def meet(ctx: RunContext) -> str:
+    """A sync target that blocks until all of ``MEETING``'s parties are in their threads."""
+    MEETING.wait()
+    return "met"
 
 
 def greet(ctx: RunContext) -> str:

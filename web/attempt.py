@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ def request_for(
     secrets: dict[str, str],
     instance_id: str,
     containment: Containment,
+    threads: Executor | None = None,
 ) -> RunRequest:
     """The attempt as its runner sees it, from what the run saved (``run.payload``)."""
     payload = run.payload
@@ -52,4 +54,5 @@ def request_for(
         containment=containment,
         payload=payload,
         replay_of=run.replay_of,
+        threads=threads,
     )

@@ -22,6 +22,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -90,6 +91,9 @@ class RunEngine(Slots):
         self.containment = containment or Containment()
         self.concurrency = concurrency
         self.semaphore = asyncio.Semaphore(concurrency)
+        # A thread per slot for sync agents (made as needed, kept while idle): every slot can
+        # block at once, as a ``command`` agent's process can.
+        self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="agentcron-agent")
         self._stop = stopping
         self.wake = wake
         self.held: set[uuid.UUID] = set()  # runs leased by this process
@@ -259,6 +263,7 @@ class RunEngine(Slots):
                 secrets=secrets,
                 instance_id=self.ledger.owner,
                 containment=self.containment,
+                threads=self.threads,
             )
             job = asyncio.ensure_future(runner.run(request, token))
             done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -114,6 +115,10 @@ class RunRequest:
     # re-runs: a host's handler gets both (core.runners.handler).
     payload: Mapping[str, Any] = field(default_factory=dict)
     replay_of: uuid.UUID | None = None
+    # The engine's threads for blocking work (a sync ``python`` or ``handler`` target runs in
+    # one): as many as the engine's concurrency, so every slot can block at once. None outside
+    # an engine: the event loop's default executor, which has a handful of threads.
+    threads: Executor | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

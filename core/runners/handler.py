@@ -87,7 +87,9 @@ class HandlerRunner:
                 "this schedule runs through a host's handler, and the engine that claimed it"
                 " was started without one (agentcron.Engine(handler=...))"
             )
-        return await call_target(self.handler, context_for(request, cancel), cancel)
+        return await call_target(
+            self.handler, context_for(request, cancel), cancel, request.threads
+        )
 
 
 class HandlerRunnerType:

@@ -39,12 +39,15 @@ time (its module no longer imports, the attribute is gone or not callable), the 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import fnmatch
+import functools
 import importlib
 import inspect
 import os
 import re
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from typing import Any
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
@@ -149,13 +152,19 @@ def _outcome(value: object) -> RunOutcome:
     return RunOutcome(output=str(value))
 
 
-async def _invoke(target: Callable[[Any], Any], context: Any) -> RunOutcome:
-    """Call the target where it belongs (loop or thread) and convert its result."""
+async def _invoke(
+    target: Callable[[Any], Any], context: Any, threads: Executor | None
+) -> RunOutcome:
+    """Call the target where it belongs (the loop, or one of ``threads``) and convert its
+    result."""
     try:
         if _is_async(target):
             result = await target(context)
         else:
-            result = await asyncio.to_thread(target, context)
+            # As ``asyncio.to_thread`` does, but on the engine's threads: the loop's default
+            # executor has min(32, cores + 4) of them, fewer than the slots of a busy engine.
+            call = functools.partial(contextvars.copy_context().run, target, context)
+            result = await asyncio.get_running_loop().run_in_executor(threads, call)
             if inspect.isawaitable(result):
                 result = await result
         return _outcome(result)
@@ -188,18 +197,21 @@ class PythonRunner:
                 f"python target {self.target!r} is unavailable: {exc.message}"
             ) from exc
 
-        return await call_target(target, RunContext(request, cancel), cancel)
+        return await call_target(target, RunContext(request, cancel), cancel, request.threads)
 
 
 async def call_target(
-    target: Callable[[Any], Any], context: Any, cancel: CancelToken
+    target: Callable[[Any], Any],
+    context: Any,
+    cancel: CancelToken,
+    threads: Executor | None = None,
 ) -> RunOutcome:
-    """Call a host's callable with ``context`` as a runner would: sync in a worker thread, async
-    on the loop, stopped when ``cancel`` is set. Returns its outcome; raises
-    ``RunPermanentError("cancelled (<reason>)")`` once cancelled, the callable's own
-    ``RunPermanentError``/``TransientRunError``, and ``TransientRunError`` for anything else
+    """Call a host's callable with ``context`` as a runner would: sync in a worker thread (of
+    ``threads``, the request's), async on the loop, stopped when ``cancel`` is set. Returns its
+    outcome; raises ``RunPermanentError("cancelled (<reason>)")`` once cancelled, the callable's
+    own ``RunPermanentError``/``TransientRunError``, and ``TransientRunError`` for anything else
     it raised (shared by the ``python`` and ``handler`` runners)."""
-    call = asyncio.ensure_future(_invoke(target, context))
+    call = asyncio.ensure_future(_invoke(target, context, threads))
     stopped = asyncio.ensure_future(cancel.wait())
     try:
         await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -9,6 +9,7 @@ on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +26,7 @@ from agentcron.core.storage import Run
 from agentcron.web.leases import LEASE_LOST
 from agentcron.web.loop import SchedulerLoop
 from agentcron.web.slots import QUEUE_AHEAD
+from tests import agents_fixture
 
 LEASE = 0.9  # the heartbeat renews every 0.3 s: a cancel or a takeover is seen within that
 
@@ -171,6 +173,19 @@ async def test_concurrency_bounds_the_attempts_and_the_claim_admits_only_free_sl
     assert all(bench.store.run(run.id).attempt == 1 for run in queued)
 
 
+async def test_every_slot_can_block_in_a_sync_python_agent_at_once(bench: Bench) -> None:
+    # 40 sync targets that return only once all 40 are in their threads, at concurrency 40:
+    # on the event loop's default executor (min(32, cores + 4) threads, on any machine) they
+    # never all meet and each fails at the barrier's timeout.
+    agents_fixture.MEETING = threading.Barrier(40, timeout=10)
+    schedule = bench.store.add_schedule({"type": "python", "target": "tests.agents_fixture:meet"})
+    queued = [bench.store.queue(schedule) for _ in range(40)]
+    bench.loop(concurrency=40)
+    for run in queued:
+        done = await bench.until(run.id, "succeeded", "failed", within=15)
+        assert (done.status, done.output) == ("succeeded", "met"), done.error
+
+
 async def test_a_busy_engine_leaves_due_runs_it_has_no_room_for_unleased(bench: Bench) -> None:
     # Concurrency 2: the engine takes in hand the two runs it can start and a short queue
     # (``QUEUE_AHEAD``), never the whole backlog, so another replica could start the rest.
@@ -311,6 +326,10 @@ async def test_quick_runs_queued_in_hand_are_admitted_before_their_slot_frees(
     # slot are admitted together while the slots are busy, so a slot that frees goes on to
     # its next run with no admission of its own.
     bench.fake.script("quick", [succeed()])
+    # A lease of seconds, not the bench's 0.9 s: a loaded machine stalling this process for
+    # half a second would have the fences stop attempts (rightly) and attempts be counted
+    # twice, which is not what this test is about (``..._starts_under_its_renewed_lease`` is).
+    bench.store.lease_seconds = 6.0
     schedule = bench.store.add_schedule(bench.fake.config("quick"))
     queued = [bench.store.queue(schedule) for _ in range(600)]
     loop = bench.loop(concurrency=4)
