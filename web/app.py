@@ -12,14 +12,17 @@ from agentcron.core.logging import configure_logging, get_logger
 from agentcron.web.api import health, runs, schedules, secrets, tasks
 from agentcron.web.api.errors import install_error_handlers
 from agentcron.web.dashboard import install as install_dashboard
+from agentcron.web.heap import settle_heap
 from agentcron.web.host import Engine
 from agentcron.web.mcp.endpoint import install as install_mcp
 
 log = get_logger(__name__)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app for ``settings`` (default: from the environment)."""
+def create_app(settings: Settings | None = None, *, settle: bool = False) -> FastAPI:
+    """Build the app for ``settings`` (default: from the environment). ``settle``: the
+    process is this service's alone (``agentcron serve``): once started, its heap is frozen
+    out of later garbage collections (``web.heap``)."""
     # Built now: a bad setting, agents file or secrets key refuses the start.
     engine = Engine(settings or get_settings())
 
@@ -39,6 +42,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.loop = engine.loop
             app.state.clock_watch = engine.watch
             async with mcp.running():
+                if settle:
+                    settle_heap()
                 yield
         log.info("service_stopped")
 
@@ -64,4 +69,4 @@ def app_from_env() -> FastAPI:
     """Entry point for ``uvicorn --factory web.app:app_from_env``: logging set up first."""
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
-    return create_app(settings)
+    return create_app(settings, settle=True)

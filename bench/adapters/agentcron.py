@@ -57,6 +57,7 @@ from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Schedule
 from agentcron.core.storage.migrate import upgrade
 from agentcron.web.clockwatch import ClockWatch
+from agentcron.web.heap import settle_heap
 from agentcron.web.loop import SchedulerLoop
 from agentcron.web.metrics import EngineMetrics
 from bench import noop
@@ -239,11 +240,12 @@ class Engine:
         return timed
 
     async def start(self) -> None:
-        if self.monitor is not None:
-            self.monitor.start()
         if self.watch is not None:
             await self.watch.start()
         self.loop.start()
+        settle_heap()  # as ``agentcron serve`` does once started (web.heap)
+        if self.monitor is not None:  # after the startup's one collection: lag is the burst's
+            self.monitor.start()
         mark_ready()
 
     async def stop(self) -> float | None:
