@@ -22,6 +22,7 @@ from agentcron.core.ledger.types import Outcome, error_excerpt, output_excerpt
 from agentcron.core.states import FAILURES, RunReason, RunStatus
 from agentcron.core.storage import Run, Schedule
 from agentcron.core.storage import record_sql as sql
+from agentcron.core.storage.arrays import array_params
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.transitions import apply, finished, paused
 
@@ -74,22 +75,16 @@ class Recording(Leases):
         """PostgreSQL: the batch in one statement. A schedule some of whose runs were not ours
         any more is written again from those that were (a second statement, rare)."""
         results = schedule_results(outcomes, ended, now)
+        sent = [
+            {**values, "id": outcome.run.id, "status": outcome.status}
+            for outcome, values in zip(outcomes, ended, strict=True)
+        ]
+        follows = [{name[2:]: value for name, value in row.items()} for row in results]
         params = {
             "b_now": now,
             "b_owner": self.owner,
-            "r_ids": [outcome.run.id for outcome in outcomes],
-            "r_statuses": [outcome.status for outcome in outcomes],
-            "r_outputs": [values["output"] for values in ended],
-            "r_errors": [values["error"] for values in ended],
-            "r_deliver_until": [values["deliver_until"] for values in ended],
-            "r_deliverers": [values["deliverer"] for values in ended],
-            "s_ids": [row["b_id"] for row in results],
-            "s_statuses": [row["b_status"] for row in results],
-            "s_errors": [row["b_error"] for row in results],
-            "s_run_ids": [row["b_run_id"] for row in results],
-            "s_resets": [row["b_reset"] for row in results],
-            "s_failures": [row["b_failures"] for row in results],
-            "s_runs": [row["b_runs"] for row in results],
+            **array_params(sql.OUTCOME_COLUMNS, "r", sent),
+            **array_params(sql.RESULT_COLUMNS, "s", follows),
         }
         rows = (await connection.execute(sql.RECORD_RESULTS, params)).all()
         ours = {row.id for row in rows if row.kind == "run"}

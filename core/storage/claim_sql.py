@@ -1,30 +1,33 @@
 """The claim's writes (``core.ledger.claim``): the planned runs, their tasks, the schedules'
 next due times.
 
-On PostgreSQL they are one statement, ``CLAIM_WRITES``, with one array parameter per column;
-SQLite has no data-modifying CTEs and sends the three statements of ``core.storage.queries``
-(``insert_runs``, ``INSERT_TASKS``, ``ADVANCE_SCHEDULES``). Either way a (schedule_id, due_at)
-already present is skipped by the UNIQUE constraint, and only the tasks of the runs inserted
-are.
+On PostgreSQL they are one statement, ``CLAIM_WRITES``, over array parameters
+(``core.storage.arrays``); SQLite has no data-modifying CTEs and sends the three statements of
+``core.storage.queries`` (``insert_runs``, ``INSERT_TASKS``, ``ADVANCE_SCHEDULES``). Either
+way a (schedule_id, due_at) already present is skipped by the UNIQUE constraint, and only the
+tasks of the runs inserted are.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Table, Text, bindparam, cast, column, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.types import TypeEngine
 
-from agentcron.core.storage.models import Run, Schedule, Task
+from agentcron.core.storage.arrays import array_params, as_column, unnested
+from agentcron.core.storage.queries import RUNS, SCHEDULES, TASKS
 
-RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
-SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
-TASKS: Table = Task.__table__  # type: ignore[assignment]
+
+def _types(table: Table, *names: str) -> dict[str, TypeEngine[Any]]:
+    return {name: table.c[name].type for name in names}
+
 
 # The columns of the rows the claim builds, in ``core.ledger.claim``'s row dicts.
-RUN_COLUMNS = (
+RUN_COLUMNS = _types(
+    RUNS,
     "id",
     "schedule_id",
     "trigger",
@@ -42,7 +45,8 @@ RUN_COLUMNS = (
     "cancel_requested",
     "dst_rule",
 )
-TASK_COLUMNS = (
+TASK_COLUMNS = _types(
+    TASKS,
     "id",
     "schedule_id",
     "owner",
@@ -52,52 +56,32 @@ TASK_COLUMNS = (
     "created_at",
     "updated_at",
 )
-ADVANCE_COLUMNS = ("id", "next_run", "scheduled_runs")
+ADVANCE_COLUMNS = _types(SCHEDULES, "id", "next_run", "scheduled_runs")
 
 
-def _is_json(table: Table, name: str) -> bool:
-    return isinstance(table.c[name].type, JSON)
-
-
-def _unnested(table: Table, names: Sequence[str], prefix: str, alias: str) -> Any:
-    """``unnest`` of one array parameter per column (``<prefix>_<column>``), typed as the
-    table's columns, as a derived table ``alias``. JSON values travel as text (``claim_params``
-    serialises them): an array parameter would take a JSON list for one more dimension."""
-    types = {name: Text() if _is_json(table, name) else table.c[name].type for name in names}
-    arrays = [bindparam(f"{prefix}_{name}", type_=ARRAY(types[name])) for name in names]
-    return (
-        func.unnest(*arrays)
-        .table_valued(*(column(name, types[name]) for name in names))
-        .render_derived(name=alias)
-    )
-
-
-def _columns(table: Table, rows: Any, names: Sequence[str]) -> list[Any]:
-    """The select list inserting ``rows`` (an ``_unnested``) into ``table``'s ``names``."""
-    return [cast(rows.c[name], JSONB) if _is_json(table, name) else rows.c[name] for name in names]
+def _inserted_from(rows: Any, columns: Mapping[str, TypeEngine[Any]]) -> Any:
+    return select(*(as_column(rows, name, kind) for name, kind in columns.items()))
 
 
 def _claim_writes() -> Any:
-    runs = _unnested(RUNS, RUN_COLUMNS, "r", "planned")
+    runs = unnested(RUN_COLUMNS, "r", "planned")
     inserted = (
         insert(RUNS)
-        .from_select(list(RUN_COLUMNS), select(*_columns(RUNS, runs, RUN_COLUMNS)))
+        .from_select(list(RUN_COLUMNS), _inserted_from(runs, RUN_COLUMNS))
         .on_conflict_do_nothing(index_elements=["schedule_id", "due_at"])
         .returning(RUNS.c.id, RUNS.c.task_id)
         .cte("inserted")
     )
-    tasks = _unnested(TASKS, TASK_COLUMNS, "t", "task_row")
-    prepared = (
+    tasks = unnested(TASK_COLUMNS, "t", "task_row")
+    added = (
         insert(TASKS)
         .from_select(
             list(TASK_COLUMNS),
-            select(*_columns(TASKS, tasks, TASK_COLUMNS)).where(
-                tasks.c.id.in_(select(inserted.c.task_id))
-            ),
+            _inserted_from(tasks, TASK_COLUMNS).where(tasks.c.id.in_(select(inserted.c.task_id))),
         )
         .cte("tasks_added")
     )
-    advance = _unnested(SCHEDULES, ADVANCE_COLUMNS, "a", "advance")
+    advance = unnested(ADVANCE_COLUMNS, "a", "advance")
     advanced = (
         update(SCHEDULES)
         .where(SCHEDULES.c.id == advance.c.id)
@@ -105,7 +89,7 @@ def _claim_writes() -> Any:
         .cte("advanced")
     )
     # The two CTEs no SELECT reads still run: PostgreSQL executes every data-modifying one.
-    return select(inserted.c.id).add_cte(prepared, advanced)
+    return select(inserted.c.id).add_cte(added, advanced)
 
 
 CLAIM_WRITES = _claim_writes()
@@ -118,13 +102,9 @@ def claim_params(
 ) -> dict[str, list[Any]]:
     """``CLAIM_WRITES``'s parameters from the claim's row dicts (advances: ``b_id``,
     ``b_next_run``, ``b_scheduled_runs``, as ``ADVANCE_SCHEDULES`` takes them)."""
-    params = {f"r_{name}": _values(RUNS, runs, name) for name in RUN_COLUMNS}
-    params.update({f"t_{name}": _values(TASKS, tasks, name) for name in TASK_COLUMNS})
-    params.update({f"a_{name}": [row[f"b_{name}"] for row in advances] for name in ADVANCE_COLUMNS})
-    return params
-
-
-def _values(table: Table, rows: Sequence[Mapping[str, Any]], name: str) -> list[Any]:
-    if _is_json(table, name):
-        return [None if row[name] is None else json.dumps(row[name]) for row in rows]
-    return [row[name] for row in rows]
+    moves = [{name: row[f"b_{name}"] for name in ADVANCE_COLUMNS} for row in advances]
+    return {
+        **array_params(RUN_COLUMNS, "r", runs),
+        **array_params(TASK_COLUMNS, "t", tasks),
+        **array_params(ADVANCE_COLUMNS, "a", moves),
+    }

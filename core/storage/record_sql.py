@@ -21,27 +21,44 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
-    Table,
     Text,
     Uuid,
     any_,
     bindparam,
     case,
-    column,
     func,
     literal,
     select,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import TypeEngine
 
 from agentcron.core.states import RunStatus
-from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.arrays import unnested
+from agentcron.core.storage.models import Schedule
+from agentcron.core.storage.queries import RUNS, SCHEDULES
 from agentcron.core.storage.types import UTCDateTime
 from agentcron.core.transitions import delivering, finished
 
-RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
-SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
+# A batch's outcomes, one element per run; what each of its schedules follows, one per schedule.
+OUTCOME_COLUMNS: dict[str, TypeEngine[Any]] = {
+    "id": Uuid(),
+    "status": String(),
+    "output": Text(),
+    "error": Text(),
+    "deliver_until": UTCDateTime(),
+    "deliverer": String(),
+}
+RESULT_COLUMNS: dict[str, TypeEngine[Any]] = {
+    "id": Uuid(),
+    "status": String(),
+    "error": Text(),
+    "run_id": Uuid(),
+    "reset": Boolean(),
+    "failures": Integer(),
+    "runs": Integer(),
+}
 
 
 def _streak(reset: Any, failures: Any) -> Any:
@@ -112,13 +129,10 @@ def tripped_breakers(schedule_ids: Sequence[uuid.UUID]) -> Select[Any, Any, Any]
 # -- PostgreSQL: the whole batch in one statement -----------------------------------------
 
 
-def _array(name: str, item: Any) -> Any:
-    return bindparam(name, type_=ARRAY(item))
-
-
 def _record_results() -> Any:
-    """``RECORD_RESULTS``; parameters are arrays, one element per run (``r_*``) or per
-    schedule (``s_*``, from ``records.schedule_results``), and ``b_now``, ``b_owner``.
+    """``RECORD_RESULTS``; parameters: the arrays of ``OUTCOME_COLUMNS`` (``r_*``, one element
+    per run) and of ``RESULT_COLUMNS`` (``s_*``, one per schedule, from
+    ``records.schedule_results``), ``b_now`` and ``b_owner``.
 
     Returns one row per run written (``kind`` 'run': its id) and one per schedule whose
     ``last_*`` fields it wrote (``kind`` 'schedule': id, streak, limit, enabled). A schedule's
@@ -127,30 +141,12 @@ def _record_results() -> Any:
     writes them again from the runs that were.
     """
     now = bindparam("b_now", type_=UTCDateTime())
-    outcomes = (
-        func.unnest(
-            _array("r_ids", Uuid()),
-            _array("r_statuses", String()),
-            _array("r_outputs", Text()),
-            _array("r_errors", Text()),
-            _array("r_deliver_until", UTCDateTime()),
-            _array("r_deliverers", String()),
-        )
-        .table_valued(
-            column("id", Uuid()),
-            column("status", String()),
-            column("output", Text()),
-            column("error", Text()),
-            column("deliver_until", UTCDateTime()),
-            column("deliverer", String()),
-        )
-        .render_derived(name="outcome")
-    )
+    outcomes = unnested(OUTCOME_COLUMNS, "r", "outcome")
     # MATERIALIZED: the rows are locked by this SELECT, in its order, before any is written.
     locked = (
         select(RUNS.c.id)
         .where(
-            RUNS.c.id == any_(_array("r_ids", Uuid())),
+            RUNS.c.id == any_(bindparam("r_id", type_=ARRAY(Uuid()))),
             RUNS.c.lease_owner == bindparam("b_owner"),
             RUNS.c.status == RunStatus.RUNNING.value,
         )
@@ -171,30 +167,10 @@ def _record_results() -> Any:
         .returning(RUNS.c.id, RUNS.c.schedule_id)
         .cte("ended")
     )
-    results = (
-        func.unnest(
-            _array("s_ids", Uuid()),
-            _array("s_statuses", String()),
-            _array("s_errors", Text()),
-            _array("s_run_ids", Uuid()),
-            _array("s_resets", Boolean()),
-            _array("s_failures", Integer()),
-            _array("s_runs", Integer()),
-        )
-        .table_valued(
-            column("id", Uuid()),
-            column("status", String()),
-            column("error", Text()),
-            column("run_id", Uuid()),
-            column("reset", Boolean()),
-            column("failures", Integer()),
-            column("runs", Integer()),
-        )
-        .render_derived(name="result")
-    )
+    results = unnested(RESULT_COLUMNS, "s", "result")
     schedules_locked = (
         select(SCHEDULES.c.id)
-        .where(SCHEDULES.c.id == any_(_array("s_ids", Uuid())))
+        .where(SCHEDULES.c.id == any_(bindparam("s_id", type_=ARRAY(Uuid()))))
         .order_by(SCHEDULES.c.id)
         .with_for_update()
         .cte("schedules_locked")

@@ -72,6 +72,25 @@ def prepared(claim: Claim) -> list[tuple[Run, str]]:
     return [(run, claim.prepared[run.id]) for run in claim.runs if run.id in claim.prepared]
 
 
+async def three_running_each(
+    db: Database, tmp_path: Path, schedules: int
+) -> tuple[Ledger, list[uuid.UUID], dict[uuid.UUID, list[Run]]]:
+    """``schedules`` schedules with a failure streak of 5, each with three due times inside
+    the misfire grace, claimed and admitted: the ledger, the schedule ids, and each one's
+    three running runs in due order."""
+    ids = [
+        await add(db, consecutive_failures=5, misfire_grace_seconds=3600) for _ in range(schedules)
+    ]
+    me = ledger(db, tmp_path)
+    async with db.session() as session:
+        await session.execute(update(Schedule).values(next_run=DUE - timedelta(seconds=120)))
+    claim = await me.claim_due_jobs(NOW)
+    runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
+    assert len(runs) == 3 * schedules
+    await me.admit_batch([(run, claim.prepared[run.id]) for run in runs])
+    return me, ids, {sid: [run for run in runs if run.schedule_id == sid] for sid in ids}
+
+
 async def test_admit_batch_marks_runs_running_with_one_attempt(
     db: Database, tmp_path: Path
 ) -> None:
@@ -150,17 +169,7 @@ async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
 async def test_record_batch_ends_runs_and_follows_the_failure_streak(
     db: Database, tmp_path: Path
 ) -> None:
-    streak = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
-    reset = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
-    me = ledger(db, tmp_path)
-    # Three due times each, all inside the misfire grace: all three run.
-    async with db.session() as session:
-        await session.execute(update(Schedule).values(next_run=DUE - timedelta(seconds=120)))
-    claim = await me.claim_due_jobs(NOW)
-    runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
-    assert len(runs) == 6
-    await me.admit_batch([(run, claim.prepared[run.id]) for run in runs])
-    of = {sid: [run for run in runs if run.schedule_id == sid] for sid in (streak, reset)}
+    me, (streak, reset), of = await three_running_each(db, tmp_path, 2)
     outcomes = [
         Outcome(of[streak][0], "failed", error="e1"),
         Outcome(of[streak][1], "timed_out", error="e2"),
@@ -219,15 +228,7 @@ async def test_a_schedule_follows_only_the_runs_of_the_batch_still_ours(
     """A batch part of whose runs another replica took meanwhile: the schedule's ``last_*``
     fields and streak follow the runs recorded, not the batch as it was sent (on PostgreSQL
     the one-statement record leaves such a schedule to a second statement)."""
-    partly = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
-    whole = await add(db, consecutive_failures=5, misfire_grace_seconds=3600)
-    me = ledger(db, tmp_path)
-    async with db.session() as session:
-        await session.execute(update(Schedule).values(next_run=DUE - timedelta(seconds=120)))
-    claim = await me.claim_due_jobs(NOW)
-    runs = sorted(claim.runs, key=lambda run: (str(run.schedule_id), run.due_at))
-    await me.admit_batch([(run, claim.prepared[run.id]) for run in runs])
-    of = {sid: [run for run in runs if run.schedule_id == sid] for sid in (partly, whole)}
+    me, (partly, whole), of = await three_running_each(db, tmp_path, 2)
     taken = of[partly][2]
     async with db.session() as session:
         await session.execute(update(Run).where(Run.id == taken.id).values(lease_owner="replica-b"))
