@@ -334,7 +334,10 @@ async def test_the_loop_admits_and_records_a_burst_in_batches(
     make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
     fake.script("broken", [permanent("no")] * 40)
-    engine = make_engine(start=False)
+    # A lease of seconds, not the kit's 2 s: on a loaded machine the fences would rightly stop
+    # attempts whose renewal came late and the runs would show attempt 2, which is not what
+    # this test is about (the fences have their tests in test_leases.py).
+    engine = make_engine(start=False, lease=10.0)
     now = datetime.now(UTC)
     trigger = triggers.trigger_to_dict(triggers.OneShotTrigger(at=now))
     rows = [
