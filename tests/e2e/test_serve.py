@@ -158,17 +158,16 @@ def test_readme_chat_digest_example_is_accepted_and_says_what_its_runs_need(
     assert "environment variable DIGEST_API_KEY (runner.api_key_env) is not set" in run["error"]
 
 
-def test_sigterm_stops_cleanly(server: Server) -> None:
+def test_the_started_service_settles_its_heap_and_sigterm_stops_it_cleanly(
+    server: Server,
+) -> None:
     assert httpx.get(f"{server.url}/readyz").status_code == 200
+    # Started, it froze its heap out of garbage collection: unfrozen, every full collection
+    # of a busy engine walked the ~200,000 objects of the started service, pauses of 100 ms
+    # and more in which no run started (docs/design.md, Architecture).
+    [settled] = [json.loads(line) for line in server.log().splitlines() if '"heap_settled"' in line]
+    assert settled["frozen"] > 50_000, settled
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says why.
     assert server.stop() in (0, -signal.SIGTERM)
     assert "service_stopped" in server.log()
     assert "Traceback" not in server.log()
-
-
-def test_the_started_service_freezes_its_heap_out_of_garbage_collection(server: Server) -> None:
-    # Unfrozen, every full collection of a busy engine walked the ~200,000 objects of the
-    # started service: pauses of 100 ms and more in which no run started (docs/design.md).
-    assert httpx.get(f"{server.url}/readyz").status_code == 200
-    [settled] = [json.loads(line) for line in server.log().splitlines() if '"heap_settled"' in line]
-    assert settled["frozen"] > 50_000, settled
