@@ -75,11 +75,9 @@ class Recording(Leases):
         """PostgreSQL: the batch in one statement. A schedule some of whose runs were not ours
         any more is written again from those that were (a second statement, rare)."""
         results = schedule_results(outcomes, ended, now)
-        sent = [
-            {**values, "id": outcome.run.id, "status": outcome.status}
-            for outcome, values in zip(outcomes, ended, strict=True)
-        ]
-        follows = [{name[2:]: value for name, value in row.items()} for row in results]
+        # ``ended`` holds each run's written columns (its status too); its id is the outcome's.
+        sent = [{**values, "id": o.run.id} for o, values in zip(outcomes, ended, strict=True)]
+        follows = [{name: row[f"b_{name}"] for name in sql.RESULT_COLUMNS} for row in results]
         params = {
             "b_now": now,
             "b_owner": self.owner,
