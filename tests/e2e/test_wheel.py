@@ -7,7 +7,9 @@ command that migrates, serves and runs a schedule with nothing of the checkout o
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,17 +26,53 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(REPO)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    """The wheel, built once per test run. Under xdist the tests of this module may run on
+    different workers at once, and two setuptools builds in one tree race on its ``build/``
+    and ``*.egg-info`` (one fails, the other packs the egg-info): so the workers share one
+    build, under a lock, made from a copy of the tree that leaves the checkout untouched."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base  # one run's workers
+    out = shared / "wheel"
+    with (shared / "wheel.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(out.glob("agentcron-*.whl")):
+            source = shared / "wheel-source"
+            shutil.rmtree(source, ignore_errors=True)
+            shutil.copytree(REPO, source, symlinks=True, ignore=UNPACKAGED)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "-q",
+                    "--no-deps",
+                    "-w",
+                    str(out),
+                    str(source),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
     (built,) = out.glob("agentcron-*.whl")
     return built
+
+
+UNPACKAGED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "var",
+    "bench",
+    "tests",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+)
 
 
 def test_the_wheel_holds_one_package_and_its_migrations(wheel: Path) -> None:
