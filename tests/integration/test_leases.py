@@ -34,6 +34,9 @@ from tests.integration.engine_kit import (
 )
 
 LEASE = 3.0  # long enough that a held renewal and a start fit well inside one lease
+# The race test's runs must be executed once, so a test process stalled by a loaded machine (CI
+# saw over 2 s) must not reach the fence margin, which would rightly stop their attempts.
+RACE_LEASE = 5.0
 
 
 class GatedRenewal:
@@ -80,8 +83,8 @@ async def test_a_run_starting_while_a_renewal_is_awaited_keeps_its_lease(
     the answer. That must neither kill the heartbeat nor count as a lost lease; both runs keep
     their leases for several lease lengths while a second replica stands ready to take over
     any lease that runs out, and each run is executed once."""
-    engine = make_engine(start=False, lease=LEASE)
-    runner = fake.script("long", [sleep(2.5 * LEASE)])
+    engine = make_engine(start=False, lease=RACE_LEASE)
+    runner = fake.script("long", [sleep(2 * RACE_LEASE)])
     schedule = await engine.create(spec(fake.config("long"), HOURLY))
     gate = GatedRenewal(engine.ledger.renew_leases)
     monkeypatch.setattr(engine.ledger, "renew_leases", gate)
@@ -96,9 +99,9 @@ async def test_a_run_starting_while_a_renewal_is_awaited_keeps_its_lease(
     gate.release()
 
     # Another replica, ready to take over any lease this one lets run out.
-    make_engine("engine-b", lease=LEASE)
+    make_engine("engine-b", lease=RACE_LEASE)
     for run in (first, second):
-        ended = await wait_status(engine.db, run.id, "succeeded", "failed", within=6 * LEASE)
+        ended = await wait_status(engine.db, run.id, "succeeded", "failed", within=6 * RACE_LEASE)
         assert (ended.status, ended.attempt) == ("succeeded", 1), ended.error
     assert runner.attempts(first.id) == [1] and runner.attempts(second.id) == [1]
     assert runner.cancelled == []
