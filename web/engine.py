@@ -265,13 +265,17 @@ class RunEngine(Slots):
                 containment=self.containment,
                 threads=self.threads,
             )
-            job = asyncio.ensure_future(runner.run(request, token))
-            done, _ = await asyncio.wait({job}, timeout=timeout + HARD_STOP_GRACE)
-            if not done:  # the runner ignored its cancel token: stop it the hard way
+            # Awaited in place, not as a task of its own: a thread's return reaches this line a
+            # loop turn later. The hard stop is for a runner that ignored its cancel token.
+            hard_stop = asyncio.timeout(timeout + HARD_STOP_GRACE)
+            try:
+                async with hard_stop:
+                    verdict.outcome = await runner.run(request, token)
+            except TimeoutError:
+                if not hard_stop.expired():
+                    raise
                 token.cancel("timeout")
-                job.cancel()
-                await asyncio.wait({job}, timeout=5)
-            verdict.outcome = job.result()
+                verdict.error = f"stopped ({token.reason})"
         except TargetUnavailable as exc:
             verdict.error, verdict.unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:

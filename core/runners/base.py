@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,11 +42,15 @@ class CancelToken:
         self._thawed = asyncio.Event()
         self._thawed.set()
         self.reason: str | None = None
+        self._callbacks: list[Callable[[], object]] = []
 
     def cancel(self, reason: str, *, at_once: bool = False) -> None:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+            for callback in self._callbacks:
+                callback()
+            self._callbacks.clear()
         if at_once or self.suspended:
             # A later, more urgent cancel still hurries a graceful stop already under way.
             self._urgent.set()
@@ -61,6 +65,21 @@ class CancelToken:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback`` when the token is first cancelled (at once if it already is);
+        returns the function that forgets it. For a runner that awaits one future in place
+        (``core.runners.python``): no task of its own just to ``wait()``."""
+        if self.cancelled:
+            callback()
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def forget() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return forget
 
     async def wait_at_once(self) -> None:
         """Return once a cancel without grace (``at_once``) was asked for."""

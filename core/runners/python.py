@@ -46,7 +46,7 @@ import importlib
 import inspect
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
@@ -152,21 +152,12 @@ def _outcome(value: object) -> RunOutcome:
     return RunOutcome(output=str(value))
 
 
-async def _invoke(
-    target: Callable[[Any], Any], context: Any, threads: Executor | None
-) -> RunOutcome:
-    """Call the target where it belongs (the loop, or one of ``threads``) and convert its
-    result."""
+async def _invoke(target: Callable[[Any], Any], context: Any) -> RunOutcome:
+    """Await an async target (or what a sync one returned) on the loop; convert its result."""
     try:
-        if _is_async(target):
-            result = await target(context)
-        else:
-            # As ``asyncio.to_thread`` does, but on the engine's threads: the loop's default
-            # executor has min(32, cores + 4) of them, fewer than the slots of a busy engine.
-            call = functools.partial(contextvars.copy_context().run, target, context)
-            result = await asyncio.get_running_loop().run_in_executor(threads, call)
-            if inspect.isawaitable(result):
-                result = await result
+        result = target(context)
+        if inspect.isawaitable(result):
+            result = await result
         return _outcome(result)
     except SystemExit as exc:
         # Re-raised by asyncio out of the event loop, it would stop the whole service.
@@ -211,15 +202,58 @@ async def call_target(
     outcome; raises ``RunPermanentError("cancelled (<reason>)")`` once cancelled, the callable's
     own ``RunPermanentError``/``TransientRunError``, and ``TransientRunError`` for anything else
     it raised (shared by the ``python`` and ``handler`` runners)."""
-    call = asyncio.ensure_future(_invoke(target, context, threads))
+    if _is_async(target):
+        return await _on_loop(_invoke(target, context), cancel)
+    result = await _in_thread(target, context, cancel, threads)
+    if inspect.isawaitable(result):  # a sync target that hands back a coroutine
+        return await _on_loop(_invoke(lambda _: result, context), cancel)
+    if cancel.cancelled:
+        raise RunPermanentError(f"cancelled ({cancel.reason})")
+    return _outcome(result)
+
+
+async def _in_thread(
+    target: Callable[[Any], Any], context: Any, cancel: CancelToken, threads: Executor | None
+) -> Any:
+    """What a sync target returned, called in one of ``threads`` (the loop's default executor
+    when None: as ``asyncio.to_thread`` does, which has min(32, cores + 4) threads, fewer than
+    the slots of a busy engine). Its future is awaited in place, with no task of its own: the
+    caller goes on one loop turn after the thread returns. A cancel drops the result at once;
+    the thread keeps running until the target returns (it should poll
+    ``ctx.cancel.cancelled``)."""
+    if cancel.cancelled:
+        raise RunPermanentError(f"cancelled ({cancel.reason})")
+    call = functools.partial(contextvars.copy_context().run, target, context)
+    future = asyncio.get_running_loop().run_in_executor(threads, call)
+    forget = cancel.on_cancel(future.cancel)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not cancel.cancelled or (current is not None and current.cancelling()):
+            raise  # the caller's task is being cancelled, not this attempt
+        raise RunPermanentError(f"cancelled ({cancel.reason})") from None
+    except SystemExit as exc:
+        # Re-raised by asyncio out of the event loop, it would stop the whole service.
+        raise TransientRunError(f"the target called exit ({exc.code!r})") from exc
+    except (RunPermanentError, TransientRunError):
+        raise
+    except Exception as exc:
+        raise TransientRunError(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        forget()
+
+
+async def _on_loop(invoke: Coroutine[Any, Any, RunOutcome], cancel: CancelToken) -> RunOutcome:
+    """Run an async target's ``invoke`` as a task of its own, so that a cancel can stop it
+    (it gets CancelledError) and, should it not stop, leave it behind after a grace."""
+    call = asyncio.ensure_future(invoke)
     stopped = asyncio.ensure_future(cancel.wait())
     try:
         await asyncio.wait({call, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
         if not call.done():
-            # An async target gets CancelledError; a sync one keeps its thread until it
-            # returns (it should poll ``ctx.cancel.cancelled``) and its result is dropped.
             call.cancel()
             await asyncio.wait({call}, timeout=CANCEL_GRACE_SECONDS)
         if call.done() and not call.cancelled():

@@ -127,6 +127,43 @@ async def test_a_timeout_stops_the_attempt_and_records_timed_out(bench: Bench) -
     assert [reason for _, reason in runner.cancelled] == ["timeout"]
 
 
+class DeafRunnerType:
+    """A runner that ignores its cancel token: it waits for an event nobody sets."""
+
+    name = "deaf"
+
+    def __init__(self) -> None:
+        self.stopped = 0
+
+    def validate(self, config: Any) -> dict[str, Any]:
+        return {"type": self.name}
+
+    def build(self, config: Any) -> Any:
+        return self
+
+    async def run(self, request: Any, cancel: Any) -> Any:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.stopped += 1
+
+
+async def test_a_runner_that_ignores_its_cancel_token_is_stopped_the_hard_way(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hard stop, a grace after the timeout, stops the attempt and its slot goes on."""
+    monkeypatch.setattr("agentcron.web.engine.HARD_STOP_GRACE", 0.2)
+    deaf = DeafRunnerType()
+    register_runner_type(deaf)
+    schedule = bench.store.add_schedule({"type": "deaf"}, timeout_seconds=0.3)
+    loop = bench.loop(concurrency=1)
+    run = await bench.until(bench.store.queue(schedule).id, "timed_out")
+    assert run.error == "timed out after 0.3 s" and deaf.stopped == 1
+    after = bench.store.queue(bench.store.add_schedule(bench.fake.config()))
+    assert (await bench.until(after.id, "succeeded")).attempt == 1
+    assert not loop.engine.tokens
+
+
 async def test_a_runner_type_that_is_gone_fails_the_run_and_pauses_the_schedule(
     bench: Bench,
 ) -> None:

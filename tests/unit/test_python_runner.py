@@ -183,6 +183,28 @@ async def test_the_token_ends_the_attempt_and_a_polling_sync_target_sees_it() ->
     assert agents_fixture.CALLS[0]["cancelled"] is True
 
 
+async def test_cancelling_the_callers_task_is_not_taken_for_the_tokens_cancel() -> None:
+    """A sync target is awaited in the caller's own task: cancelling that task (a host's
+    shutdown) must still cancel it, not end as a cancelled attempt, even once the token is set
+    too."""
+    token = CancelToken()
+    job = asyncio.ensure_future(run(f"{FIXTURE}:polls_cancel", token=token))
+    await asyncio.sleep(0.05)
+    job.cancel()
+    token.cancel("shutdown")
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    assert await asyncio.to_thread(agents_fixture.SYNC_STOPPED.wait, 5)
+
+
+async def test_a_token_cancelled_before_the_call_never_starts_a_sync_target() -> None:
+    token = CancelToken()
+    token.cancel("cancel")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(cancel\)"):
+        await run(f"{FIXTURE}:polls_cancel", token=token)
+    assert agents_fixture.CALLS == []
+
+
 # -- validation and vanished targets ------------------------------------------------------
 
 
