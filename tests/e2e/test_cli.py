@@ -29,6 +29,10 @@ import pytest
 from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
 from tests.e2e.test_serve import readme_block
 
+# The module's tests share one server: `make test` (--dist loadgroup) keeps them on one
+# xdist worker, or each worker that got one of them would start a server of its own.
+pytestmark = pytest.mark.xdist_group("cli-server")
+
 LOCAL_ZONE = "America/New_York"  # the viewer's zone in these tests; DST starts 2026-03-08
 # Variables that would change how rich prints (or which service the command reaches).
 _PRINTING = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "TERM")

@@ -33,6 +33,10 @@ from agentcron.web.mcp.tools import TOOLS
 from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
 from tests.e2e.test_serve import README
 
+# The module's tests share one server: `make test` (--dist loadgroup) keeps them on one
+# xdist worker, or each worker that got one of them would start a server of its own.
+pytestmark = pytest.mark.xdist_group("mcp-server")
+
 TRANSPORTS = ("stdio", "http")
 ECHO = {"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]}
 FINISHED = {"succeeded", "failed", "timed_out", "cancelled", "skipped"}

@@ -31,6 +31,10 @@ from tests.e2e.conftest import (
 )
 from tests.integration.engine_kit import process_alive
 
+# The module's tests share one server: `make test` (--dist loadgroup) keeps them on one
+# xdist worker, or each worker that got one of them would start a server of its own.
+pytestmark = pytest.mark.xdist_group("no-orphans-server")
+
 # $1, $2: where the agent writes its own pid and its child's. The file is written whole
 # (to a temporary name, then renamed) so a pid is never read half-written.
 AGENT = """

@@ -23,7 +23,9 @@ import pytest
 from tests.e2e.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# One worker builds the wheel and runs both tests (--dist loadgroup); the build lock below is
+# for a run without it.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 
 @pytest.fixture(scope="session")
