@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from agentcron.core.errors import RunPermanentError
@@ -28,6 +30,21 @@ def meet(ctx: RunContext) -> str:
     """A sync target that blocks until all of ``MEETING``'s parties are in their threads."""
     MEETING.wait()
     return "met"
+
+
+def _nothing(run_id: uuid.UUID) -> None:
+    return None
+
+
+# ``returns_then``'s hook: called with the run id in the target's thread, just before it returns.
+BEFORE_RETURN: Callable[[uuid.UUID], object] = _nothing
+
+
+def returns_then(ctx: RunContext) -> str:
+    """A sync target that calls ``BEFORE_RETURN`` and returns "returned"."""
+    _record(ctx, kind="sync")
+    BEFORE_RETURN(ctx.request.run_id)
+    return "returned"
 
 
 def greet(ctx: RunContext) -> str:

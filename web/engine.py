@@ -294,6 +294,14 @@ class RunEngine(Slots):
             self.suspendable.discard(run.id)
             self.leases.disarm(run.id)
         verdict.cancelled = token.reason if token.cancelled else None
+        if verdict.cancelled == LEASE_UNCONFIRMED and verdict.outcome is not None:
+            # The agent had returned when its fence fired (a stalled process sees both in one
+            # turn): stopped and run again, its work would be done twice. It is recorded
+            # instead, if the run is still this engine's, which the record checks.
+            bound.warning(
+                "run_lease_unconfirmed", action="outcome recorded: the agent had returned"
+            )
+            verdict.cancelled = None
         if secrets:
             redact_verdict(verdict, secrets)
         return verdict

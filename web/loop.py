@@ -171,6 +171,10 @@ class SchedulerLoop:
         await self._drain(self.drain_timeout)
         await self.supervisor.stop(*SERVICES)
         self.engine.leases.disarm_all()
+        # The agents' idle threads end now, not when the engine is collected (a host that
+        # starts engine after engine would gather them); a sync agent still running past the
+        # drain keeps its thread until it returns.
+        self.engine.threads.shutdown(wait=False, cancel_futures=True)
         self.running = False
 
     @property

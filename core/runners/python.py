@@ -201,14 +201,14 @@ async def call_target(
     ``threads``, the request's), async on the loop, stopped when ``cancel`` is set. Returns its
     outcome; raises ``RunPermanentError("cancelled (<reason>)")`` once cancelled, the callable's
     own ``RunPermanentError``/``TransientRunError``, and ``TransientRunError`` for anything else
-    it raised (shared by the ``python`` and ``handler`` runners)."""
+    it raised (shared by the ``python`` and ``handler`` runners). A sync target that returned
+    before the cancel could reach it has its outcome returned even if the token was set in the
+    same turn of the loop: its work is done, and the engine decides what the cancel means."""
     if _is_async(target):
         return await _on_loop(_invoke(target, context), cancel)
     result = await _in_thread(target, context, cancel, threads)
     if inspect.isawaitable(result):  # a sync target that hands back a coroutine
         return await _on_loop(_invoke(lambda _: result, context), cancel)
-    if cancel.cancelled:
-        raise RunPermanentError(f"cancelled ({cancel.reason})")
     return _outcome(result)
 
 

@@ -217,10 +217,15 @@ async def test_every_slot_can_block_in_a_sync_python_agent_at_once(bench: Bench)
     agents_fixture.MEETING = threading.Barrier(40, timeout=10)
     schedule = bench.store.add_schedule({"type": "python", "target": "tests.agents_fixture:meet"})
     queued = [bench.store.queue(schedule) for _ in range(40)]
-    bench.loop(concurrency=40)
+    loop = bench.loop(concurrency=40)
     for run in queued:
         done = await bench.until(run.id, "succeeded", "failed", within=15)
         assert (done.status, done.output) == ("succeeded", "met"), done.error
+    # Stopped, the engine lets its idle threads go rather than keep them until collected.
+    threads = list(loop.engine.threads._threads)
+    assert len(threads) == 40
+    await loop.stop()
+    await until(lambda: [t for t in threads if t.is_alive()], lambda alive: not alive, 5)
 
 
 async def test_a_busy_engine_leaves_due_runs_it_has_no_room_for_unleased(bench: Bench) -> None:
@@ -301,6 +306,40 @@ async def test_a_lease_taken_over_stops_the_attempt_and_records_nothing(bench: B
     # The other replica's attempt is untouched: still running, under its lease.
     assert (run.status, run.lease_owner, run.finished_at) == ("running", "another-replica", None)
     assert loop.metrics.leases_lost._value.get() == 1
+
+
+async def test_an_agent_that_returned_when_its_fence_fired_is_recorded_not_run_again(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stalled process sees a sync agent's return and its fence (the lease not confirmed in
+    time) in one turn of the loop. The agent's work is done: the run is recorded as it ended,
+    once, not stopped and given back to run a second time."""
+    schedule = bench.store.add_schedule(
+        {"type": "python", "target": "tests.agents_fixture:returns_then"}
+    )
+    loop = bench.loop(concurrency=1)
+    threads, events = loop.engine.threads, asyncio.get_running_loop()
+    fenced: list[uuid.UUID] = []
+
+    def stalled_then_fenced(run_id: uuid.UUID) -> None:
+        # On the loop, as a stalled process would be: the worker has finished the call (its
+        # result is on its way to the loop) when the fence fires.
+        assert threads._idle_semaphore.acquire(timeout=5)
+        threads._idle_semaphore.release()
+        events.call_soon(loop.engine.leases._lease_running_out, run_id)
+
+    def once(run_id: uuid.UUID) -> None:
+        if not fenced:
+            fenced.append(run_id)
+            events.call_soon_threadsafe(stalled_then_fenced, run_id)
+
+    monkeypatch.setattr(agents_fixture, "BEFORE_RETURN", once)
+    agents_fixture.CALLS.clear()
+    queued = bench.store.queue(schedule)
+    run = await bench.until(queued.id, "succeeded", "failed")
+    assert (run.status, run.attempt, run.output) == ("succeeded", 1, "returned")
+    assert fenced == [queued.id] and len(agents_fixture.CALLS) == 1
+    assert loop.metrics.leases_lost._value.get() == 0
 
 
 async def test_stop_lets_a_short_attempt_finish(bench: Bench) -> None:

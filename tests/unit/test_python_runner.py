@@ -13,6 +13,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,35 @@ async def test_a_token_cancelled_before_the_call_never_starts_a_sync_target() ->
     with pytest.raises(RunPermanentError, match=r"cancelled \(cancel\)"):
         await run(f"{FIXTURE}:polls_cancel", token=token)
     assert agents_fixture.CALLS == []
+
+
+async def test_a_sync_target_that_returned_before_the_cancel_keeps_its_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stalled loop sees the thread's return and a cancel in one turn: the target's work is
+    done, so its outcome is returned (the engine decides what the cancel means), not dropped
+    as if the cancel had stopped it."""
+    threads = ThreadPoolExecutor(1)
+    loop = asyncio.get_running_loop()
+    token = CancelToken()
+
+    def stalled_then_cancelled() -> None:
+        # On the loop, as a stalled process would be: the worker has finished the call (its
+        # result is on its way to the loop) before the cancel is asked for.
+        assert threads._idle_semaphore.acquire(timeout=5)
+        threads._idle_semaphore.release()
+        loop.call_soon(token.cancel, "lease_unconfirmed")
+
+    monkeypatch.setattr(
+        agents_fixture, "BEFORE_RETURN", lambda _: loop.call_soon_threadsafe(stalled_then_cancelled)
+    )
+    try:
+        outcome = await run(
+            f"{FIXTURE}:returns_then", replace(request(), threads=threads), token=token
+        )
+    finally:
+        threads.shutdown()
+    assert outcome.output == "returned" and token.cancelled
 
 
 # -- validation and vanished targets ------------------------------------------------------
