@@ -79,6 +79,7 @@ class RunEngine(Slots):
         containment: Containment | None = None,
         handler: Handler | None = None,
     ) -> None:
+        super().__init__(concurrency)
         self.ledger = ledger
         # The host's callable for ``handler`` schedules (``agentcron.Engine(handler=...)``).
         self.handler = handler
@@ -89,27 +90,14 @@ class RunEngine(Slots):
         self.keyring = keyring
         # Handed to every attempt: the agent processes' environment and sandbox.
         self.containment = containment or Containment()
-        self.concurrency = concurrency
-        self.semaphore = asyncio.Semaphore(concurrency)
         # A thread per slot for sync agents (made as needed, kept while idle): every slot can
         # block at once, as a ``command`` agent's process can.
         self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="agentcron-agent")
         self._stop = stopping
         self.wake = wake
-        self.held: set[uuid.UUID] = set()  # runs leased by this process
-        self.tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
         self.delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
         self.suspendable: set[uuid.UUID] = set()  # attempts whose runner can freeze
-        # Runs the claim admitted that have not begun their attempt yet: at shutdown they are
-        # given back as running attempts are (``release_for_takeover``), not as queued ones.
-        self.admitted: set[uuid.UUID] = set()
         self.tasks: set[asyncio.Task[None]] = set()  # runs and deliveries in hand
-        # Set whenever a run leaves ``held``: the loop, out of room, waits on it to claim more.
-        self.slot_freed = asyncio.Event()
-        # Runs whose attempt is over and whose outcome is being written: still held (their
-        # lease is renewed until it is), but no longer in the way of the next claim.
-        self.recording = 0
-        self.recent = self.new_recent()  # recent attempts: quick or not
         self.leases = LeaseKeeper(
             ledger,
             clock,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import deque
-from typing import Any
+
+from agentcron.core.runners import CancelToken
 
 # Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
 # 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
@@ -30,18 +31,23 @@ RECENT = 16  # how many recent attempts decide that
 
 
 class Slots:
-    """The slot accounting of ``web.engine.RunEngine``, over the engine's own sets."""
+    """The slot accounting of ``web.engine.RunEngine``, and the sets it is kept over."""
 
-    concurrency: int
-    semaphore: asyncio.Semaphore
-    held: set[uuid.UUID]  # runs leased by this process
-    tokens: dict[uuid.UUID, Any]  # attempts executing now
-    recording: int  # runs whose attempt is over and whose outcome is being written
-    recent: deque[bool]  # whether each of the last ``RECENT`` attempts was quick
-
-    @staticmethod
-    def new_recent() -> deque[bool]:
-        return deque(maxlen=RECENT)
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self.held: set[uuid.UUID] = set()  # runs leased by this process
+        self.tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
+        # Runs the claim admitted that have not begun their attempt yet: at shutdown they are
+        # given back as running attempts are (``release_for_takeover``), not as queued ones.
+        self.admitted: set[uuid.UUID] = set()
+        # Set whenever a run leaves ``held``: the loop, out of room, waits on it to claim more.
+        self.slot_freed = asyncio.Event()
+        # Runs whose attempt is over and whose outcome is being written: still held (their
+        # lease is renewed until it is), but no longer in the way of the next claim.
+        self.recording = 0
+        # Whether each of the last ``RECENT`` attempts was quick.
+        self.recent: deque[bool] = deque(maxlen=RECENT)
 
     def free_slots(self) -> int:
         """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
