@@ -192,7 +192,17 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
         {
             "name": "long",
             "prompt": "long",
-            "trigger": {"at": iso(datetime.now(UTC) + timedelta(seconds=3))},
+            # The cut comes once this run starts: at least a due time of the ticking schedule
+            # falls before it, even when creating that schedule took long enough (a loaded
+            # machine) for its first due time to be a later point of its grid.
+            "trigger": {
+                "at": iso(
+                    max(
+                        datetime.now(UTC) + timedelta(seconds=3),
+                        first + timedelta(seconds=EVERY + 1),
+                    )
+                )
+            },
             "runner": command_runner(LONG_AGENT, "agent", str(long_log)),
         },
     )
