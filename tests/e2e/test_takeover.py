@@ -59,7 +59,7 @@ KILLS = 10
 # within ``recovery_seconds``, 2.25 s), every one within a second more. The START line also
 # waits for the agent's process to be spawned, on two cores where the killed replica's
 # replacement is starting up at that very moment: on this machine the slowest of a run's 60 to
-# 95 takeovers took 1.44 to 2.81 s over seven runs, the medians 0.87 to 1.44 s.
+# 95 takeovers took 1.44 to 2.81 s over eight runs, the medians 0.87 to 1.44 s.
 TAKEOVER_MEDIAN_WITHIN = 2.0
 TAKEOVER_WITHIN = 3.0
 DIED_WITHIN = 1.0  # seconds from the kill to the killed replica's agents' last line
