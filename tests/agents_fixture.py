@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentcron.core.errors import RunPermanentError
@@ -45,6 +46,24 @@ def returns_then(ctx: RunContext) -> str:
     _record(ctx, kind="sync")
     BEFORE_RETURN(ctx.request.run_id)
     return "returned"
+
+
+def then_after_return(
+    threads: ThreadPoolExecutor, then: Callable[[uuid.UUID], object]
+) -> Callable[[uuid.UUID], None]:
+    """A ``BEFORE_RETURN`` hook: the loop calls ``then(run_id)`` in the same turn as the
+    target's return reaches it, as a process stalled past that moment sees both. The hook
+    holds the loop (as a stall does) until the worker of ``threads`` has finished the call: the
+    pool marks a worker idle only once the call's result is on its way to the loop, so ``then``
+    is queued after it."""
+    loop = asyncio.get_running_loop()
+
+    def stalled(run_id: uuid.UUID) -> None:
+        assert threads._idle_semaphore.acquire(timeout=5)
+        threads._idle_semaphore.release()
+        loop.call_soon(then, run_id)
+
+    return lambda run_id: loop.call_soon_threadsafe(stalled, run_id)
 
 
 def greet(ctx: RunContext) -> str:

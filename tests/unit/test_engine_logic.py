@@ -318,22 +318,15 @@ async def test_an_agent_that_returned_when_its_fence_fired_is_recorded_not_run_a
         {"type": "python", "target": "tests.agents_fixture:returns_then"}
     )
     loop = bench.loop(concurrency=1)
-    threads, events = loop.engine.threads, asyncio.get_running_loop()
     fenced: list[uuid.UUID] = []
 
-    def stalled_then_fenced(run_id: uuid.UUID) -> None:
-        # On the loop, as a stalled process would be: the worker has finished the call (its
-        # result is on its way to the loop) when the fence fires.
-        assert threads._idle_semaphore.acquire(timeout=5)
-        threads._idle_semaphore.release()
-        events.call_soon(loop.engine.leases._lease_running_out, run_id)
-
-    def once(run_id: uuid.UUID) -> None:
-        if not fenced:
+    def fence(run_id: uuid.UUID) -> None:
+        if not fenced:  # the first attempt only
             fenced.append(run_id)
-            events.call_soon_threadsafe(stalled_then_fenced, run_id)
+            loop.engine.leases._lease_running_out(run_id)
 
-    monkeypatch.setattr(agents_fixture, "BEFORE_RETURN", once)
+    hook = agents_fixture.then_after_return(loop.engine.threads, fence)
+    monkeypatch.setattr(agents_fixture, "BEFORE_RETURN", hook)
     agents_fixture.CALLS.clear()
     queued = bench.store.queue(schedule)
     run = await bench.until(queued.id, "succeeded", "failed")

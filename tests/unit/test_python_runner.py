@@ -214,19 +214,11 @@ async def test_a_sync_target_that_returned_before_the_cancel_keeps_its_outcome(
     done, so its outcome is returned (the engine decides what the cancel means), not dropped
     as if the cancel had stopped it."""
     threads = ThreadPoolExecutor(1)
-    loop = asyncio.get_running_loop()
     token = CancelToken()
-
-    def stalled_then_cancelled() -> None:
-        # On the loop, as a stalled process would be: the worker has finished the call (its
-        # result is on its way to the loop) before the cancel is asked for.
-        assert threads._idle_semaphore.acquire(timeout=5)
-        threads._idle_semaphore.release()
-        loop.call_soon(token.cancel, "lease_unconfirmed")
-
-    monkeypatch.setattr(
-        agents_fixture, "BEFORE_RETURN", lambda _: loop.call_soon_threadsafe(stalled_then_cancelled)
+    cancelled = agents_fixture.then_after_return(
+        threads, lambda _: token.cancel("lease_unconfirmed")
     )
+    monkeypatch.setattr(agents_fixture, "BEFORE_RETURN", cancelled)
     try:
         outcome = await run(
             f"{FIXTURE}:returns_then", replace(request(), threads=threads), token=token
