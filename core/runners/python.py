@@ -46,7 +46,7 @@ import importlib
 import inspect
 import os
 import re
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
@@ -152,16 +152,24 @@ def _outcome(value: object) -> RunOutcome:
     return RunOutcome(output=str(value))
 
 
-async def _invoke(target: Callable[[Any], Any], context: Any) -> RunOutcome:
-    """Await an async target (or what a sync one returned) on the loop; convert its result."""
+async def _awaited(value: Awaitable[Any]) -> RunOutcome:
+    """What an async target (or a sync one that handed back an awaitable) gave, awaited on
+    the loop and converted."""
     try:
-        result = target(context)
-        if inspect.isawaitable(result):
-            result = await result
-        return _outcome(result)
+        return _outcome(await value)
     except SystemExit as exc:
+        raise _run_error(exc) from exc
+
+
+def _run_error(error: BaseException) -> BaseException:
+    """What a target's exception is raised as: its own ``RunPermanentError`` or
+    ``TransientRunError``, else a ``TransientRunError`` naming it."""
+    if isinstance(error, RunPermanentError | TransientRunError):
+        return error
+    if isinstance(error, SystemExit):
         # Re-raised by asyncio out of the event loop, it would stop the whole service.
-        raise TransientRunError(f"the target called exit ({exc.code!r})") from exc
+        return TransientRunError(f"the target called exit ({error.code!r})")
+    return TransientRunError(f"{type(error).__name__}: {error}")
 
 
 class PythonRunner:
@@ -205,10 +213,10 @@ async def call_target(
     before the cancel could reach it has its outcome returned even if the token was set in the
     same turn of the loop: its work is done, and the engine decides what the cancel means."""
     if _is_async(target):
-        return await _on_loop(_invoke(target, context), cancel)
+        return await _on_loop(_awaited(target(context)), cancel)
     result = await _in_thread(target, context, cancel, threads)
     if inspect.isawaitable(result):  # a sync target that hands back a coroutine
-        return await _on_loop(_invoke(lambda _: result, context), cancel)
+        return await _on_loop(_awaited(result), cancel)
     return _outcome(result)
 
 
@@ -233,13 +241,11 @@ async def _in_thread(
         if not cancel.cancelled or (current is not None and current.cancelling()):
             raise  # the caller's task is being cancelled, not this attempt
         raise RunPermanentError(f"cancelled ({cancel.reason})") from None
-    except SystemExit as exc:
-        # Re-raised by asyncio out of the event loop, it would stop the whole service.
-        raise TransientRunError(f"the target called exit ({exc.code!r})") from exc
-    except (RunPermanentError, TransientRunError):
-        raise
-    except Exception as exc:
-        raise TransientRunError(f"{type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        error = _run_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         forget()
 
@@ -265,9 +271,10 @@ async def _on_loop(invoke: Coroutine[Any, Any, RunOutcome], cancel: CancelToken)
     error = call.exception()
     if error is None:
         return call.result()
-    if isinstance(error, RunPermanentError | TransientRunError):
+    raised = _run_error(error)
+    if raised is error:
         raise error
-    raise TransientRunError(f"{type(error).__name__}: {error}") from error
+    raise raised from error
 
 
 class PythonRunnerType:
