@@ -271,7 +271,7 @@ class SchedulerLoop:
                     continue
                 if wake_at is not None and wake_at <= now:
                     began = time.perf_counter()
-                    start = self.engine.free_slots()
+                    start = self.engine.admittable()
                     claim = await self.ledger.claim_due_jobs(
                         now, min(batch, room), start, dead=dead, predecessors=self.predecessors
                     )

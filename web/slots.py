@@ -50,8 +50,13 @@ class Slots:
         self.recent: deque[bool] = deque(maxlen=RECENT)
 
     def free_slots(self) -> int:
-        """Slots no run of ours holds or waits for: how many runs the next claim may admit."""
-        return max(0, self.concurrency - len(self.held))
+        """Slots no run of ours holds or waits for (a run being recorded has freed its own)."""
+        return max(0, self.concurrency - (len(self.held) - self.recording))
+
+    def admittable(self) -> int:
+        """How many runs the next claim may admit: the free slots, and while attempts are quick
+        the queue ahead too, as ``admit_ahead`` would a moment later, minus its round trip."""
+        return self.free_slots() + (self.ahead() if self.quick() else 0)
 
     def quick(self) -> bool:
         """Most of the last ``RECENT`` attempts took under ``QUICK_SECONDS``."""
