@@ -35,7 +35,13 @@ def configure_logging(fmt: Literal["console", "json"] | None = None, level: str 
         )
 
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # A line below the level is dropped before any processor runs: a run's two info lines
+        # cost about 25 us of the event loop's time even when WARNING drops them afterwards.
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
