@@ -49,7 +49,7 @@ from agentcron.web.delivery import Deliveries, run_log
 from agentcron.web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
 from agentcron.web.metrics import EngineMetrics
 from agentcron.web.slots import QUICK_SECONDS, Slots
-from agentcron.web.timing import sleep_or_stop
+from agentcron.web.timing import AttemptDeadline, sleep_or_stop
 from agentcron.web.verdict import Verdict, redact_verdict
 
 log = get_logger("agentcron.engine")
@@ -222,7 +222,7 @@ class RunEngine(Slots):
         assert run.lease_expires_at is not None  # set by the admission
         self.leases.fence(run.id, run.lease_expires_at)
         timeout = float(payload["timeout_seconds"])
-        timer = asyncio.get_running_loop().call_later(timeout, token.cancel, "timeout")
+        deadline = AttemptDeadline(token, timeout, HARD_STOP_GRACE)
         verdict = Verdict(run, task.workdir, timeout, bound, batch)
         if run.due_at is not None and run.attempt == 1:
             delay = (self.clock() - run.due_at).total_seconds()
@@ -254,29 +254,23 @@ class RunEngine(Slots):
                 threads=self.threads,
             )
             # Awaited in place, not as a task of its own: a thread's return reaches this line a
-            # loop turn later. The hard stop is for a runner that ignored its cancel token.
-            hard_stop = asyncio.timeout(timeout + HARD_STOP_GRACE)
-            try:
-                async with hard_stop:
-                    verdict.outcome = await runner.run(request, token)
-            except TimeoutError:
-                if not hard_stop.expired():
-                    raise
-                token.cancel("timeout")
-                verdict.error = f"stopped ({token.reason})"
+            # loop turn later.
+            verdict.outcome = await runner.run(request, token)
         except TargetUnavailable as exc:
             verdict.error, verdict.unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:
             verdict.error = exc.message
         except asyncio.CancelledError:
-            if not token.cancelled:
+            # The deadline's hard stop (a runner that ignored its token), or a cancel the token
+            # had already announced (a drain that ran out); any other is not ours to absorb.
+            if not deadline.stopped_hard() and not token.cancelled:
                 raise
             verdict.error = f"stopped ({token.reason})"
         except Exception as exc:
             verdict.error = f"{type(exc).__name__}: {exc}"
             verdict.transient = True
         finally:
-            timer.cancel()
+            deadline.disarm()
             self.recent.append(time.monotonic() - began < QUICK_SECONDS)
             self.tokens.pop(run.id, None)
             self.suspendable.discard(run.id)

@@ -11,8 +11,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from agentcron.core.runners import CancelToken
+
 
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     """Wait ``seconds``, or until ``stop`` is set if that comes first."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+class AttemptDeadline:
+    """The one timer of an attempt. At ``timeout`` seconds it cancels the attempt's token (the
+    runner stops on its own); ``grace`` seconds later, if the attempt is still awaited, it
+    cancels the task awaiting it: the hard stop for a runner that ignores its token. Made in
+    that task, since that is the task it stops."""
+
+    def __init__(self, token: CancelToken, timeout: float, grace: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._token, self._grace = task, token, grace
+        self._hard = False
+        self._handle = self._loop.call_later(timeout, self._timed_out)
+
+    def _timed_out(self) -> None:
+        self._token.cancel("timeout")
+        self._handle = self._loop.call_later(self._grace, self._hard_stop)
+
+    def _hard_stop(self) -> None:
+        self._hard = True
+        self._task.cancel()
+
+    def disarm(self) -> None:
+        self._handle.cancel()
+
+    def stopped_hard(self) -> bool:
+        """Whether the ``CancelledError`` being handled is this hard stop; if so it is taken
+        back, so the task goes on to record the attempt."""
+        if self._hard:
+            self._hard = False
+            self._task.uncancel()
+            return True
+        return False
