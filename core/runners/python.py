@@ -91,13 +91,24 @@ def allowed_modules() -> list[str]:
     ]
 
 
+# (module, the host's list as set) -> whether the module is on it: every attempt asks, and
+# matching the list's patterns was most of what resolving a target cost per run.
+_ADMITTED: dict[tuple[str, str], bool] = {}
+
+
 def _admitted(module_name: str) -> bool:
-    return any(
-        module_name == entry
-        or module_name.startswith(entry + ".")
-        or fnmatch.fnmatchcase(module_name, entry)
-        for entry in allowed_modules()
-    )
+    key = (module_name, os.environ.get(MODULES_VARIABLE, ""))
+    known = _ADMITTED.get(key)
+    if known is None:
+        known = _ADMITTED[key] = any(
+            module_name == entry
+            or module_name.startswith(entry + ".")
+            or fnmatch.fnmatchcase(module_name, entry)
+            for entry in allowed_modules()
+        )
+        if len(_ADMITTED) > 1024:  # a host that keeps changing the list: start over
+            _ADMITTED.clear()
+    return known
 
 
 def _resolve(target: str) -> Target:
