@@ -191,12 +191,12 @@ class RunEngine(Slots):
                     return
                 await sleep_or_stop(self._stop, WAIT_POLL_SECONDS)
             if verdict is not None:
-                self.recording += 1
+                self.recording.add(run.id)
                 self.slot_freed.set()
                 try:
                     await self._record(verdict)
                 finally:
-                    self.recording -= 1
+                    self.recording.discard(run.id)
         except Exception as exc:
             # A database outage mid-run: the lease lapses and a replica (or this one, once the
             # database is back) takes the run over; nothing is lost.

@@ -363,7 +363,9 @@ class SchedulerLoop:
         """Give back the runs not started yet, let the others finish within ``within``
         seconds, then cancel the rest (their leases are released for another replica)."""
         engine = self.engine
-        idle = [run_id for run_id in engine.held if run_id not in engine.tokens]
+        # Not those being recorded: their agent is done, and given back they would run again.
+        busy = engine.tokens.keys() | engine.recording
+        idle = [run_id for run_id in engine.held if run_id not in busy]
         queued = [run_id for run_id in idle if run_id not in engine.admitted]
         with contextlib.suppress(AgentcronError):
             await self.ledger.release(queued)

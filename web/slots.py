@@ -44,14 +44,15 @@ class Slots:
         # Set whenever a run leaves ``held``: the loop, out of room, waits on it to claim more.
         self.slot_freed = asyncio.Event()
         # Runs whose attempt is over and whose outcome is being written: still held (their
-        # lease is renewed until it is), but no longer in the way of the next claim.
-        self.recording = 0
+        # lease is renewed until it is), but no longer in the way of the next claim, and not
+        # given back by a stop (their agent has done its work).
+        self.recording: set[uuid.UUID] = set()
         # Whether each of the last ``RECENT`` attempts was quick.
         self.recent: deque[bool] = deque(maxlen=RECENT)
 
     def free_slots(self) -> int:
         """Slots no run of ours holds or waits for (a run being recorded has freed its own)."""
-        return max(0, self.concurrency - (len(self.held) - self.recording))
+        return max(0, self.concurrency - (len(self.held) - len(self.recording)))
 
     def admittable(self) -> int:
         """How many runs the next claim may admit: the free slots, and while attempts are quick
@@ -72,13 +73,13 @@ class Slots:
         ahead (``ahead``) that lets a slot go on to its next run while a claim is still on
         its way. Runs beyond it stay in the database, unleased, for whichever replica has
         room (or for this one, once ``slot_freed`` is set)."""
-        waiting_or_running = len(self.held) - self.recording
+        waiting_or_running = len(self.held) - len(self.recording)
         return max(0, self.concurrency + self.ahead() - waiting_or_running)
 
     def queued(self) -> int:
         """Runs in hand that are not executing or being recorded: the queue ahead of the
         slots (including runs the claim admitted that have not begun)."""
-        return len(self.held) - self.recording - len(self.tokens)
+        return len(self.held) - len(self.recording) - len(self.tokens)
 
     def should_claim(self) -> bool:
         """Whether a claim is worth its transaction while due work is known to be waiting:

@@ -252,6 +252,28 @@ async def test_a_busy_engine_leaves_due_runs_it_has_no_room_for_unleased(bench: 
     assert bench.store.calls["claim_due_jobs"] <= 4
 
 
+async def test_a_stop_while_outcomes_are_being_recorded_keeps_them(bench: Bench) -> None:
+    # The agents have returned and their outcomes are on their way to the store when the
+    # engine is told to stop: the drain must let those records land, not give the runs back
+    # as never started (they would be executed a second time, by whichever engine is next).
+    bench.fake.script("quick", [succeed()])
+    schedule = bench.store.add_schedule(bench.fake.config("quick"))
+    queued = [bench.store.queue(schedule) for _ in range(3)]
+    recording = asyncio.Event()
+    record = bench.store.record_batch
+
+    async def record_slowly(outcomes: Any) -> Any:
+        recording.set()
+        await asyncio.sleep(0.3)
+        return await record(outcomes)
+
+    bench.store.record_batch = record_slowly  # type: ignore[method-assign]
+    loop = bench.loop(concurrency=4, drain_timeout=3)
+    await asyncio.wait_for(recording.wait(), 5)
+    await loop.stop()
+    assert [bench.store.run(run.id).status for run in queued] == ["succeeded"] * 3
+
+
 async def test_a_cancel_before_the_attempt_ends_the_run_without_running_it(bench: Bench) -> None:
     runner = bench.fake.script("work", [sleep(0.3)])
     schedule = bench.store.add_schedule(bench.fake.config("work"))
