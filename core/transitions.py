@@ -78,3 +78,10 @@ def apply(row: Any, values: Values) -> None:
     """Write a transition onto an ORM row (or any object with those attributes)."""
     for name, value in values.items():
         setattr(row, name, value)
+
+
+def apply_held(run: Any, values: Values) -> None:
+    """Write a transition onto the engine's own copy of a run, one no session tracks (built
+    by a claim, or read by a session since closed): straight into its attribute dict, as the
+    ORM's loader fills it. ``apply``'s attribute events cost about 3 us per run recorded."""
+    run.__dict__.update(values)

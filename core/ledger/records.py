@@ -24,7 +24,7 @@ from agentcron.core.storage import Run, Schedule
 from agentcron.core.storage import record_sql as sql
 from agentcron.core.storage.arrays import array_params
 from agentcron.core.storage.wakeups import announce_change
-from agentcron.core.transitions import apply, finished, paused
+from agentcron.core.transitions import apply, apply_held, finished, paused
 
 # (id, streak, limit, enabled) of a schedule whose ``last_*`` fields a batch wrote.
 Followed = tuple[uuid.UUID, int, int | None, bool]
@@ -51,7 +51,7 @@ class Recording(Leases):
             mine = [outcome for outcome in outcomes if outcome.run.id in ours]
             for outcome, values in zip(outcomes, ended, strict=True):
                 if outcome.run.id in ours:
-                    apply(outcome.run, values)
+                    apply_held(outcome.run, values)
             await self._trip_breakers(connection, mine, followed, now)
         return [outcome.run if outcome.run.id in ours else None for outcome in outcomes]
 
