@@ -1,9 +1,10 @@
-"""Waits that a stopping engine cuts short.
+"""The engine's timers: waits that a stop cuts short, and an attempt's deadline.
 
 It owns ``sleep_or_stop``, the pause of every background wait of the engine (a run waiting for
 its ``available_at`` or for another look at overlap, the listener's reconnect backoff, the
 retention passes, the clock watch): it ends at once when the stop event is set, so a shutdown
-never waits out a sleep.
+never waits out a sleep. And ``AttemptDeadline``, the one timer of each attempt: its timeout,
+then the hard stop of a runner that ignored it.
 """
 
 from __future__ import annotations
