@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from agentcron.web.heap import YOUNG_THRESHOLD
 from tests.e2e.conftest import Server
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -167,6 +168,8 @@ def test_the_started_service_settles_its_heap_and_sigterm_stops_it_cleanly(
     # and more in which no run started (docs/design.md, Architecture).
     [settled] = [json.loads(line) for line in server.log().splitlines() if '"heap_settled"' in line]
     assert settled["frozen"] > 50_000, settled
+    # And it collects its young objects less often (docs/library.md: a tenth of a burst's CPU).
+    assert settled["young_threshold"] == YOUNG_THRESHOLD, settled
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says why.
     assert server.stop() in (0, -signal.SIGTERM)
     assert "service_stopped" in server.log()
