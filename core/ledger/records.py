@@ -214,7 +214,6 @@ def schedule_results(
                 "b_run_id": last.run.id,
                 "b_reset": reset,
                 "b_failures": failures,
-                "b_runs": len(runs),
             }
         )
     return params

@@ -57,7 +57,6 @@ RESULT_COLUMNS: dict[str, TypeEngine[Any]] = {
     "run_id": Uuid(),
     "reset": Boolean(),
     "failures": Integer(),
-    "runs": Integer(),
 }
 
 
@@ -135,10 +134,15 @@ def _record_results() -> Any:
     ``records.schedule_results``), ``b_now`` and ``b_owner``.
 
     Returns one row per run written (``kind`` 'run': its id) and one per schedule whose
-    ``last_*`` fields it wrote (``kind`` 'schedule': id, streak, limit, enabled). A schedule's
-    fields are written only if every run the batch has of it was still ours (``s_runs`` of them
-    ended): otherwise they were computed over runs that were not recorded, and the caller
-    writes them again from the runs that were.
+    ``last_*`` fields it wrote (``kind`` 'schedule': id, streak, limit, enabled). The schedules'
+    fields are written only if every run of the batch was still ours: otherwise some were
+    computed over runs that were not recorded, and the caller writes them again from the runs
+    that were (rare: a lease lost while its outcome was on its way).
+
+    Both conditions on the schedules are uncorrelated subqueries, so PostgreSQL evaluates each
+    once, before the first schedule row is written. Written as a semi-join on the lock's CTE
+    and a count per schedule, they were nested loops over the CTEs (a CTE's row estimate is
+    tiny), quadratic in the batch: 20 of the statement's 35 ms for a batch of 384.
     """
     now = bindparam("b_now", type_=UTCDateTime())
     outcomes = unnested(OUTCOME_COLUMNS, "r", "outcome")
@@ -176,18 +180,15 @@ def _record_results() -> Any:
         .cte("schedules_locked")
         .prefix_with("MATERIALIZED")
     )
-    ended_of_schedule = (
-        select(func.count())
-        .select_from(ended)
-        .where(ended.c.schedule_id == results.c.id)
-        .scalar_subquery()
-    )
+    every_schedule_locked = select(func.count()).select_from(schedules_locked).scalar_subquery()
+    every_run_ended = select(func.count()).select_from(ended).scalar_subquery()
+    batch = func.cardinality(bindparam("r_id", type_=ARRAY(Uuid())))
     followed = (
         update(SCHEDULES)
         .where(
             SCHEDULES.c.id == results.c.id,
-            SCHEDULES.c.id.in_(select(schedules_locked.c.id)),
-            results.c.runs == ended_of_schedule,
+            every_schedule_locked >= 0,  # reads (locks) every row of the CTE first
+            every_run_ended == batch,
         )
         .values(
             last_run_at=now,
