@@ -9,6 +9,9 @@ applying the DST rules of the :mod:`core.triggers` docstring happen here.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
@@ -26,6 +29,40 @@ _MAX_YEARS_BETWEEN_MATCHES: Final = 100
 # 26 h covers every shift in tzdata, historical date-line moves included.
 _FOLD_LOOKAHEAD: Final = timedelta(hours=26)
 _FOLD_PROBE_STEP: Final = timedelta(hours=1)
+_MATCHERS_KEPT: Final = 1024  # expressions whose croniter a thread keeps between searches
+_kept = threading.local()
+
+
+@contextmanager
+def _matcher(spec: Cron, start: datetime) -> Iterator[croniter]:
+    """A croniter over ``spec``'s naive wall times, set to ``start``.
+
+    Building one parses the expression anew (about 65 us, more than the search it serves),
+    and a claim asks once per cron run, so each thread keeps one per expression and moves it
+    to ``start`` (``set_current`` resets all the state a search reads; the parsed fields
+    depend on the expression alone). It is lent, not shared: croniter is a stateful iterator,
+    so a thread's own, taken out of the cache while in use.
+    """
+    cache: dict[tuple[str, bool], croniter] | None = getattr(_kept, "cache", None)
+    if cache is None:
+        cache = _kept.cache = {}
+    key = (spec.normalised, spec.day_or)
+    matches = cache.pop(key, None)
+    if matches is None:
+        matches = croniter(
+            spec.normalised,
+            start,
+            day_or=spec.day_or,
+            max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
+        )
+    else:
+        matches.set_current(start, force=True)
+    try:
+        yield matches
+    finally:
+        if len(cache) >= _MATCHERS_KEPT:
+            cache.clear()
+        cache[key] = matches
 
 
 def _wall(instant: datetime, zone: ZoneInfo) -> datetime:
@@ -120,36 +157,31 @@ def _search(
             probe = _wall(after + step * _FOLD_PROBE_STEP, zone) - _FOLD_PROBE_STEP
             start = min(start, probe)
     horizon = now_wall + timedelta(days=366 * _MAX_YEARS_BETWEEN_MATCHES)
-    matches = croniter(
-        spec.normalised,
-        start,
-        day_or=spec.day_or,
-        max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
-    )
     best: datetime | None = None
-    try:
-        while True:
-            wall = matches.get_next(datetime)
-            first, occurrences = _instants(wall, zone)
-            # Every fire of ``wall`` is at or after ``first``, which never decreases: nothing
-            # later can beat ``best``.
-            if best is not None and first >= best:
-                return best
-            if wall > horizon:
-                # Only reachable under ``skip`` by a time that falls in a gap every time it
-                # matches: it never fires.
-                return best
-            for instant in _fires_of(first, occurrences, gap, repeat):
-                if instant > after and (best is None or instant < best):
-                    best = instant
-            if best is not None and repeat == "first":
-                # Under ``first`` a wall time fires at ``first`` or not at all, so the first
-                # fire after ``after`` is the answer (no need to look at the next match).
-                return best
-    except CroniterBadDateError:
-        # No match within croniter's horizon (100 years): validation already rejects dates
-        # that never occur, so only the end of representable time gets here.
-        return best
+    with _matcher(spec, start) as matches:
+        try:
+            while True:
+                wall = matches.get_next(datetime)
+                first, occurrences = _instants(wall, zone)
+                # Every fire of ``wall`` is at or after ``first``, which never decreases:
+                # nothing later can beat ``best``.
+                if best is not None and first >= best:
+                    return best
+                if wall > horizon:
+                    # Only reachable under ``skip`` by a time that falls in a gap every time
+                    # it matches: it never fires.
+                    return best
+                for instant in _fires_of(first, occurrences, gap, repeat):
+                    if instant > after and (best is None or instant < best):
+                        best = instant
+                if best is not None and repeat == "first":
+                    # Under ``first`` a wall time fires at ``first`` or not at all, so the
+                    # first fire after ``after`` is the answer (no need for the next match).
+                    return best
+        except CroniterBadDateError:
+            # No match within croniter's horizon (100 years): validation already rejects
+            # dates that never occur, so only the end of representable time gets here.
+            return best
 
 
 _SECOND: Final = timedelta(seconds=1)
@@ -162,24 +194,19 @@ def matched_walls(
     """The naive wall times in ``[low, high)`` the expression matches (at most ``limit``),
     and whether there are more."""
     spec = parse_cron(trigger.cron)
-    matches = croniter(
-        spec.normalised,
-        low.replace(second=0, microsecond=0) - timedelta(minutes=1),
-        day_or=spec.day_or,
-        max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
-    )
     found: list[datetime] = []
-    try:
-        while True:
-            wall = matches.get_next(datetime)
-            if wall >= high:
-                return found, False
-            if wall >= low:
-                if len(found) == limit:
-                    return found, True
-                found.append(wall)
-    except CroniterBadDateError:
-        return found, False
+    with _matcher(spec, low.replace(second=0, microsecond=0) - timedelta(minutes=1)) as matches:
+        try:
+            while True:
+                wall = matches.get_next(datetime)
+                if wall >= high:
+                    return found, False
+                if wall >= low:
+                    if len(found) == limit:
+                        return found, True
+                    found.append(wall)
+        except CroniterBadDateError:
+            return found, False
 
 
 def dst_rule(trigger: CronTrigger, due: datetime) -> str | None:

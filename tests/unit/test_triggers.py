@@ -168,6 +168,29 @@ def test_wildcard_job() -> None:
     assert not is_wildcard_job("0 8 * * 1-5")
 
 
+def test_searches_in_any_order_give_the_answers_of_fresh_ones() -> None:
+    """Each thread keeps one croniter per expression and moves it to each search's start: a
+    search must not see where the one before it left off (later, earlier, another zone)."""
+    weekdays, hourly = "0 9 * * 1-5", "30 * * * *"
+    asked = [
+        (weekdays, "Asia/Shanghai", NOW + timedelta(days=40)),
+        (weekdays, "Asia/Shanghai", NOW),
+        (hourly, "UTC", NOW),
+        (weekdays, "UTC", NOW - timedelta(days=400)),
+        (hourly, "Europe/Berlin", datetime(2025, 10, 26, 0, 45, tzinfo=UTC)),  # a fall-back
+        (weekdays, "Asia/Shanghai", NOW + timedelta(days=40)),
+    ]
+    expected = [
+        datetime(2025, 2, 11, 1, 0, tzinfo=UTC),  # Tuesday 09:00 in Shanghai
+        datetime(2025, 1, 2, 1, 0, tzinfo=UTC),  # Thursday 09:00 in Shanghai
+        datetime(2025, 1, 1, 12, 30, tzinfo=UTC),
+        datetime(2023, 11, 29, 9, 0, tzinfo=UTC),  # the Wednesday after that Tuesday noon
+        datetime(2025, 10, 26, 1, 30, tzinfo=UTC),  # 02:30 CET, the second pass
+        datetime(2025, 2, 11, 1, 0, tzinfo=UTC),
+    ]
+    assert [next_fire(CronTrigger(cron, zone), after) for cron, zone, after in asked] == expected
+
+
 # --------------------------------------------------------------------------------------------
 # Cron rejections
 # --------------------------------------------------------------------------------------------
