@@ -3,7 +3,8 @@
 Workloads (``--workloads``, default all of them):
 
 - burst: N one-shot schedules due at one instant T0 (10,000; ``--count``), every contender
-  (agentcron in process at its defaults and at concurrency 256, agentcron as a real
+  (agentcron in process at its defaults and at concurrency 256, the same engine over a run
+  store that costs nothing (agentcron-floor: the engine's own share), agentcron as a real
   ``agentcron serve`` process, the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6;
   ``--contenders``), each in its own process started before T0 on a fresh scratch database:
   time until every run started and finished, fires/s, lost and doubled runs, commits per
@@ -234,7 +235,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg", default=DEFAULT_PG, help="admin URL of the PostgreSQL server")
     parser.add_argument(
         "--contenders",
-        default="agentcron,agentcron-c256,agentcron-serve,ceiling,apscheduler3,apscheduler4",
+        default="agentcron,agentcron-c256,agentcron-floor,agentcron-serve,ceiling,apscheduler3,apscheduler4",
         help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}",
     )
     parser.add_argument("--bigidle-rows", type=int, default=1_000_000)

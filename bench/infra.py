@@ -101,6 +101,14 @@ CONTENDERS = {
         "bench.adapters.agentcron",
         env=(("AGENTCRON_SCHEDULER_CONCURRENCY", "256"),),
     ),
+    # The engine of agentcron-c256 over a run store that costs nothing (no database): what
+    # the engine's own work per run costs, the floor under every agentcron contender.
+    "agentcron-floor": Contender(
+        "agentcron-floor",
+        "bench.adapters.floor",
+        env=(("AGENTCRON_SCHEDULER_CONCURRENCY", "256"),),
+        databases=("postgresql",),
+    ),
     # The service as deployed: `agentcron serve` (HTTP, info logging, the engine in its
     # lifespan) at the default concurrency, with an API client reading while the burst runs.
     "agentcron-serve": Contender("agentcron-serve", "bench.adapters.serve", lead_s=5.0),

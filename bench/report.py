@@ -107,6 +107,12 @@ BURST_RATIOS: Ratios = {
         "all_started_s",
     ),
     "agentcron-c256 / ceiling (all started)": ("agentcron-c256", "ceiling", "all_started_s"),
+    "agentcron-c256 / agentcron-floor (all started)": (
+        "agentcron-c256",
+        "agentcron-floor",
+        "all_started_s",
+    ),
+    "agentcron-floor / ceiling (all started)": ("agentcron-floor", "ceiling", "all_started_s"),
     "agentcron-serve / agentcron (all started)": (
         "agentcron-serve",
         "agentcron",
