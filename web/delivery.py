@@ -33,11 +33,13 @@ log = get_logger("agentcron.engine")
 DELIVERY_BATCH = 100  # the most runs whose deliveries one look takes over
 
 
-def run_log(run: Run, instance_id: str) -> Any:
+def run_log(run: Run, instance_id: str, **fields: Any) -> Any:
     """The logger every line about ``run`` goes through: it names the run, its schedule and
-    this process, so one grep over the logs of all replicas follows a run through claims,
-    attempts, takeovers and deliveries."""
-    return log.bind(run_id=str(run.id), schedule_id=str(run.schedule_id), instance_id=instance_id)
+    this process (and ``fields``, an attempt's say), so one grep over the logs of all replicas
+    follows a run through claims, attempts, takeovers and deliveries."""
+    return log.bind(
+        run_id=str(run.id), schedule_id=str(run.schedule_id), instance_id=instance_id, **fields
+    )
 
 
 class Deliveries:

@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
 
 from agentcron.core.batching import GroupCommit, retrying
 from agentcron.core.clock import Clock
@@ -144,7 +143,6 @@ class RunEngine(Slots):
         (``Claim.prepared``) it is admitted in a batch with the runs starting at the same
         moment; if that fails, or for any other run, ``start_attempt`` admits it alone or says
         why it does not run."""
-        bound = run_log(run, self.ledger.owner)
         verdict: Verdict | None = None
         try:
             # A jittered run (``jitter_seconds``) was claimed at its due time but starts at its
@@ -178,12 +176,12 @@ class RunEngine(Slots):
                     if decision.action == "run":
                         # The slot is freed once the agent is done; recording happens outside
                         # it, in a batch with the runs finishing at the same moment.
-                        verdict = await self._attempt(decision, bound, batch=prepared is not None)
+                        verdict = await self._attempt(decision, batch=prepared is not None)
                         break
                 if decision.action in ("done", "lost"):
                     if decision.action == "done" and decision.run is not None:
-                        self.metrics.runs.labels(decision.run.status, decision.run.trigger).inc()
-                        bound.info(
+                        self.metrics.ended(decision.run.status, decision.run.trigger)
+                        run_log(run, self.ledger.owner).info(
                             "run_not_started",
                             status=decision.run.status,
                             reason=decision.run.reason,
@@ -200,7 +198,7 @@ class RunEngine(Slots):
         except Exception as exc:
             # A database outage mid-run: the lease lapses and a replica (or this one, once the
             # database is back) takes the run over; nothing is lost.
-            bound.error(
+            run_log(run, self.ledger.owner).error(
                 "run_interrupted", error=str(exc), exc_info=not isinstance(exc, AgentcronError)
             )
         finally:
@@ -210,12 +208,12 @@ class RunEngine(Slots):
                 self.held.discard(run.id)
                 self.slot_freed.set()
 
-    async def _attempt(self, decision: StartDecision, bound: Any, *, batch: bool) -> Verdict:
+    async def _attempt(self, decision: StartDecision, *, batch: bool) -> Verdict:
         """Run the agent for an admitted attempt; return what to record."""
         run, task = decision.run, decision.task
         assert run is not None and task is not None
         payload = run.payload
-        bound = bound.bind(attempt=run.attempt, task_id=str(task.id))
+        bound = run_log(run, self.ledger.owner, attempt=run.attempt, task_id=str(task.id))
         token = CancelToken()
         self.tokens[run.id] = token
         self.admitted.discard(run.id)
@@ -368,7 +366,7 @@ class RunEngine(Slots):
             run.id, RunStatus.CANCELLED, error="cancelled on request"
         )
         if finished is not None:
-            self.metrics.runs.labels(finished.status, finished.trigger).inc()
+            self.metrics.ended(finished.status, finished.trigger)
             bound.info("run_finished", status=finished.status)
 
     async def _finished(self, run: Run | None, verdict: Verdict) -> None:
@@ -379,7 +377,7 @@ class RunEngine(Slots):
         bound.info("run_finished", status=run.status, error=run.error)
         if run.reason == TRIPPED:
             bound.warning("circuit_breaker_tripped", paused="schedule", error=run.error)
-        self.metrics.runs.labels(run.status, run.trigger).inc()
+        self.metrics.ended(run.status, run.trigger)
         if run.started_at is not None and run.finished_at is not None:
             self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())
         # The outcome was recorded with a delivery lease only if a channel applies.

@@ -6,6 +6,8 @@ embedding host) must not share or collide on counters.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Start delay and claim duration live in milliseconds to seconds; run duration up to hours.
@@ -26,6 +28,9 @@ class EngineMetrics:
             ["status", "trigger"],
             registry=r,
         )
+        # The child of ``runs`` per (status, trigger): ``labels()`` validates and locks on
+        # every call, and the engine counts every run it ends.
+        self._ended: dict[tuple[str, str], Any] = {}
         self.start_delay = Histogram(
             "agentcron_run_start_delay_seconds",
             "From a scheduled run's due time to the start of its attempt.",
@@ -98,3 +103,10 @@ class EngineMetrics:
             "before it ran out.",
             registry=r,
         )
+
+    def ended(self, status: str, trigger: str) -> None:
+        """Count a run that reached a final status here (``runs``, by status and trigger)."""
+        child = self._ended.get((status, trigger))
+        if child is None:
+            child = self._ended[(status, trigger)] = self.runs.labels(status, trigger)
+        child.inc()
