@@ -114,6 +114,14 @@ class FloorStore(MemoryRunStore):
             decisions.append(StartDecision("run", run, PreparedTask(run.task_id, workdir)))
         return decisions
 
+    async def renew_leases(
+        self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
+    ) -> dict[uuid.UUID, bool]:
+        """Every run asked about is still ours and not cancelled (a slow burst outlives the
+        heartbeat's interval)."""
+        await asyncio.sleep(0)
+        return dict.fromkeys(run_ids or (), False)
+
     async def record_batch(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
         await asyncio.sleep(0)
         now, at = datetime.now(UTC), time.time()
