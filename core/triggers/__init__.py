@@ -2,11 +2,11 @@
 
 Everything here is a pure function of its arguments: the current time is always passed in
 (``now`` / ``after``), never read. The meaning of cron (docs/design.md, promise 1) is decided
-by our own parser (:mod:`core.triggers.cron`), and the DST rules (promise 2) are applied
-with :mod:`zoneinfo` by :mod:`core.triggers.search`, the only module that imports croniter;
-croniter is only ever asked one question: "which naive wall-clock minutes match this (already
-validated and normalised) expression?". The trigger kinds, their validation and stored form
-live in :mod:`core.triggers.kinds`, the English descriptions in :mod:`core.triggers.describe`.
+by our own parser (:mod:`core.triggers.cron`), which also answers "which naive wall-clock
+minute matches next?" from the parsed value sets, and the DST rules (promise 2) are applied
+with :mod:`zoneinfo` by :mod:`core.triggers.search`. The trigger kinds, their validation and
+stored form live in :mod:`core.triggers.kinds`, the English descriptions in
+:mod:`core.triggers.describe`.
 
 Cron meaning (Debian / Vixie cron):
 

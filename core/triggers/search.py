@@ -1,68 +1,37 @@
 """DST-exact cron search: the next fire instant of a cron trigger after a given instant.
 
-This is the only module in the project that imports croniter, so replacing it touches this file
-alone. croniter is only ever asked one question: "which naive wall-clock minutes match this
-(already validated and normalised) expression?" (``Cron.normalised``, see
-:mod:`core.triggers.cron`). Mapping those wall times to instants with :mod:`zoneinfo` and
-applying the DST rules of the :mod:`core.triggers` docstring happen here.
+The expression is asked only one question: "which naive wall-clock minute matches next?"
+(``Cron.next_wall``, see :mod:`core.triggers.cron`). Mapping those wall times to instants with
+:mod:`zoneinfo` and applying the DST rules of the :mod:`core.triggers` docstring happen here.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from croniter import CroniterBadDateError, croniter
-
 from agentcron.core.triggers.cron import Cron, parse_cron
 from agentcron.core.triggers.kinds import CronTrigger
 
-# Croniter is asked for the next naive match; under AND a Feb 29 on a given weekday can be
-# 28 years (40 across 2100) away, so its search horizon must be wider than its default.
+# How far ahead a search looks for the next naive match: under AND a Feb 29 on a given weekday
+# can be 28 years (40 across 2100) away.
 _MAX_YEARS_BETWEEN_MATCHES: Final = 100
 # How far ahead to look for a backward shift of the wall clock (wildcard jobs fire at both
 # passes of a repeated hour, so matches just *before* the current wall time may still be due).
 # 26 h covers every shift in tzdata, historical date-line moves included.
 _FOLD_LOOKAHEAD: Final = timedelta(hours=26)
 _FOLD_PROBE_STEP: Final = timedelta(hours=1)
-_MATCHERS_KEPT: Final = 1024  # expressions whose croniter a thread keeps between searches
-_kept = threading.local()
 
 
-@contextmanager
-def _matcher(spec: Cron, start: datetime) -> Iterator[croniter]:
-    """A croniter over ``spec``'s naive wall times, set to ``start``.
-
-    Building one parses the expression anew (about 65 us, more than the search it serves),
-    and a claim asks once per cron run, so each thread keeps one per expression and moves it
-    to ``start`` (``set_current`` resets all the state a search reads; the parsed fields
-    depend on the expression alone). It is lent, not shared: croniter is a stateful iterator,
-    so a thread's own, taken out of the cache while in use.
-    """
-    cache: dict[tuple[str, bool], croniter] | None = getattr(_kept, "cache", None)
-    if cache is None:
-        cache = _kept.cache = {}
-    key = (spec.normalised, spec.day_or)
-    matches = cache.pop(key, None)
-    if matches is None:
-        matches = croniter(
-            spec.normalised,
-            start,
-            day_or=spec.day_or,
-            max_years_between_matches=_MAX_YEARS_BETWEEN_MATCHES,
-        )
-    else:
-        matches.set_current(start, force=True)
-    try:
-        yield matches
-    finally:
-        if len(cache) >= _MATCHERS_KEPT:
-            cache.clear()
-        cache[key] = matches
+def _matches(spec: Cron, after: datetime, horizon: datetime) -> Iterator[datetime]:
+    """The naive wall minutes strictly after ``after`` that ``spec`` matches, in order, up to
+    ``horizon``."""
+    wall = spec.next_wall(after, horizon)
+    while wall is not None:
+        yield wall
+        wall = spec.next_wall(wall, horizon)
 
 
 def _wall(instant: datetime, zone: ZoneInfo) -> datetime:
@@ -158,33 +127,26 @@ def _search(
             start = min(start, probe)
     horizon = now_wall + timedelta(days=366 * _MAX_YEARS_BETWEEN_MATCHES)
     best: datetime | None = None
-    with _matcher(spec, start) as matches:
-        try:
-            while True:
-                wall = matches.get_next(datetime)
-                first, occurrences = _instants(wall, zone)
-                # Every fire of ``wall`` is at or after ``first``, which never decreases:
-                # nothing later can beat ``best``.
-                if best is not None and first >= best:
-                    return best
-                if wall > horizon:
-                    # Only reachable under ``skip`` by a time that falls in a gap every time
-                    # it matches: it never fires.
-                    return best
-                for instant in _fires_of(first, occurrences, gap, repeat):
-                    if instant > after and (best is None or instant < best):
-                        best = instant
-                if best is not None and repeat == "first":
-                    # Under ``first`` a wall time fires at ``first`` or not at all, so the
-                    # first fire after ``after`` is the answer (no need for the next match).
-                    return best
-        except CroniterBadDateError:
-            # No match within croniter's horizon (100 years): validation already rejects
-            # dates that never occur, so only the end of representable time gets here.
+    for wall in _matches(spec, start, horizon):
+        first, occurrences = _instants(wall, zone)
+        # Every fire of ``wall`` is at or after ``first``, which never decreases: nothing later
+        # can beat ``best``.
+        if best is not None and first >= best:
             return best
+        for instant in _fires_of(first, occurrences, gap, repeat):
+            if instant > after and (best is None or instant < best):
+                best = instant
+        if best is not None and repeat == "first":
+            # Under ``first`` a wall time fires at ``first`` or not at all, so the first fire
+            # after ``after`` is the answer (no need to look at the next match).
+            return best
+    # Past the horizon (100 years): only a time that falls in a gap every time it matches
+    # (under ``skip``) or the end of representable time gets here.
+    return best
 
 
 _SECOND: Final = timedelta(seconds=1)
+_MINUTE: Final = timedelta(minutes=1)
 _RULE_OF_REPEAT: Final = {"first": "repeat_first", "last": "repeat_last", "both": "repeat_both"}
 
 
@@ -195,18 +157,14 @@ def matched_walls(
     and whether there are more."""
     spec = parse_cron(trigger.cron)
     found: list[datetime] = []
-    with _matcher(spec, low.replace(second=0, microsecond=0) - timedelta(minutes=1)) as matches:
-        try:
-            while True:
-                wall = matches.get_next(datetime)
-                if wall >= high:
-                    return found, False
-                if wall >= low:
-                    if len(found) == limit:
-                        return found, True
-                    found.append(wall)
-        except CroniterBadDateError:
+    for wall in _matches(spec, low.replace(second=0, microsecond=0) - _MINUTE, high):
+        if wall >= high:
             return found, False
+        if wall >= low:
+            if len(found) == limit:
+                return found, True
+            found.append(wall)
+    return found, False
 
 
 def dst_rule(trigger: CronTrigger, due: datetime) -> str | None:

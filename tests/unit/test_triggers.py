@@ -22,6 +22,7 @@ from agentcron.core.triggers import (
     trigger_from_dict,
     trigger_to_dict,
 )
+from agentcron.core.triggers.cron import parse_cron
 
 NOW = datetime(2025, 1, 1, 12, 0, 30, 250_000, tzinfo=UTC)  # a Wednesday
 
@@ -168,9 +169,36 @@ def test_wildcard_job() -> None:
     assert not is_wildcard_job("0 8 * * 1-5")
 
 
-def test_searches_in_any_order_give_the_answers_of_fresh_ones() -> None:
-    """Each thread keeps one croniter per expression and moves it to each search's start: a
-    search must not see where the one before it left off (later, earlier, another zone)."""
+@pytest.mark.parametrize(
+    ("cron", "after", "expected"),
+    [
+        # Strictly after: the minute itself is not next, seconds into it neither.
+        ("30 9 * * *", datetime(2025, 1, 1, 9, 30), datetime(2025, 1, 2, 9, 30)),
+        ("30 9 * * *", datetime(2025, 1, 1, 9, 29, 59), datetime(2025, 1, 1, 9, 30)),
+        # The next listed minute in the hour, then the next hour, day, month and year.
+        ("10,40 * * * *", datetime(2025, 1, 1, 9, 11), datetime(2025, 1, 1, 9, 40)),
+        ("10 9,17 * * *", datetime(2025, 1, 1, 9, 11), datetime(2025, 1, 1, 17, 10)),
+        ("0 9 * * 1-5", datetime(2025, 1, 3, 9, 0), datetime(2025, 1, 6, 9, 0)),  # Fri -> Mon
+        ("0 0 31 * *", datetime(2025, 1, 31, 0, 0), datetime(2025, 3, 31, 0, 0)),
+        ("59 23 31 12 *", datetime(2025, 12, 31, 23, 59), datetime(2026, 12, 31, 23, 59)),
+        # Feb 29 only in leap years; with a weekday too, the day rule is OR.
+        ("0 0 29 2 *", datetime(2025, 3, 1), datetime(2028, 2, 29)),
+        ("0 0 29 2 1", datetime(2025, 2, 28), datetime(2026, 2, 2)),  # Feb 29 or a Monday
+        # A field starting with '*' makes it AND: odd days that are Mondays.
+        ("0 0 */2 * 1", datetime(2025, 1, 1), datetime(2025, 1, 13)),
+    ],
+)
+def test_the_next_matching_wall_minute(cron: str, after: datetime, expected: datetime) -> None:
+    assert parse_cron(cron).next_wall(after, after + timedelta(days=3660)) == expected
+
+
+def test_no_match_before_the_horizon_is_none() -> None:
+    assert parse_cron("0 0 29 2 *").next_wall(datetime(2025, 3, 1), datetime(2027, 1, 1)) is None
+
+
+def test_searches_in_any_order_give_the_answers_each_gives_alone() -> None:
+    """A search depends only on its own instant: searches of one expression in any order
+    (later, earlier, other zones, a second pass) give the answers each gives alone."""
     weekdays, hourly = "0 9 * * 1-5", "30 * * * *"
     asked = [
         (weekdays, "Asia/Shanghai", NOW + timedelta(days=40)),
