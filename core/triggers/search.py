@@ -7,6 +7,7 @@ The expression is asked only one question: "which naive wall-clock minute matche
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -109,22 +110,33 @@ def _fires_of(
     return [occurrences[0] if repeat == "first" else occurrences[-1]]
 
 
+@functools.lru_cache(maxsize=4096)
+def _earliest_due_wall(after: datetime, zone: ZoneInfo) -> datetime:
+    """The earliest wall time whose second pass may still be due after ``after``: the current
+    wall time, or earlier if the clock is about to fall back over it.
+
+    Found by probing the next 26 hours hour by hour: a probe up to one step after a backward
+    transition reads at most one step later than the wall clock just after it. (This assumes
+    no zone falls back and springs forward again within one hour; none in tzdata does.) The 26
+    probes are most of a lookup's cost, and they depend on the instant and the zone alone, so
+    the schedules of a claim due at the same instant in one zone (every ``*/5`` job at 09:05)
+    share them.
+    """
+    start = _wall(after, zone)
+    for step in range(1, int(_FOLD_LOOKAHEAD / _FOLD_PROBE_STEP) + 1):
+        probe = _wall(after + step * _FOLD_PROBE_STEP, zone) - _FOLD_PROBE_STEP
+        start = min(start, probe)
+    return start
+
+
 def _search(
     spec: Cron, zone: ZoneInfo, after: datetime, *, gap: str, repeat: str
 ) -> datetime | None:
     """The search behind ``next_cron``: walk matched wall times, map them to instants."""
     now_wall = _wall(after, zone)
-    start = now_wall
-    if repeat != "first":
-        # A matched time at or before the current wall time can still be due if the clock is
-        # about to fall back over it (the second pass). Find how far back it can fall: a probe
-        # up to one step after a backward transition reads at most one step later than the
-        # wall clock just after it. (This assumes no zone falls back and springs forward again
-        # within one hour; none in tzdata does.) Under ``first`` every fire of a wall time at
-        # or before now is its first instant, which is at or before ``after``.
-        for step in range(1, int(_FOLD_LOOKAHEAD / _FOLD_PROBE_STEP) + 1):
-            probe = _wall(after + step * _FOLD_PROBE_STEP, zone) - _FOLD_PROBE_STEP
-            start = min(start, probe)
+    # Under ``first`` every fire of a wall time at or before now is its first instant, which is
+    # at or before ``after``: the search starts at the current wall time.
+    start = now_wall if repeat == "first" else _earliest_due_wall(after, zone)
     horizon = now_wall + timedelta(days=366 * _MAX_YEARS_BETWEEN_MATCHES)
     best: datetime | None = None
     for wall in _matches(spec, start, horizon):
