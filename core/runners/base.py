@@ -36,35 +36,39 @@ class CancelToken:
     """
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
-        self._urgent = asyncio.Event()
-        self._frozen = asyncio.Event()
-        self._thawed = asyncio.Event()
-        self._thawed.set()
         self.reason: str | None = None
+        self._cancelled = False
+        self._at_once = False
+        self._suspended = False
         self._callbacks: list[Callable[[], object]] = []
+        # The events a wait needs, made by the first wait on each state: most attempts are
+        # never waited on (a runner that awaits one future uses ``on_cancel``), and four events
+        # made per attempt were a few microseconds of every run's time on the event loop.
+        self._events: dict[str, asyncio.Event] = {}
 
     def cancel(self, reason: str, *, at_once: bool = False) -> None:
-        if not self._event.is_set():
+        if not self._cancelled:
             self.reason = reason
-            self._event.set()
+            self._cancelled = True
+            self._changed("cancelled", True)
             for callback in self._callbacks:
                 callback()
             self._callbacks.clear()
-        if at_once or self.suspended:
+        if at_once or self._suspended:
             # A later, more urgent cancel still hurries a graceful stop already under way.
-            self._urgent.set()
+            self._at_once = True
+            self._changed("at_once", True)
 
     @property
     def at_once(self) -> bool:
-        return self._urgent.is_set()
+        return self._at_once
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._cancelled
 
     async def wait(self) -> None:
-        await self._event.wait()
+        await self._event("cancelled", self._cancelled).wait()
 
     def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Call ``callback`` when the token is first cancelled (at once if it already is);
@@ -83,27 +87,45 @@ class CancelToken:
 
     async def wait_at_once(self) -> None:
         """Return once a cancel without grace (``at_once``) was asked for."""
-        await self._urgent.wait()
+        await self._event("at_once", self._at_once).wait()
 
     def suspend(self) -> None:
         """Freeze the attempt until ``resume`` (see the class docstring)."""
         if not self.cancelled:
-            self._thawed.clear()
-            self._frozen.set()
+            self._suspended = True
+            self._changed("suspended", True)
+            self._changed("resumed", False)
 
     def resume(self) -> None:
-        self._frozen.clear()
-        self._thawed.set()
+        self._suspended = False
+        self._changed("suspended", False)
+        self._changed("resumed", True)
 
     @property
     def suspended(self) -> bool:
-        return self._frozen.is_set()
+        return self._suspended
 
     async def wait_suspended(self) -> None:
-        await self._frozen.wait()
+        await self._event("suspended", self._suspended).wait()
 
     async def wait_resumed(self) -> None:
-        await self._thawed.wait()
+        await self._event("resumed", not self._suspended).wait()
+
+    def _event(self, state: str, now: bool) -> asyncio.Event:
+        """The event of ``state`` (made set if ``now``), for a wait on it."""
+        event = self._events.get(state)
+        if event is None:
+            event = self._events[state] = asyncio.Event()
+            if now:
+                event.set()
+        return event
+
+    def _changed(self, state: str, now: bool) -> None:
+        event = self._events.get(state)
+        if event is not None and now:
+            event.set()
+        elif event is not None:
+            event.clear()
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ written to a temporary directory put on ``sys.path`` for the test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import sys
 import threading
@@ -29,6 +30,7 @@ from agentcron.core.runners import (
     build_runner,
     validate_runner,
 )
+from agentcron.core.runners import python as python_runner
 from tests import agents_fixture
 from tests.factories import run_request
 
@@ -328,3 +330,43 @@ async def test_a_target_taken_off_the_list_is_unavailable_at_run_time(
     monkeypatch.setenv("AGENTCRON_PYTHON_MODULES", "somewhere_else")
     with pytest.raises(TargetUnavailable, match="AGENTCRON_PYTHON_MODULES"):
         await runner.run(run_request(), CancelToken())
+
+
+async def test_an_async_target_that_ignores_its_cancel_is_left_behind_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(python_runner, "CANCEL_GRACE_SECONDS", 0.1)
+    release = asyncio.Event()
+
+    async def stubborn() -> RunOutcome:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        return RunOutcome(output="late")
+
+    token = CancelToken()
+    job = asyncio.ensure_future(python_runner._on_loop(stubborn(), token))
+    await asyncio.sleep(0.05)
+    token.cancel("timeout")
+    with pytest.raises(RunPermanentError, match=r"cancelled \(timeout\)"):
+        await asyncio.wait_for(job, 2.0)
+    release.set()  # the target left behind still ends on its own
+
+
+async def test_cancelling_the_callers_task_cancels_an_async_target() -> None:
+    token = CancelToken()
+    stopped = asyncio.Event()
+
+    async def waits() -> RunOutcome:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            stopped.set()
+        return RunOutcome(output="never")
+
+    job = asyncio.ensure_future(python_runner._on_loop(waits(), token))
+    await asyncio.sleep(0.05)
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    assert stopped.is_set() and not token.cancelled
