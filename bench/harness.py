@@ -3,13 +3,15 @@
 Workloads (``--workloads``, default all of them):
 
 - burst: N one-shot schedules due at one instant T0 (10,000; ``--count``), every contender
-  (agentcron in process at its defaults and at concurrency 256, the same engine over a run
-  store that costs nothing (agentcron-floor: the engine's own share), agentcron as a real
-  ``agentcron serve`` process, the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6;
-  ``--contenders``), each in its own process started before T0 on a fresh scratch database:
-  time until every run started and finished, fires/s, lost and doubled runs, commits per
-  fire (``pg_stat_database``), statements per fire (agentcron in process: SQLAlchemy engine
-  events), peak RSS, event-loop lag; for agentcron the slot gap (from a run's end to the next
+  (agentcron in process at its defaults and at concurrency 256, running the no-op as a
+  coroutine on the event loop as the peers do, and at 256 with it in a worker thread
+  (agentcron-c256-thread), the same engine over a run store that costs nothing
+  (agentcron-floor: the engine's own share), agentcron as a real ``agentcron serve`` process,
+  the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6; ``--contenders``), each in its
+  own process started before T0 on a fresh scratch database: time until every run started and
+  finished, fires/s, lost and doubled runs, commits per fire (``pg_stat_database``),
+  statements per fire (agentcron in process: SQLAlchemy engine events), peak RSS, event-loop
+  lag; for agentcron the slot gap (from a run's end to the next
   start in its concurrency slot, p50/p99), and for the served one the latency of
   ``GET /api/v1/schedules`` read every 50 ms while the burst runs;
 - replicas: the agentcron burst with two engine processes on one PostgreSQL database against
@@ -235,7 +237,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg", default=DEFAULT_PG, help="admin URL of the PostgreSQL server")
     parser.add_argument(
         "--contenders",
-        default="agentcron,agentcron-c256,agentcron-floor,agentcron-serve,ceiling,apscheduler3,apscheduler4",
+        default=",".join(
+            (
+                "agentcron",
+                "agentcron-c256",
+                "agentcron-c256-thread",
+                "agentcron-floor",
+                "agentcron-serve",
+                "ceiling",
+                "apscheduler3",
+                "apscheduler4",
+            )
+        ),
         help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}",
     )
     parser.add_argument("--bigidle-rows", type=int, default=1_000_000)

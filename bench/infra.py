@@ -101,6 +101,16 @@ CONTENDERS = {
         "bench.adapters.agentcron",
         env=(("AGENTCRON_SCHEDULER_CONCURRENCY", "256"),),
     ),
+    # agentcron-c256 with a sync no-op (``bench.noop:run``), which the python runner calls in a
+    # worker thread: what that thread's round trip adds to every run.
+    "agentcron-c256-thread": Contender(
+        "agentcron-c256-thread",
+        "bench.adapters.agentcron",
+        env=(
+            ("AGENTCRON_SCHEDULER_CONCURRENCY", "256"),
+            ("BENCH_NOOP_TARGET", "bench.noop:run"),
+        ),
+    ),
     # The engine of agentcron-c256 over a run store that costs nothing (no database): what
     # the engine's own work per run costs, the floor under every agentcron contender.
     "agentcron-floor": Contender(

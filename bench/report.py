@@ -113,6 +113,11 @@ BURST_RATIOS: Ratios = {
         "all_started_s",
     ),
     "agentcron-floor / ceiling (all started)": ("agentcron-floor", "ceiling", "all_started_s"),
+    "agentcron-c256-thread / agentcron-c256 (all started)": (
+        "agentcron-c256-thread",
+        "agentcron-c256",
+        "all_started_s",
+    ),
     "agentcron-serve / agentcron (all started)": (
         "agentcron-serve",
         "agentcron",

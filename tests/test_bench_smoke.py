@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.pg, pytest.mark.slow, pytest.mark.timeout(360)]
 
 # On PostgreSQL only here: their adapters' SQLite paths are those agentcron and agentcron-c64
 # already take, and every process this test starts shares two cores with the others.
-POSTGRESQL_ONLY = ("agentcron-c256", SERVE)
+POSTGRESQL_ONLY = ("agentcron-c256", "agentcron-c256-thread", SERVE)
 
 
 def _bursts() -> list[tuple[str, str]]:

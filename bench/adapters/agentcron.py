@@ -4,11 +4,11 @@
 Commands (each prints one JSON line at the end; ``idle`` prints two progress lines first):
 
 - ``populate``: migrate (Alembic, the only schema path), then bulk-insert N enabled schedules
-  running the ``python`` runner ``bench.noop:run``, by ``--shape``: ``burst``, one-shots due
-  at T0; ``steady``, every ``--every`` s with first due times spread evenly over
-  [T0, T0 + every); ``idle``, none due for 15 minutes (half hourly intervals, half a yearly
-  cron). ``--idle-rows M`` adds M one-shots due in 30 days with one INSERT ... SELECT on
-  ``generate_series`` (PostgreSQL only). Not timed.
+  running the ``python`` runner on ``bench.noop:arun`` (``BENCH_NOOP_TARGET``), by
+  ``--shape``: ``burst``, one-shots due at T0; ``steady``, every ``--every`` s with first due
+  times spread evenly over [T0, T0 + every); ``idle``, none due for 15 minutes (half hourly
+  intervals, half a yearly cron). ``--idle-rows M`` adds M one-shots due in 30 days with one
+  INSERT ... SELECT on ``generate_series`` (PostgreSQL only). Not timed.
 - ``fire``: the burst. The engine starts before T0 and runs until the ledger records N
   ``succeeded`` runs. With ``--replicas`` > 1 other engine processes share the burst, so the
   end is read from the database rather than from this process's no-op calls.
@@ -63,6 +63,7 @@ from agentcron.web.metrics import EngineMetrics
 from bench import noop
 from bench.adapters.common import (
     IDLE_WARMUP_SECONDS,
+    NOOP_TARGET,
     LagMonitor,
     backend,
     cpu_seconds,
@@ -77,8 +78,7 @@ from bench.adapters.common import (
     with_driver,
 )
 
-TARGET = "bench.noop:run"
-RUNNER = {"type": "python", "target": TARGET}
+RUNNER = {"type": "python", "target": NOOP_TARGET}
 # The python runner admits only modules the host lists: the benchmark's no-op is ours.
 os.environ["AGENTCRON_PYTHON_MODULES"] = "bench"
 POLL_SECONDS = 0.05

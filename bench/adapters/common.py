@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import heapq
 import json
+import os
 import resource
 import statistics
 import time
@@ -26,6 +27,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+# The python runner's target in agentcron's adapters: the no-op as a coroutine, run on the event
+# loop as the peers run it; ``bench.noop:run`` (agentcron-c256-thread) runs it in a worker thread.
+NOOP_TARGET = os.environ.get("BENCH_NOOP_TARGET", "bench.noop:arun")
 HEARTBEAT_SECONDS = 0.010
 # Before an idle window: longer than PostgreSQL's 10 s idle stats flush (PGSTAT_IDLE_INTERVAL),
 # so the start-up transactions are counted before the window opens, not inside it.

@@ -2,7 +2,7 @@
 contender.
 
 The same ``SchedulerLoop`` and ``RunEngine`` as ``bench.adapters.agentcron`` (concurrency from
-``AGENTCRON_SCHEDULER_CONCURRENCY``, the ``python`` runner on ``bench.noop:run``, the heap
+``AGENTCRON_SCHEDULER_CONCURRENCY``, the ``python`` runner on ``bench.noop:arun``, the heap
 settled as ``agentcron serve`` settles it), but its ``RunStore`` keeps the burst's runs in a
 deque and answers every verb at once: a claim hands out the next runs (admitted, as the SQL
 claim admits them), a record marks them finished in place. No database is read or written,
@@ -37,6 +37,7 @@ from agentcron.web.heap import settle_heap
 from agentcron.web.loop import SchedulerLoop
 from bench import noop
 from bench.adapters.common import (
+    NOOP_TARGET,
     LagMonitor,
     cpu_seconds,
     emit,
@@ -47,7 +48,6 @@ from bench.adapters.common import (
     slot_gap_figures,
 )
 
-TARGET = "bench.noop:run"
 os.environ["AGENTCRON_PYTHON_MODULES"] = "bench"
 POLL_SECONDS = 0.05
 WORKDIR = "/nonexistent/agentcron-floor"  # the no-op never looks at its task's directory
@@ -61,7 +61,7 @@ class FloorStore(MemoryRunStore):
         payload = {
             "name": "floor",
             "prompt": "noop",
-            "runner": {"type": "python", "target": TARGET},
+            "runner": {"type": "python", "target": NOOP_TARGET},
             "notify": [],
             "timeout_seconds": 60,
             "max_attempts": 1,
