@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from agentcron.core.errors import (
     TargetUnavailable,
 )
 from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
-from agentcron.core.logging import get_logger
+from agentcron.core.logging import logs_at
 from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import CancelToken
@@ -51,7 +52,10 @@ from agentcron.web.slots import QUICK_SECONDS, Slots
 from agentcron.web.timing import AttemptDeadline, sleep_or_stop
 from agentcron.web.verdict import Verdict, redact_verdict
 
-log = get_logger("agentcron.engine")
+# The logger of every run's lines (``web.delivery.run_log``): whether its info lines are kept is
+# asked before a run's two (started, finished) are made, since structlog drops them only after
+# they were bound and built.
+LINES = "agentcron.engine"
 
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
@@ -213,7 +217,6 @@ class RunEngine(Slots):
         run, task = decision.run, decision.task
         assert run is not None and task is not None
         payload = run.payload
-        bound = run_log(run, self.ledger.owner, attempt=run.attempt, task_id=str(task.id))
         token = CancelToken()
         self.tokens[run.id] = token
         self.admitted.discard(run.id)
@@ -221,15 +224,16 @@ class RunEngine(Slots):
         self.leases.fence(run.id, run.lease_expires_at)
         timeout = float(payload["timeout_seconds"])
         deadline = AttemptDeadline(token, timeout, HARD_STOP_GRACE)
-        verdict = Verdict(run, task.workdir, timeout, bound, batch)
+        verdict = Verdict(run, task.workdir, timeout, self.ledger.owner, task.id, batch)
         if run.due_at is not None and run.attempt == 1:
             delay = (self.clock() - run.due_at).total_seconds()
             self.metrics.start_delay.observe(max(0.0, delay))
-        bound.info(
-            "run_started",
-            trigger=run.trigger,
-            due_at=run.due_at.isoformat() if run.due_at else None,
-        )
+        if logs_at(LINES, logging.INFO):
+            verdict.bound.info(
+                "run_started",
+                trigger=run.trigger,
+                due_at=run.due_at.isoformat() if run.due_at else None,
+            )
         began = time.monotonic()
         secrets: dict[str, str] = {}
         try:
@@ -278,7 +282,7 @@ class RunEngine(Slots):
             # The agent had returned when its fence fired (a stalled process sees both in one
             # turn): stopped and run again, its work would be done twice. It is recorded
             # instead, if the run is still this engine's, which the record checks.
-            bound.warning(
+            verdict.bound.warning(
                 "run_lease_unconfirmed", action="outcome recorded: the agent had returned"
             )
             verdict.cancelled = None
@@ -288,7 +292,7 @@ class RunEngine(Slots):
 
     async def _record(self, verdict: Verdict) -> None:
         """Write the outcome of an attempt, then hand the finished run to delivery."""
-        run, bound = verdict.run, verdict.bound
+        run = verdict.run
         if verdict.cancelled is not None:
             await self._record_cancelled(verdict)
             return
@@ -312,7 +316,9 @@ class RunEngine(Slots):
             await self.ledger.finish_attempt(
                 run.id, RunStatus.PENDING, error=verdict.error, retry_when=retry_at
             )
-            bound.warning("run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat())
+            verdict.bound.warning(
+                "run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat()
+            )
             self.wake()
             return
         elif verdict.batch and not verdict.unavailable:
@@ -326,7 +332,7 @@ class RunEngine(Slots):
                 run.id, RunStatus.FAILED, error=verdict.error, pause_schedule=verdict.unavailable
             )
             if verdict.unavailable:
-                bound.error("schedule_paused", reason=verdict.error)
+                verdict.bound.error("schedule_paused", reason=verdict.error)
         await self._finished(finished, verdict)
 
     async def _record_cancelled(self, verdict: Verdict) -> None:
@@ -370,19 +376,19 @@ class RunEngine(Slots):
             bound.info("run_finished", status=finished.status)
 
     async def _finished(self, run: Run | None, verdict: Verdict) -> None:
-        bound = verdict.bound
         if run is None:
-            bound.warning("run_lease_lost")
+            verdict.bound.warning("run_lease_lost")
             return
-        bound.info("run_finished", status=run.status, error=run.error)
+        if logs_at(LINES, logging.INFO):
+            verdict.bound.info("run_finished", status=run.status, error=run.error)
         if run.reason == TRIPPED:
-            bound.warning("circuit_breaker_tripped", paused="schedule", error=run.error)
+            verdict.bound.warning("circuit_breaker_tripped", paused="schedule", error=run.error)
         self.metrics.ended(run.status, run.trigger)
         if run.started_at is not None and run.finished_at is not None:
             self.metrics.duration.observe((run.finished_at - run.started_at).total_seconds())
         # The outcome was recorded with a delivery lease only if a channel applies.
         if run.deliver_until is not None:
-            self.deliveries.start(run, verdict.workdir, bound)
+            self.deliveries.start(run, verdict.workdir, verdict.bound)
 
     def cancel_local(self, run_id: uuid.UUID) -> None:
         """Stop an attempt running in this process at once (the API's cancel)."""

@@ -1,0 +1,41 @@
+"""Which lines reach structlog's processors: the level of ``configure_logging``, or all of them
+under a set-up of the host's own or a test's capture."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from agentcron.core.logging import configure_logging, logs_at
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    saved_structlog = structlog.get_config()
+    try:
+        yield
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+        structlog.configure(**saved_structlog)
+
+
+def test_the_configured_level_decides(restored: None) -> None:
+    configure_logging("json", "WARNING")
+    assert not logs_at("agentcron.engine", logging.INFO)
+    assert logs_at("agentcron.engine", logging.WARNING)
+    configure_logging("json", "INFO")
+    assert logs_at("agentcron.engine", logging.INFO)
+
+
+def test_under_a_capture_or_a_hosts_own_set_up_every_line_is_made(restored: None) -> None:
+    configure_logging("json", "WARNING")
+    with structlog.testing.capture_logs():
+        assert logs_at("agentcron.engine", logging.INFO)
+    structlog.configure(processors=[structlog.processors.JSONRenderer()])
+    assert logs_at("agentcron.engine", logging.DEBUG)
