@@ -63,8 +63,11 @@ class LeaseKeeper:
         self.suspendable = suspendable
         self.on_error = on_error  # a renewal failed: the engine reports itself unhealthy
         # Each executing attempt's stop, armed ``fence_margin`` before its confirmed lease runs
-        # out and moved on by every renewal.
-        self.fences: dict[uuid.UUID, asyncio.TimerHandle] = {}
+        # out and moved on by every renewal: the instant, and one timer per instant with the
+        # attempts it stops. The runs of one claim, or of one renewal, share their lease's end,
+        # so a burst arms a timer per batch rather than one per run.
+        self.fences: dict[uuid.UUID, datetime] = {}
+        self._timers: dict[datetime, tuple[asyncio.TimerHandle, set[uuid.UUID]]] = {}
         # The latest lease end a renewal confirmed, per run held: a run admitted before its
         # slot freed (``web.slots``) starts under it, not under its admission's older one.
         self.confirmed: dict[uuid.UUID, datetime] = {}
@@ -87,13 +90,19 @@ class LeaseKeeper:
 
     def disarm(self, run_id: uuid.UUID) -> None:
         """The attempt of ``run_id`` ended: nothing to stop any more."""
-        fence = self.fences.pop(run_id, None)
-        if fence is not None:
-            fence.cancel()
+        at = self.fences.pop(run_id, None)
+        if at is None:
+            return
+        timer, runs = self._timers[at]
+        runs.discard(run_id)
+        if not runs:
+            timer.cancel()
+            del self._timers[at]
 
     def disarm_all(self) -> None:
-        for fence in self.fences.values():
-            fence.cancel()
+        for timer, _ in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         self.fences.clear()
 
     async def heartbeat(self) -> None:
@@ -175,21 +184,29 @@ class LeaseKeeper:
     def fence(self, run_id: uuid.UUID, until: datetime) -> None:
         """Arm (again) the stop of the attempt of ``run_id``, ``fence_margin`` before ``until``,
         the end of the lease last confirmed for it."""
-        previous = self.fences.pop(run_id, None)
-        if previous is not None:
-            previous.cancel()
+        self.disarm(run_id)
         if run_id not in self.tokens:
             return
-        until = self._latest(run_id, until)
-        delay = (until - self.clock()).total_seconds() - self.fence_margin
+        now = self.clock()
+        at = self._latest(run_id, until) - timedelta(seconds=self.fence_margin)
         if not self.vouched():
-            delay = 0.0  # no liveness lock: the run may be another's in a second
-        self.fences[run_id] = asyncio.get_running_loop().call_later(
-            max(0.0, delay), self._lease_running_out, run_id
-        )
+            at = now  # no liveness lock: the run may be another's in a second
+        self.fences[run_id] = at
+        if at in self._timers:
+            self._timers[at][1].add(run_id)
+            return
+        delay = max(0.0, (at - now).total_seconds())
+        timer = asyncio.get_running_loop().call_later(delay, self._fence_reached, at)
+        self._timers[at] = (timer, {run_id})
+
+    def _fence_reached(self, at: datetime) -> None:
+        _, runs = self._timers.pop(at)
+        for run_id in runs:
+            del self.fences[run_id]
+        for run_id in runs:
+            self._lease_running_out(run_id)
 
     def _lease_running_out(self, run_id: uuid.UUID) -> None:
-        self.fences.pop(run_id, None)
         token = self.tokens.get(run_id)
         if token is None:
             return
