@@ -81,13 +81,13 @@ def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     return logger
 
 
-def logs_at(name: str, level: int) -> bool:
-    """Whether a line of ``level`` on the logger ``name`` reaches its processors: under
-    ``configure_logging``'s set-up (``filter_by_level`` first), when the standard logger
-    ``name`` is enabled for ``level``; under any other (a host's own structlog set-up, a
-    test's ``capture_logs``), always. For a line made on every run, so it is made only when
-    kept."""
+def logs_at(logger: logging.Logger, level: int) -> bool:
+    """Whether a line of ``level`` on the structlog logger of the same name as the standard
+    ``logger`` reaches its processors: under ``configure_logging``'s set-up (``filter_by_level``
+    first), when ``logger`` is enabled for ``level``; under any other (a host's own structlog
+    set-up, a test's ``capture_logs``), always. For a line made on every run, so it is made
+    only when kept."""
     processors = structlog.get_config()["processors"]
     if not processors or processors[0] is not structlog.stdlib.filter_by_level:
         return True
-    return logging.getLogger(name).isEnabledFor(level)
+    return logger.isEnabledFor(level)

@@ -55,7 +55,7 @@ from agentcron.web.verdict import Verdict, redact_verdict
 # The logger of every run's lines (``web.delivery.run_log``): whether its info lines are kept is
 # asked before a run's two (started, finished) are made, since structlog drops them only after
 # they were bound and built.
-LINES = "agentcron.engine"
+LINES = logging.getLogger("agentcron.engine")
 
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token

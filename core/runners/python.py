@@ -46,6 +46,7 @@ import importlib
 import inspect
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from typing import Any
@@ -125,8 +126,12 @@ def _resolve(target: str) -> Target:
             f"module {module_name!r} is not one the host allows python targets in"
             f" (the list in {MODULES_VARIABLE})"
         )
+    obj: Any = sys.modules.get(module_name)
     try:
-        obj: Any = importlib.import_module(module_name)
+        # Imported and done initialising: the module itself (``import_module`` would also
+        # look it up, at several times the cost, on every attempt).
+        if obj is None or getattr(getattr(obj, "__spec__", None), "_initializing", False):
+            obj = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or module_name
         raise _Unresolvable(f"cannot import {module_name!r}: no module named {missing!r}") from exc

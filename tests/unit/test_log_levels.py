@@ -11,6 +11,8 @@ import structlog
 
 from agentcron.core.logging import configure_logging, logs_at
 
+ENGINE = logging.getLogger("agentcron.engine")
+
 
 @pytest.fixture
 def restored() -> Iterator[None]:
@@ -27,15 +29,15 @@ def restored() -> Iterator[None]:
 
 def test_the_configured_level_decides(restored: None) -> None:
     configure_logging("json", "WARNING")
-    assert not logs_at("agentcron.engine", logging.INFO)
-    assert logs_at("agentcron.engine", logging.WARNING)
+    assert not logs_at(ENGINE, logging.INFO)
+    assert logs_at(ENGINE, logging.WARNING)
     configure_logging("json", "INFO")
-    assert logs_at("agentcron.engine", logging.INFO)
+    assert logs_at(ENGINE, logging.INFO)
 
 
 def test_under_a_capture_or_a_hosts_own_set_up_every_line_is_made(restored: None) -> None:
     configure_logging("json", "WARNING")
     with structlog.testing.capture_logs():
-        assert logs_at("agentcron.engine", logging.INFO)
+        assert logs_at(ENGINE, logging.INFO)
     structlog.configure(processors=[structlog.processors.JSONRenderer()])
-    assert logs_at("agentcron.engine", logging.DEBUG)
+    assert logs_at(ENGINE, logging.DEBUG)
