@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from agentcron.core.clock import utcnow
@@ -29,15 +29,24 @@ def _keeper(tmp_path: Path, tokens: dict[uuid.UUID, CancelToken]) -> LeaseKeeper
     )
 
 
+def _fenced(
+    tmp_path: Path, attempts: int
+) -> tuple[LeaseKeeper, dict[uuid.UUID, CancelToken], datetime]:
+    """``attempts`` executing attempts whose leases all end 0.5 s from now (fenced 0.2 s from
+    now), and that end."""
+    tokens = {uuid.uuid4(): CancelToken() for _ in range(attempts)}
+    keeper = _keeper(tmp_path, tokens)
+    until = utcnow() + timedelta(seconds=0.5)
+    for run_id in tokens:
+        keeper.fence(run_id, until)
+    return keeper, tokens, until
+
+
 async def test_attempts_sharing_a_lease_end_are_stopped_together_and_alone_when_moved(
     tmp_path: Path,
 ) -> None:
-    ids = [uuid.uuid4() for _ in range(4)]
-    tokens = {run_id: CancelToken() for run_id in ids}
-    keeper = _keeper(tmp_path, tokens)
-    until = utcnow() + timedelta(seconds=0.5)  # fenced 0.2 s from now
-    for run_id in ids:
-        keeper.fence(run_id, until)
+    keeper, tokens, until = _fenced(tmp_path, 4)
+    ids = list(tokens)
     assert len(keeper._timers) == 1  # one timer for the four
     keeper.disarm(ids[0])  # its attempt ended
     keeper.fence(ids[1], until + timedelta(seconds=5))  # a renewal moved its lease on
@@ -54,12 +63,8 @@ async def test_attempts_sharing_a_lease_end_are_stopped_together_and_alone_when_
 async def test_the_last_attempt_of_a_lease_end_to_go_takes_its_timer_along(
     tmp_path: Path,
 ) -> None:
-    ids = [uuid.uuid4() for _ in range(2)]
-    tokens = {run_id: CancelToken() for run_id in ids}
-    keeper = _keeper(tmp_path, tokens)
-    until = utcnow() + timedelta(seconds=0.5)
-    for run_id in ids:
-        keeper.fence(run_id, until)
+    keeper, tokens, _ = _fenced(tmp_path, 2)
+    ids = list(tokens)
     ((timer, _),) = keeper._timers.values()
     keeper.disarm(ids[0])
     assert not timer.cancelled()
