@@ -14,6 +14,7 @@ failure (CI sets it).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import uuid
@@ -24,6 +25,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+import structlog
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
@@ -263,3 +265,18 @@ def bwrap() -> str:
     """bubblewrap for a sandbox test: skipped with the reason when it cannot sandbox here,
     failed instead under ``AGENTCRON_REQUIRE_SANDBOX=1`` (CI)."""
     return require_bwrap()
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """For a test that calls ``configure_logging``: the root logger's handlers and level and
+    structlog's configuration as they were before it, afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    saved = structlog.get_config()
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        structlog.configure(**saved)

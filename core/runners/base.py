@@ -122,9 +122,11 @@ class CancelToken:
 
     def _changed(self, state: str, now: bool) -> None:
         event = self._events.get(state)
-        if event is not None and now:
+        if event is None:
+            return  # nobody waits on it: the first wait makes it from the flag
+        if now:
             event.set()
-        elif event is not None:
+        else:
             event.clear()
 
 

@@ -4,9 +4,7 @@ under a set-up of the host's own or a test's capture."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
-import pytest
 import structlog
 
 from agentcron.core.logging import configure_logging, logs_at
@@ -14,20 +12,7 @@ from agentcron.core.logging import configure_logging, logs_at
 ENGINE = logging.getLogger("agentcron.engine")
 
 
-@pytest.fixture
-def restored() -> Iterator[None]:
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    saved_structlog = structlog.get_config()
-    try:
-        yield
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
-        structlog.configure(**saved_structlog)
-
-
-def test_the_configured_level_decides(restored: None) -> None:
+def test_the_configured_level_decides(restored_logging: None) -> None:
     configure_logging("json", "WARNING")
     assert not logs_at(ENGINE, logging.INFO)
     assert logs_at(ENGINE, logging.WARNING)
@@ -35,7 +20,7 @@ def test_the_configured_level_decides(restored: None) -> None:
     assert logs_at(ENGINE, logging.INFO)
 
 
-def test_under_a_capture_or_a_hosts_own_set_up_every_line_is_made(restored: None) -> None:
+def test_under_a_capture_or_a_hosts_own_set_up_every_line_is_made(restored_logging: None) -> None:
     configure_logging("json", "WARNING")
     with structlog.testing.capture_logs():
         assert logs_at(ENGINE, logging.INFO)

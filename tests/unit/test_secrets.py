@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
@@ -234,27 +233,19 @@ def test_the_start_of_a_tail_cut_through_a_value_is_redacted() -> None:
 # -- logs ---------------------------------------------------------------------------------------
 
 
-def test_console_tracebacks_show_no_local_variables() -> None:
+def test_console_tracebacks_show_no_local_variables(restored_logging: None) -> None:
     stream = io.StringIO()
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    saved_structlog = structlog.get_config()
+    configure_logging("console", "INFO")
+    handler = logging.getLogger().handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+
+    def fail(value: str) -> None:
+        raise RuntimeError("boom")
+
     try:
-        configure_logging("console", "INFO")
-        handler = root.handlers[0]
-        assert isinstance(handler, logging.StreamHandler)
-        handler.setStream(stream)
-
-        def fail(value: str) -> None:
-            raise RuntimeError("boom")
-
-        try:
-            fail(VALUE)
-        except RuntimeError:
-            get_logger("test").exception("failed")
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
-        structlog.configure(**saved_structlog)
+        fail(VALUE)
+    except RuntimeError:
+        get_logger("test").exception("failed")
     text = stream.getvalue()
     assert "boom" in text and VALUE not in text
