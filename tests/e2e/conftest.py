@@ -66,7 +66,13 @@ class Server:
             self.log_file.close()
 
 
-def start_server(env: dict[str, str], log_path: Path, timeout: float = 30) -> Server:
+# How long a server may take to answer /healthz: its imports alone are seconds of CPU, and on
+# a loaded machine (five test workers on two cores, each starting servers) they took 30 s. The
+# wait ends at the first answer, so a healthy server costs no more for the bound.
+HEALTHY_WITHIN = 120.0
+
+
+def start_server(env: dict[str, str], log_path: Path, timeout: float = HEALTHY_WITHIN) -> Server:
     """Start ``agentcron serve`` and wait until /healthz answers."""
     port = free_port()
     log = log_path.open("ab")
@@ -85,7 +91,9 @@ def start_server(env: dict[str, str], log_path: Path, timeout: float = 30) -> Se
     raise AssertionError(f"server did not become healthy:\n{server.log()}")
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> bool:
+def wait_healthy(
+    url: str, process: subprocess.Popen[bytes], timeout: float = HEALTHY_WITHIN
+) -> bool:
     """Wait until ``url``/healthz answers 200: True; False after ``timeout`` or as soon as
     ``process`` has exited (the caller says why, with its log)."""
     deadline = time.monotonic() + timeout

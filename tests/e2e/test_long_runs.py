@@ -260,7 +260,7 @@ async def exercise(
 @pytest.mark.solo
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 async def test_runs_longer_than_the_lease_execute_once_while_others_start(
     pg_url: str, fleet: Fleet, tmp_path: Path
 ) -> None:

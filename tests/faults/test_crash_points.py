@@ -76,7 +76,7 @@ async def finished(probe: RunProbe, run_id: uuid.UUID) -> Run | None:
 
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(360)
 async def test_sigkill_during_a_run_is_continued_by_the_survivor_every_time(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
 ) -> None:
@@ -216,7 +216,7 @@ def hook() -> Iterator[Hook]:
 
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 async def test_sigkill_during_delivery_is_delivered_by_the_survivor(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe], hook: Hook
 ) -> None:

@@ -155,7 +155,7 @@ async def wait_ready(server: Server, within: float) -> float:
 @pytest.mark.solo
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(360)
 async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     pg_url: str,
     pg_proxy: ThreadedProxy,
@@ -343,7 +343,7 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
 
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 async def test_database_stall_answers_503_in_bounded_time_and_resumes(
     pg_url: str,
     pg_proxy: ThreadedProxy,

@@ -17,7 +17,7 @@ from tests.faults.soak import SoakConfig, soak
 # Solo: its leases are 3 s, and beside the wheel's venv install and the quickstart's replicas
 # a starved replica's renewals came late enough for overlaps the test (rightly) counts.
 @pytest.mark.solo
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 async def test_soak_replicas_killed_at_random_lose_and_double_nothing(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -46,7 +46,7 @@ async def test_soak_replicas_killed_at_random_lose_and_double_nothing(
 
 @pytest.mark.pg
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(360)
 async def test_replica_killed_while_claiming_a_burst_loses_and_doubles_nothing(
     pg_url: str, tmp_path: Path
 ) -> None:
