@@ -161,7 +161,9 @@ class Attempts(Leases):
             "b_now": now,
             "b_until": self._lease_until(now),
         }
-        async with self.db.connection(single=True) as connection:
+        async with self.db.connection() as connection:
+            # The runs first, in id order; then the statement share-locks their schedules.
+            await connection.execute(q.LOCK_ADMITTABLE, params)
             started = set((await connection.execute(q.ADMIT_RUNS, params)).scalars())
         decisions: list[StartDecision | None] = []
         for run, workdir in runs:

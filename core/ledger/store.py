@@ -68,8 +68,8 @@ class RunStore(Protocol):
         ``pending``, not cancelled, and whose schedule is enabled, undeleted, isolated with
         overlap ``allow`` becomes ``running`` (attempt + 1), and its decision (``run``, the
         caller's run object updated to what was written) is returned; the others get None and
-        go through ``start_attempt``. Locks: the schedules ``FOR SHARE`` (a pause waits for the
-        admission or is seen by it), the runs in id order."""
+        go through ``start_attempt``. Locks: the runs in id order, then their schedules ``FOR
+        SHARE`` in id order (a pause waits for the admission or is seen by it)."""
 
     async def finish_attempt(
         self,

@@ -163,12 +163,25 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
 # building nor compiling them is paid per batch. Core on the tables: the ORM's bulk UPDATE by
 # primary key cannot express ``consecutive_failures + n``.
 
-# Admit prepared runs (``core.ledger's ``admit_batch````): mark running, count the attempt, if this
-# instance still leases the run, it is pending and nobody asked to cancel it, and its schedule
-# still lets it start without a look at its other runs (enabled, undeleted, overlap ``allow``,
-# isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's write
-# transaction serialises anyway), so a pause either waits for the admission or is seen by it:
-# pause visibility stays immediate (docs/design.md, promise 9).
+# Admit prepared runs (``core.ledger``'s ``admit_batch``): mark running, count the attempt, if
+# this instance still leases the run, it is pending and nobody asked to cancel it, and its
+# schedule still lets it start without a look at its other runs (enabled, undeleted, overlap
+# ``allow``, isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's
+# write transaction serialises anyway), so a pause either waits for the admission or is seen by
+# it: pause visibility stays immediate (docs/design.md, promise 9).
+#
+# Lock order, as every batched write takes it: the runs in id order (``LOCK_ADMITTABLE``, a
+# statement of its own), then the schedules in id order. One statement could not promise that:
+# PostgreSQL evaluated the schedules' subquery first, so an admission holding a schedule's share
+# lock waited for a run a record held, while the record, holding that run, waited to lock the
+# schedule (a deadlock, seen with three replicas on a loaded machine).
+_ADMITTABLE = (
+    RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
+    RUNS.c.lease_owner == bindparam("b_owner"),
+    RUNS.c.status == RunStatus.PENDING.value,
+    RUNS.c.cancel_requested.is_(False),
+)
+LOCK_ADMITTABLE = select(RUNS.c.id).where(*_ADMITTABLE).order_by(RUNS.c.id).with_for_update()
 _OPEN_SCHEDULES = (
     select(SCHEDULES.c.id)
     .where(
@@ -178,19 +191,11 @@ _OPEN_SCHEDULES = (
         SCHEDULES.c.overlap == "allow",
         SCHEDULES.c.mode == "isolated",
     )
+    .order_by(SCHEDULES.c.id)
     .with_for_update(read=True)
 )
-_ADMITTABLE_RUNS = (
-    select(RUNS.c.id)
-    .where(
-        RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
-        RUNS.c.lease_owner == bindparam("b_owner"),
-        RUNS.c.status == RunStatus.PENDING.value,
-        RUNS.c.cancel_requested.is_(False),
-        RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery()),
-    )
-    .order_by(RUNS.c.id)  # the lock order of every batched write (see renew_leases)
-    .with_for_update()
+_ADMITTABLE_RUNS = select(RUNS.c.id).where(
+    *_ADMITTABLE, RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery())
 )
 ADMIT_RUNS = (
     update(RUNS)

@@ -4,13 +4,14 @@ hold for a batch too (pause, cancel, lease, failure streak)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, select, update
+from sqlalchemy import event, insert, select, text, update
 
 from agentcron.core import triggers
 from agentcron.core.ledger import Claim, Ledger, Outcome
@@ -111,6 +112,34 @@ async def test_admit_batch_marks_runs_running_with_one_attempt(
     assert {run.schedule_id for run in claim.runs} == set(ids)
     # Admitting again does nothing: the runs are no longer pending.
     assert await me.admit_batch(prepared(claim)[:1]) == [None]
+
+
+async def test_an_admission_locks_its_runs_before_their_schedules(
+    db: Database, tmp_path: Path
+) -> None:
+    """A record holds a run and then locks its schedule; an admission of that run waiting for
+    it must not hold the schedule meanwhile, or neither can go on (a deadlock, seen with three
+    replicas on a loaded machine)."""
+    if db.capabilities.dialect != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite's writer lock serialises)")
+    schedule_id = await add(db)
+    me = ledger(db, tmp_path)
+    claim = await me.claim_due_jobs(NOW)
+    (run,) = claim.runs
+    async with db.engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(select(Run.id).where(Run.id == run.id).with_for_update())
+        admission = asyncio.create_task(me.admit_batch(prepared(claim)))
+        await asyncio.sleep(0.5)  # the admission is now waiting for the run
+        assert not admission.done()
+        # The schedule is free to lock: the admission has not share-locked it while it waits.
+        await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
+        await holder.execute(
+            select(Schedule.id).where(Schedule.id == schedule_id).with_for_update()
+        )
+        await transaction.commit()
+    (decision,) = await asyncio.wait_for(admission, 10)
+    assert decision is not None and decision.action == "run"
 
 
 async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
