@@ -159,7 +159,7 @@ def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
                 pass
             assert time.monotonic() < deadline, (home / "serve.log").read_text()
             time.sleep(0.2)
-        due = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
+        due = (datetime.now(UTC) + timedelta(seconds=5)).isoformat()
         created = httpx.post(
             f"{base}/api/v1/schedules",
             headers=headers,
