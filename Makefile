@@ -8,7 +8,7 @@ PORT ?= 8000
 # server processes and agents mostly wait too (windows, drains, kills), so one run of both
 # with five workers on two cores keeps the machine busy: 5 min 12 s, against 6 min 1 s for
 # the two kinds one after the other (four workers, then three). Those with margins of a
-# fraction of a second (marked solo) run alone at the end. --dist loadgroup: the tests of a
+# fraction of a second, or that demand a throughput (marked solo), run alone at the end. --dist loadgroup: the tests of a
 # module that shares one server (marked xdist_group) run on one worker, so it starts once;
 # the others are handed out one by one, as with the default.
 TEST_WORKERS ?= 5
@@ -49,7 +49,7 @@ test: install ## run the whole test suite (PostgreSQL tests too when it is reach
 	sh scripts/install-chromium
 	sh scripts/install-bubblewrap
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/unit tests/integration tests/e2e tests/faults tests/test_bench_smoke.py
-	$(BIN)/pytest -m solo tests/e2e tests/faults
+	$(BIN)/pytest -m solo tests/e2e tests/faults tests/test_bench_smoke.py
 
 lint: install ## ruff and mypy (strict)
 	$(BIN)/ruff check .

@@ -111,6 +111,9 @@ def _check_api(figures: dict[str, Any]) -> None:
 IDLE_WINDOW = 3.0  # seconds of the idle workloads: three ticks of 1 s
 
 
+# Alone on the machine: beside four other test workers on a loaded two-core machine its
+# contenders were ready up to a minute after their T0, past the burst's misfire grace.
+@pytest.mark.solo
 async def test_every_adapter_and_workload(
     pg_server: PgServer | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
