@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import HEALTHY_WITHIN, free_port
+from tests.e2e.conftest import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 # One worker builds the wheel and runs both tests (--dist loadgroup); the build lock below is
@@ -149,16 +149,8 @@ def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
     try:
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {key}"}
-        deadline = time.monotonic() + HEALTHY_WITHIN
-        while True:
-            assert server.poll() is None, (home / "serve.log").read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (home / "serve.log").read_text()
-            time.sleep(0.2)
+        # Healthy in time, and not exited on the way (else its log says why).
+        assert wait_healthy(base, server), (home / "serve.log").read_text()
         due = (datetime.now(UTC) + timedelta(seconds=5)).isoformat()
         created = httpx.post(
             f"{base}/api/v1/schedules",
