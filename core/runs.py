@@ -15,11 +15,11 @@ from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from agentcron.core.schedules import load_schedule, parse_id
-from agentcron.core.states import TERMINAL, RunReason, RunStatus
+from agentcron.core.states import TERMINAL, RunStatus
 from agentcron.core.storage import Database, Delivery, Run, Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import QUEUED_ORIGINS, promote_next, run_payload
-from agentcron.core.transitions import apply, finished
+from agentcron.core.transitions import apply, cancelled
 
 
 @dataclass
@@ -80,7 +80,7 @@ class RunService:
                 raise Conflict(f"run {run.id} already finished ({run.status})")
             run.cancel_requested = True
             if run.status == RunStatus.PENDING:
-                apply(run, finished(RunStatus.CANCELLED, now, RunReason.CANCEL_REQUESTED))
+                apply(run, cancelled(now))
                 if run.origin in QUEUED_ORIGINS:
                     await promote_next(session, run.schedule_id, now)  # woken just below
         self._changed()

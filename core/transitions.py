@@ -34,6 +34,24 @@ def finished(status: Any, now: Any, reason: Any = None) -> Values:
     }
 
 
+# A cancelled run says why in ``error`` too, the same whichever path ends it: the API's cancel
+# of a pending run, the check before an attempt starts, or the attempt stopping on request.
+CANCEL_ERRORS = {
+    RunReason.CANCEL_REQUESTED: "cancelled on request",
+    RunReason.SCHEDULE_DELETED: "its schedule was deleted",
+}
+
+
+def cancelled(now: Any, reason: RunReason = RunReason.CANCEL_REQUESTED) -> Values:
+    """The run ends ``cancelled`` with ``reason`` and the error that goes with it."""
+    return {**finished(RunStatus.CANCELLED, now, reason.value), "error": CANCEL_ERRORS[reason]}
+
+
+def attempt_ended(status: Any, now: Any) -> Values:
+    """An attempt ends with ``status``; a cancelled one ended because it was asked to stop."""
+    return cancelled(now) if status == RunStatus.CANCELLED else finished(status, now)
+
+
 def retry_at(when: datetime) -> Values:
     """A transient failure: back to ``pending`` until ``when``, for any replica to retry."""
     return {

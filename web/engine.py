@@ -368,9 +368,7 @@ class RunEngine(Slots):
                 )
             await self._finished(finished, verdict)
             return
-        finished = await self.ledger.finish_attempt(
-            run.id, RunStatus.CANCELLED, error="cancelled on request"
-        )
+        finished = await self.ledger.finish_attempt(run.id, RunStatus.CANCELLED)
         if finished is not None:
             self.metrics.ended(finished.status, finished.trigger)
             bound.info("run_finished", status=finished.status)

@@ -26,7 +26,16 @@ from agentcron.core.storage import Run, Schedule, Task
 from agentcron.core.storage import queries as q
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import QUEUED_ORIGINS, promote_next
-from agentcron.core.transitions import admitted, apply, finished, paused, released, retry_at
+from agentcron.core.transitions import (
+    admitted,
+    apply,
+    attempt_ended,
+    cancelled,
+    finished,
+    paused,
+    released,
+    retry_at,
+)
 
 
 def breaker_note(streak: int, limit: int, error: str | None) -> str:
@@ -84,12 +93,12 @@ class Attempts(Leases):
         if run is None or run.lease_owner != self.owner or run.status not in ACTIVE:
             return StartDecision("lost")
         if run.cancel_requested:
-            apply(run, finished(RunStatus.CANCELLED, now, RunReason.CANCEL_REQUESTED))
+            apply(run, cancelled(now))
             return StartDecision("done", run)
         schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
         assert schedule is not None
         if schedule.deleted_at is not None:
-            apply(run, finished(RunStatus.CANCELLED, now, RunReason.SCHEDULE_DELETED))
+            apply(run, cancelled(now, RunReason.SCHEDULE_DELETED))
             return StartDecision("done", run)
         if run.trigger == "schedule" and not schedule.enabled:
             apply(run, finished(RunStatus.SKIPPED, now, RunReason.PAUSED))
@@ -243,7 +252,7 @@ class Attempts(Leases):
             if retry_when is not None:
                 apply(run, retry_at(retry_when))
                 return run
-            apply(run, finished(status, now))
+            apply(run, attempt_ended(status, now))
             if run.origin in QUEUED_ORIGINS:
                 promoted = await promote_next(session, run.schedule_id, now)
             if schedule is not None:

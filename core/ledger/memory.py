@@ -37,6 +37,8 @@ from agentcron.core.timeline import run_payload
 from agentcron.core.transitions import (
     admitted,
     apply,
+    attempt_ended,
+    cancelled,
     delivering,
     finished,
     paused,
@@ -209,10 +211,10 @@ class MemoryRunStore:
             return StartDecision("lost")
         schedule = self.schedules[run.schedule_id]
         if run.cancel_requested:
-            apply(run, finished(RunStatus.CANCELLED, now, RunReason.CANCEL_REQUESTED))
+            apply(run, cancelled(now))
             return StartDecision("done", _copy(run))
         if schedule.deleted_at is not None:
-            apply(run, finished(RunStatus.CANCELLED, now, RunReason.SCHEDULE_DELETED))
+            apply(run, cancelled(now, RunReason.SCHEDULE_DELETED))
             return StartDecision("done", _copy(run))
         if run.trigger == "schedule" and not schedule.enabled:
             apply(run, finished(RunStatus.SKIPPED, now, RunReason.PAUSED))
@@ -368,7 +370,7 @@ class MemoryRunStore:
         return run
 
     def _end(self, run: Run, status: str, now: datetime, *, pause_schedule: bool = False) -> None:
-        apply(run, finished(status, now))
+        apply(run, attempt_ended(status, now))
         schedule = self.schedules[run.schedule_id]
         note = schedule_result(schedule, run, now)
         if note is None and pause_schedule and schedule.enabled:

@@ -29,7 +29,7 @@ from agentcron.core.specs import (
 )
 from agentcron.core.states import RunReason, RunStatus
 from agentcron.core.storage import Run, Schedule
-from agentcron.core.transitions import finished
+from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 
 # Fields whose change makes an update recompute the schedule's warnings.
@@ -240,7 +240,7 @@ class ScheduleCrud(TimetableVerbs):
             await session.execute(
                 update(Run)
                 .where(Run.schedule_id == schedule.id, Run.status == RunStatus.PENDING)
-                .values(**finished(RunStatus.CANCELLED, now, RunReason.SCHEDULE_DELETED))
+                .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
             )
             await session.execute(
                 update(Run)

@@ -185,13 +185,13 @@ async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
     for name in names[1:]:
         decision = await me.start_attempt(run_of[schedules[name]])
         run = decision.run
-        outcomes[name] = (decision.action, run.status if run else None, run.reason if run else None)
+        outcomes[name] = (decision.action, *((run.status, run.reason, run.error) if run else ()))
     assert outcomes == {
-        "paused": ("done", "skipped", "paused"),
-        "deleted": ("done", "cancelled", "schedule_deleted"),
-        "cancelled": ("done", "cancelled", "cancel_requested"),
-        "lost": ("lost", None, None),
-        "now_skip": ("run", "running", None),
+        "paused": ("done", "skipped", "paused", None),
+        "deleted": ("done", "cancelled", "schedule_deleted", "its schedule was deleted"),
+        "cancelled": ("done", "cancelled", "cancel_requested", "cancelled on request"),
+        "lost": ("lost",),
+        "now_skip": ("run", "running", None, None),
     }
 
 

@@ -323,7 +323,8 @@ async def test_schedule_deleted_while_its_run_is_queued(
     after = await wait_status(engine.db, (await engine.run_now(other.id)).id, "succeeded")
     assert after.status == "succeeded"
     ended = await fetch_run(engine.db, queued.id)
-    assert ended.status == "cancelled" and ended.reason == "schedule_deleted"
+    assert (ended.status, ended.reason) == ("cancelled", "schedule_deleted")
+    assert ended.error == "its schedule was deleted"
     assert queued.id not in {call.run_id for call in fake.default.calls}
     assert engine.loop.healthy
 
@@ -393,7 +394,7 @@ async def test_cancel_a_running_run_locally_and_through_the_heartbeat(
     for run in (here, elsewhere):
         ended = await wait_status(engine.db, run.id, "cancelled", "succeeded", "failed")
         assert ended.status == "cancelled"
-        assert ended.error == "cancelled on request"
+        assert (ended.reason, ended.error) == ("cancel_requested", "cancelled on request")
         assert ended.lease_owner is None and ended.finished_at is not None
     assert sorted(runner.cancelled) == sorted([(here.id, "cancel"), (elsewhere.id, "cancel")])
 

@@ -284,6 +284,7 @@ async def test_a_cancel_before_the_attempt_ends_the_run_without_running_it(bench
     bench.store.request_cancel(waiting.id)
     run = await bench.until(waiting.id, "cancelled")
     assert run.reason == "cancel_requested" and run.attempt == 0
+    assert run.error == "cancelled on request"  # as when the attempt is stopped on request
     await bench.until(blocker.id, "succeeded")
     assert [call.run_id for call in runner.calls] == [blocker.id]
 
@@ -299,7 +300,7 @@ async def test_a_cancel_reaches_a_running_attempt_through_the_heartbeat(bench: B
     await asyncio.wait_for(runner.wait_calls(1), 5)
     bench.store.request_cancel(queued.id)  # as the API's cancel on another replica writes it
     run = await bench.until(queued.id, "cancelled", within=3)
-    assert run.error == "cancelled on request"
+    assert (run.reason, run.error) == ("cancel_requested", "cancelled on request")
     assert [reason for _, reason in runner.cancelled] == ["cancel"]
 
 
