@@ -47,9 +47,14 @@ def cancelled(now: Any, reason: RunReason = RunReason.CANCEL_REQUESTED) -> Value
     return {**finished(RunStatus.CANCELLED, now, reason.value), "error": CANCEL_ERRORS[reason]}
 
 
-def attempt_ended(status: Any, now: Any) -> Values:
-    """An attempt ends with ``status``; a cancelled one ended because it was asked to stop."""
-    return cancelled(now) if status == RunStatus.CANCELLED else finished(status, now)
+def attempt_ended(status: Any, now: Any, *, cancel_requested: bool = True) -> Values:
+    """An attempt ends with ``status``. A cancelled one was asked to stop: on request
+    (``cancel_requested``), or otherwise because its schedule was deleted."""
+    if status != RunStatus.CANCELLED:
+        return finished(status, now)
+    return cancelled(
+        now, RunReason.CANCEL_REQUESTED if cancel_requested else RunReason.SCHEDULE_DELETED
+    )
 
 
 def retry_at(when: datetime) -> Values:

@@ -132,9 +132,7 @@ class Attempts(Leases):
                 run.reason = RunReason.BUFFERED.value
                 return StartDecision("wait", run)
             if policy == "cancel_other":
-                await session.execute(
-                    update(Run).where(Run.id.in_(siblings)).values(cancel_requested=True)
-                )
+                await session.execute(q.ask_to_stop(siblings))
                 run.reason = RunReason.CANCELLING_OTHER.value
                 return StartDecision("wait", run)
 
@@ -252,7 +250,8 @@ class Attempts(Leases):
             if retry_when is not None:
                 apply(run, retry_at(retry_when))
                 return run
-            apply(run, attempt_ended(status, now))
+            on_request = run.cancel_requested or schedule is None or schedule.deleted_at is None
+            apply(run, attempt_ended(status, now, cancel_requested=on_request))
             if run.origin in QUEUED_ORIGINS:
                 promoted = await promote_next(session, run.schedule_id, now)
             if schedule is not None:

@@ -24,8 +24,9 @@ class Leases(LedgerBase):
     ) -> dict[uuid.UUID, bool]:
         """Extend the leases this instance holds: only on ``run_ids`` when given (the runs the
         engine still works on, so the lease of a run whose attempt died lapses and the run is
-        taken over). Returns ``{run_id: cancel_requested}``; a run missing from it is no longer
-        ours (its lease was lost to another replica)."""
+        taken over). Returns ``{run_id: stop}`` (``stop``: the run was asked to stop, or its
+        schedule was deleted); a run missing from it is no longer ours (its lease was lost to
+        another replica)."""
         until = self._lease_until(now)
         async with self.db.session() as session:
             if run_ids is None:

@@ -298,7 +298,8 @@ class MemoryRunStore:
             run = self.runs.get(run_id)
             if run is not None and run.lease_owner == self.owner and run.status in ACTIVE:
                 run.lease_expires_at = now + timedelta(seconds=self.lease_seconds)
-                renewed[run_id] = bool(run.cancel_requested)
+                deleted = self.schedules[run.schedule_id].deleted_at is not None
+                renewed[run_id] = bool(run.cancel_requested) or deleted
         return renewed
 
     async def release(self, run_ids: Sequence[uuid.UUID]) -> None:
@@ -370,8 +371,9 @@ class MemoryRunStore:
         return run
 
     def _end(self, run: Run, status: str, now: datetime, *, pause_schedule: bool = False) -> None:
-        apply(run, attempt_ended(status, now))
         schedule = self.schedules[run.schedule_id]
+        on_request = run.cancel_requested or schedule.deleted_at is None
+        apply(run, attempt_ended(status, now, cancel_requested=on_request))
         note = schedule_result(schedule, run, now)
         if note is None and pause_schedule and schedule.enabled:
             note = f"paused by agentcron: {run.error}"

@@ -102,8 +102,9 @@ class RunStore(Protocol):
         self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
     ) -> dict[uuid.UUID, bool]:
         """Extend our leases (only on ``run_ids`` when given) to ``now + lease_seconds``.
-        Returns ``{run_id: cancel_requested}`` for each renewed run; a run missing from it is
-        not ours any more (taken over), and its attempt must stop at once."""
+        Returns ``{run_id: stop}`` for each renewed run (``stop``: a cancel was requested or
+        its schedule was deleted: the attempt is asked to stop); a run missing from it is not
+        ours any more (taken over), and its attempt must stop at once."""
 
     async def release(self, run_ids: Sequence[uuid.UUID]) -> None:
         """Give back runs of ours that did not start (shutdown): unleased, available now."""

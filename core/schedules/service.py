@@ -27,8 +27,9 @@ from agentcron.core.specs import (
     reject_nul,
     reject_oversized,
 )
-from agentcron.core.states import RunReason, RunStatus
+from agentcron.core.states import RunReason
 from agentcron.core.storage import Run, Schedule
+from agentcron.core.storage import queries as q
 from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 
@@ -228,7 +229,10 @@ class ScheduleCrud(TimetableVerbs):
     async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
         """Delete a schedule: it stops at once and its pending and running runs are cancelled.
 
-        The row is kept (marked deleted) so its runs stay readable by run id.
+        The row is kept (marked deleted) so its runs stay readable by run id. Pending runs
+        end ``cancelled`` now, or at their admission if one is under way this instant; a
+        running run is asked to stop by its next lease renewal. The deletion holds the
+        schedule's row, so it never waits for a run's (``queries.unheld_pending``).
         """
         now = self.clock()
         async with self.db.session() as session:
@@ -239,13 +243,8 @@ class ScheduleCrud(TimetableVerbs):
             schedule.updated_at = now
             await session.execute(
                 update(Run)
-                .where(Run.schedule_id == schedule.id, Run.status == RunStatus.PENDING)
+                .where(Run.id.in_(q.unheld_pending(schedule.id)))
                 .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
-            )
-            await session.execute(
-                update(Run)
-                .where(Run.schedule_id == schedule.id, Run.status == RunStatus.RUNNING)
-                .values(cancel_requested=True)
             )
             await self._announce(session)
         self._changed()

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    exists,
     func,
     insert,
     or_,
@@ -124,8 +125,8 @@ def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
 
 
 def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = None) -> Update:
-    """Extend the leases ``owner`` holds (only on ``ids`` when given); returns
-    (id, cancel_requested) of each."""
+    """Extend the leases ``owner`` holds (only on ``ids`` when given); returns (id, stop) of
+    each: ``stop``, the run was asked to stop or its schedule was deleted."""
     # Rows are locked in id order, as the batched admission and result writes lock theirs: a
     # renewal touches thousands of held runs, and two transactions taking overlapping rows in
     # different orders deadlock (PostgreSQL then aborts one of them after a second).
@@ -137,8 +138,43 @@ def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = 
         update(Run)
         .where(Run.id.in_(locked.scalar_subquery()))
         .values(lease_expires_at=until)
-        .returning(Run.id, Run.cancel_requested)
+        .returning(Run.id, or_(Run.cancel_requested, _schedule_deleted))
     )
+
+
+# A run's schedule is deleted. The deletion does not wait to mark its running runs (see
+# ``unheld_pending``): their attempts learn it here, from their lease renewal.
+_schedule_deleted = exists().where(
+    SCHEDULES.c.id == RUNS.c.schedule_id, SCHEDULES.c.deleted_at.is_not(None)
+)
+
+
+# -- writes made while holding a schedule's row -----------------------------------------------
+#
+# Every transaction that locks runs and their schedule locks the runs first (claims aside,
+# which skip what is locked): records, admissions, renewals and the one-run verbs. One that
+# holds a schedule first (its deletion; an admission asking the schedule's other runs to
+# stop) must not then wait for one of its runs, or each waits for the other (PostgreSQL
+# aborts one after a second). So those writes skip the runs another transaction holds.
+
+
+def unheld_pending(schedule_id: uuid.UUID) -> Any:
+    """The pending runs of a schedule that no other transaction holds, row-locked: its
+    deletion ends them at once. One skipped is being admitted or its lease renewed; its
+    admission finds the schedule deleted and ends it the same way."""
+    return (
+        select(Run.id)
+        .where(Run.schedule_id == schedule_id, Run.status == RunStatus.PENDING.value)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+
+
+def ask_to_stop(run_ids: Sequence[uuid.UUID]) -> Update:
+    """Ask these runs to stop (overlap ``cancel_other``), those no other transaction holds;
+    a run skipped is asked at the next look of the run waiting for it."""
+    unheld = select(Run.id).where(Run.id.in_(run_ids)).with_for_update(skip_locked=True)
+    return update(Run).where(Run.id.in_(unheld.scalar_subquery())).values(cancel_requested=True)
 
 
 def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Update:

@@ -16,6 +16,7 @@ from sqlalchemy import event, insert, select, text, update
 from agentcron.core import triggers
 from agentcron.core.ledger import Claim, Ledger, Outcome
 from agentcron.core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
+from agentcron.core.schedules import ScheduleService
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage import Database, Run, Schedule, Task
 from tests.factories import schedule_values
@@ -140,6 +141,107 @@ async def test_an_admission_locks_its_runs_before_their_schedules(
         await transaction.commit()
     (decision,) = await asyncio.wait_for(admission, 10)
     assert decision is not None and decision.action == "run"
+
+
+async def test_a_deletion_never_waits_for_a_run_while_it_holds_the_schedule(
+    db: Database, tmp_path: Path
+) -> None:
+    """A record or an admission holds its runs and then locks their schedule; a deletion
+    holds the schedule, so it must not then wait for one of those runs, or neither goes on.
+    It ends the runs nobody holds at once and leaves the others to their admission (pending)
+    or their lease renewal (running)."""
+    if db.capabilities.dialect != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite's writer lock serialises)")
+    schedule_id = await add(db)
+    me = ledger(db, tmp_path)
+    (running,) = (await me.claim_due_jobs(NOW, start=1)).runs
+    held, free = uuid.uuid4(), uuid.uuid4()
+    async with db.session() as session:
+        for run_id in (held, free):
+            session.add(
+                Run(
+                    id=run_id,
+                    schedule_id=schedule_id,
+                    trigger="manual",
+                    status="pending",
+                    attempt=0,
+                    payload=running.payload,
+                    created_at=NOW,
+                    available_at=NOW,
+                    lease_owner=me.owner,
+                    lease_expires_at=NOW + timedelta(seconds=30),
+                    cancel_requested=False,
+                )
+            )
+    service = ScheduleService(db, clock=fixed(NOW))
+    async with db.engine.connect() as holder:
+        transaction = await holder.begin()
+        for run_id in sorted([running.id, held]):
+            await holder.execute(select(Run.id).where(Run.id == run_id).with_for_update())
+        # Done while another transaction holds two of the schedule's runs.
+        await asyncio.wait_for(service.delete(schedule_id, None), 10)
+        await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
+        await holder.execute(
+            select(Schedule.id).where(Schedule.id == schedule_id).with_for_update()
+        )
+        await transaction.commit()
+
+    ended = await fetch(db, Run, free)
+    assert (ended.status, ended.reason) == ("cancelled", "schedule_deleted")
+    # The run held at the deletion ends at its admission, the running one is asked to stop.
+    decision = await me.start_attempt(held)
+    assert decision.run is not None
+    assert (decision.action, decision.run.status, decision.run.reason) == (
+        "done",
+        "cancelled",
+        "schedule_deleted",
+    )
+    assert await me.renew_leases(NOW) == {running.id: True}
+    stopped = await me.finish_attempt(running.id, "cancelled")
+    assert stopped is not None
+    assert (stopped.reason, stopped.error) == ("schedule_deleted", "its schedule was deleted")
+
+
+async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_path: Path) -> None:
+    """An admission under ``cancel_other`` holds the schedule when it asks the running run to
+    stop; a record holding that run waits for the schedule next. The admission skips it and
+    asks again at its next look instead of waiting."""
+    if db.capabilities.dialect != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite's writer lock serialises)")
+    schedule_id = await add(db, overlap="cancel_other")
+    me = ledger(db, tmp_path)
+    (first,) = (await me.claim_due_jobs(NOW)).runs
+    assert (await me.start_attempt(first.id)).action == "run"
+    second = uuid.uuid4()
+    async with db.session() as session:
+        session.add(
+            Run(
+                id=second,
+                schedule_id=schedule_id,
+                trigger="manual",
+                status="pending",
+                attempt=0,
+                payload=first.payload,
+                created_at=NOW,
+                available_at=NOW,
+                lease_owner=me.owner,
+                lease_expires_at=NOW + timedelta(seconds=30),
+                cancel_requested=False,
+            )
+        )
+    async with db.engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(select(Run.id).where(Run.id == first.id).with_for_update())
+        decision = await asyncio.wait_for(me.start_attempt(second), 10)
+        assert decision.action == "wait"
+        await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
+        await holder.execute(
+            select(Schedule.id).where(Schedule.id == schedule_id).with_for_update()
+        )
+        await transaction.commit()
+    assert (await me.renew_leases(NOW))[first.id] is False  # skipped while it was held
+    assert (await me.start_attempt(second)).action == "wait"  # the next look asks it
+    assert (await me.renew_leases(NOW))[first.id] is True
 
 
 async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(

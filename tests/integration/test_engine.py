@@ -316,7 +316,7 @@ async def test_schedule_deleted_while_its_run_is_queued(
     # Deleting the blocker's schedule stops its running run too (through the heartbeat).
     await engine.schedules.delete(blocker_schedule.id, None)
     stopped = await wait_status(engine.db, blocker.id, "cancelled", "succeeded", "failed")
-    assert stopped.status == "cancelled"
+    assert (stopped.status, stopped.reason) == ("cancelled", "schedule_deleted")
 
     # The loop is still alive and serves other schedules; the queued run never ran.
     other = await engine.create(spec(fake.config(), HOURLY, name="other"))
