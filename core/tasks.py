@@ -54,7 +54,16 @@ async def delete_task(db: Database, task_id: str | uuid.UUID, owner: str | None)
     while a run is executing on the task.
     """
     async with db.session() as session:
-        task = await _visible_task(session, task_id, owner, lock=True)
+        task = await _visible_task(session, task_id, owner)
+        # The schedules bound to it before the task itself, in the order an admission takes
+        # them (its run, its schedule, then its task): the other order could deadlock with it.
+        await session.execute(
+            select(Schedule.id)
+            .where(Schedule.task_id == task.id)
+            .order_by(Schedule.id)
+            .with_for_update()
+        )
+        task = await _visible_task(session, task.id, owner, lock=True)
         if task.lock_run_id is not None:
             holder = await session.get(Run, task.lock_run_id)
             if holder is not None and holder.status == RunStatus.RUNNING:

@@ -19,6 +19,7 @@ from agentcron.core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanen
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.tasks import delete_task
 from tests.factories import schedule_values
 from tests.integration.engine_kit import MakeEngine, wait_for
 
@@ -242,6 +243,46 @@ async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_p
     assert (await me.renew_leases(NOW))[first.id] is False  # skipped while it was held
     assert (await me.start_attempt(second)).action == "wait"  # the next look asks it
     assert (await me.renew_leases(NOW))[first.id] is True
+
+
+async def test_a_task_deletion_locks_its_schedule_before_the_task(
+    db: Database, tmp_path: Path
+) -> None:
+    """An admission holds its run, then its schedule, then the schedule's task; deleting
+    that task must take the schedule before the task too, or each waits for the other."""
+    if db.capabilities.dialect != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite's writer lock serialises)")
+    schedule_id = await add(db, mode="persistent", overlap="skip")
+    task_id = uuid.uuid4()
+    async with db.session() as session:
+        session.add(
+            Task(
+                id=task_id,
+                schedule_id=schedule_id,
+                owner="local",
+                workdir=workdir_of(tmp_path, schedule_id),
+                conversation=[],
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        )
+        await session.execute(
+            update(Schedule).where(Schedule.id == schedule_id).values(task_id=task_id)
+        )
+    async with db.engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(
+            select(Schedule.id).where(Schedule.id == schedule_id).with_for_update()
+        )
+        deletion = asyncio.create_task(delete_task(db, task_id, None))
+        await asyncio.sleep(0.5)  # the deletion now waits for the schedule
+        assert not deletion.done()
+        await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
+        await holder.execute(select(Task.id).where(Task.id == task_id).with_for_update())
+        await transaction.commit()
+    await asyncio.wait_for(deletion, 10)
+    assert await fetch(db, Task, task_id) is None
+    assert (await fetch(db, Schedule, schedule_id)).task_id is None
 
 
 async def test_admit_batch_refuses_paused_cancelled_lost_and_changed(
