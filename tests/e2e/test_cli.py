@@ -4,6 +4,7 @@ with zoneinfo rather than by the code under test."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -26,7 +27,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
+from agentcron.core.keys import create_key
+from agentcron.core.storage import Database
+from tests.e2e.conftest import AGENTCRON, Server, free_port, start_server
 from tests.e2e.test_serve import readme_block
 
 # The module's tests share one server: `make test` (--dist loadgroup) keeps them on one
@@ -55,8 +58,19 @@ def shared_server(
     )
     subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
     running = start_server(env, root / "server.log")
-    yield running, env
+    yield running, asyncio.run(_keys(env["AGENTCRON_DATABASE_URL"]))
     running.stop()
+
+
+async def _keys(url: str) -> dict[str, str]:
+    """A key of each owner of ``OWNERS``, made at once in this process: an ``agentcron keys
+    create`` process per test cost seconds each on a loaded machine (the command itself is
+    run by the other e2e tests' ``make_key``)."""
+    db = Database(url)
+    try:
+        return {owner: (await create_key(db, owner))[0] for owner in OWNERS}
+    finally:
+        await db.dispose()
 
 
 _next_owner = count()
@@ -65,8 +79,8 @@ _next_owner = count()
 @pytest.fixture
 def server(shared_server: tuple[Server, dict[str, str]]) -> Server:
     """The module's server, with the key of an owner no other test of the module uses."""
-    running, env = shared_server
-    return replace(running, key=make_key(env, OWNERS[next(_next_owner)]))
+    running, keys = shared_server
+    return replace(running, key=keys[OWNERS[next(_next_owner)]])
 
 
 def client_env(server: Server | None = None, **extra: str) -> dict[str, str]:
