@@ -116,6 +116,28 @@ async def test_admit_batch_marks_runs_running_with_one_attempt(
     assert await me.admit_batch(prepared(claim)[:1]) == [None]
 
 
+async def add_pending(db: Database, like: Run, owner: str) -> uuid.UUID:
+    """A manual run of ``like``'s schedule, pending and leased to ``owner``."""
+    run_id = uuid.uuid4()
+    async with db.session() as session:
+        session.add(
+            Run(
+                id=run_id,
+                schedule_id=like.schedule_id,
+                trigger="manual",
+                status="pending",
+                attempt=0,
+                payload=like.payload,
+                created_at=NOW,
+                available_at=NOW,
+                lease_owner=owner,
+                lease_expires_at=NOW + timedelta(seconds=30),
+                cancel_requested=False,
+            )
+        )
+    return run_id
+
+
 async def test_an_admission_locks_its_runs_before_their_schedules(
     db: Database, tmp_path: Path
 ) -> None:
@@ -156,24 +178,7 @@ async def test_a_deletion_never_waits_for_a_run_while_it_holds_the_schedule(
     schedule_id = await add(db)
     me = ledger(db, tmp_path)
     (running,) = (await me.claim_due_jobs(NOW, start=1)).runs
-    held, free = uuid.uuid4(), uuid.uuid4()
-    async with db.session() as session:
-        for run_id in (held, free):
-            session.add(
-                Run(
-                    id=run_id,
-                    schedule_id=schedule_id,
-                    trigger="manual",
-                    status="pending",
-                    attempt=0,
-                    payload=running.payload,
-                    created_at=NOW,
-                    available_at=NOW,
-                    lease_owner=me.owner,
-                    lease_expires_at=NOW + timedelta(seconds=30),
-                    cancel_requested=False,
-                )
-            )
+    held, free = [await add_pending(db, running, me.owner) for _ in range(2)]
     service = ScheduleService(db, clock=fixed(NOW))
     async with db.engine.connect() as holder:
         transaction = await holder.begin()
@@ -213,23 +218,7 @@ async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_p
     me = ledger(db, tmp_path)
     (first,) = (await me.claim_due_jobs(NOW)).runs
     assert (await me.start_attempt(first.id)).action == "run"
-    second = uuid.uuid4()
-    async with db.session() as session:
-        session.add(
-            Run(
-                id=second,
-                schedule_id=schedule_id,
-                trigger="manual",
-                status="pending",
-                attempt=0,
-                payload=first.payload,
-                created_at=NOW,
-                available_at=NOW,
-                lease_owner=me.owner,
-                lease_expires_at=NOW + timedelta(seconds=30),
-                cancel_requested=False,
-            )
-        )
+    second = await add_pending(db, first, me.owner)
     async with db.engine.connect() as holder:
         transaction = await holder.begin()
         await holder.execute(select(Run.id).where(Run.id == first.id).with_for_update())
