@@ -183,9 +183,17 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
     A run that started meanwhile is left alone: its attempt is executing here and is drained
     (or released by ``release_for_takeover``); releasing it would let a replica run it twice.
     """
+    # Locked in id order, as a renewal of the same runs locks them (at shutdown the heartbeat
+    # still runs): a plain UPDATE locks in the order it scans, which is not id order.
+    mine = (
+        select(Run.id)
+        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == RunStatus.PENDING.value)
+        .order_by(Run.id)
+        .with_for_update()
+    )
     return (
         update(Run)
-        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == RunStatus.PENDING.value)
+        .where(Run.id.in_(mine.scalar_subquery()))
         .values(
             status=RunStatus.PENDING.value,
             lease_owner=None,

@@ -116,9 +116,11 @@ async def test_admit_batch_marks_runs_running_with_one_attempt(
     assert await me.admit_batch(prepared(claim)[:1]) == [None]
 
 
-async def add_pending(db: Database, like: Run, owner: str) -> uuid.UUID:
+async def add_pending(
+    db: Database, like: Run, owner: str, run_id: uuid.UUID | None = None
+) -> uuid.UUID:
     """A manual run of ``like``'s schedule, pending and leased to ``owner``."""
-    run_id = uuid.uuid4()
+    run_id = run_id or uuid.uuid4()
     async with db.session() as session:
         session.add(
             Run(
@@ -232,6 +234,31 @@ async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_p
     assert (await me.renew_leases(NOW))[first.id] is False  # skipped while it was held
     assert (await me.start_attempt(second)).action == "wait"  # the next look asks it
     assert (await me.renew_leases(NOW))[first.id] is True
+
+
+async def test_a_release_locks_its_runs_in_id_order(db: Database, tmp_path: Path) -> None:
+    """Giving back queued runs at shutdown races the heartbeat's renewal of the same runs,
+    which locks them in id order; the release must too, whatever order its scan finds them."""
+    if db.capabilities.dialect != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite's writer lock serialises)")
+    await add(db)
+    me = ledger(db, tmp_path)
+    (first,) = (await me.claim_due_jobs(NOW)).runs
+    ids = sorted(uuid.uuid4() for _ in range(3))
+    for run_id in reversed(ids):  # stored highest id first: a scan meets it first
+        await add_pending(db, first, me.owner, run_id)
+    async with db.engine.connect() as holder:
+        transaction = await holder.begin()
+        await holder.execute(select(Run.id).where(Run.id == ids[0]).with_for_update())
+        release = asyncio.create_task(me.release(ids))
+        await asyncio.sleep(0.5)  # the release now waits for the lowest id, holding none
+        assert not release.done()
+        await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
+        await holder.execute(select(Run.id).where(Run.id == ids[2]).with_for_update())
+        await transaction.commit()
+    await asyncio.wait_for(release, 10)
+    for run_id in ids:
+        assert (await fetch(db, Run, run_id)).lease_owner is None
 
 
 async def test_a_task_deletion_locks_its_schedule_before_the_task(
