@@ -47,14 +47,14 @@ def cancelled(now: Any, reason: RunReason = RunReason.CANCEL_REQUESTED) -> Value
     return {**finished(RunStatus.CANCELLED, now, reason.value), "error": CANCEL_ERRORS[reason]}
 
 
-def attempt_ended(status: Any, now: Any, *, cancel_requested: bool = True) -> Values:
+def attempt_ended(status: Any, now: Any, *, asked: bool, schedule_deleted: bool) -> Values:
     """An attempt ends with ``status``. A cancelled one was asked to stop: on request
-    (``cancel_requested``), or otherwise because its schedule was deleted."""
+    (``asked``: the run's ``cancel_requested``), or else by its schedule's deletion, which
+    its lease renewal reported."""
     if status != RunStatus.CANCELLED:
         return finished(status, now)
-    return cancelled(
-        now, RunReason.CANCEL_REQUESTED if cancel_requested else RunReason.SCHEDULE_DELETED
-    )
+    deleted = schedule_deleted and not asked
+    return cancelled(now, RunReason.SCHEDULE_DELETED if deleted else RunReason.CANCEL_REQUESTED)
 
 
 def retry_at(when: datetime) -> Values:

@@ -250,8 +250,9 @@ class Attempts(Leases):
             if retry_when is not None:
                 apply(run, retry_at(retry_when))
                 return run
-            on_request = run.cancel_requested or schedule is None or schedule.deleted_at is None
-            apply(run, attempt_ended(status, now, cancel_requested=on_request))
+            deleted = schedule is not None and schedule.deleted_at is not None
+            ended = attempt_ended(status, now, asked=run.cancel_requested, schedule_deleted=deleted)
+            apply(run, ended)
             if run.origin in QUEUED_ORIGINS:
                 promoted = await promote_next(session, run.schedule_id, now)
             if schedule is not None:

@@ -372,8 +372,8 @@ class MemoryRunStore:
 
     def _end(self, run: Run, status: str, now: datetime, *, pause_schedule: bool = False) -> None:
         schedule = self.schedules[run.schedule_id]
-        on_request = run.cancel_requested or schedule.deleted_at is None
-        apply(run, attempt_ended(status, now, cancel_requested=on_request))
+        deleted = schedule.deleted_at is not None
+        apply(run, attempt_ended(status, now, asked=run.cancel_requested, schedule_deleted=deleted))
         note = schedule_result(schedule, run, now)
         if note is None and pause_schedule and schedule.enabled:
             note = f"paused by agentcron: {run.error}"

@@ -243,7 +243,7 @@ class ScheduleCrud(TimetableVerbs):
             schedule.updated_at = now
             await session.execute(
                 update(Run)
-                .where(Run.id.in_(q.unheld_pending(schedule.id)))
+                .where(q.unheld_pending(schedule.id))
                 .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
             )
             await self._announce(session)

@@ -124,19 +124,22 @@ def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
     )
 
 
+def _locked_runs(*where: ColumnElement[bool], skip_locked: bool = False) -> ColumnElement[bool]:
+    """``Run.id IN`` the runs matching ``where``, row-locked in id order: the order every
+    write that locks several runs takes, so no two of them can deadlock over the same runs (a
+    plain UPDATE locks in the order it happens to scan). ``skip_locked``: leave out the runs
+    another transaction holds instead of waiting for them."""
+    held = select(Run.id).where(*where).order_by(Run.id).with_for_update(skip_locked=skip_locked)
+    return Run.id.in_(held.scalar_subquery())
+
+
 def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = None) -> Update:
     """Extend the leases ``owner`` holds (only on ``ids`` when given); returns (id, stop) of
     each: ``stop``, the run was asked to stop or its schedule was deleted."""
-    # Rows are locked in id order, as the batched admission and result writes lock theirs: a
-    # renewal touches thousands of held runs, and two transactions taking overlapping rows in
-    # different orders deadlock (PostgreSQL then aborts one of them after a second).
-    mine = select(Run.id).where(Run.lease_owner == owner, Run.status.in_(ACTIVE))
-    if ids is not None:
-        mine = mine.where(Run.id.in_(ids))
-    locked = mine.order_by(Run.id).with_for_update()
+    only = [Run.id.in_(ids)] if ids is not None else []
     return (
         update(Run)
-        .where(Run.id.in_(locked.scalar_subquery()))
+        .where(_locked_runs(Run.lease_owner == owner, Run.status.in_(ACTIVE), *only))
         .values(lease_expires_at=until)
         .returning(Run.id, or_(Run.cancel_requested, _schedule_deleted))
     )
@@ -158,23 +161,19 @@ _schedule_deleted = exists().where(
 # aborts one after a second). So those writes skip the runs another transaction holds.
 
 
-def unheld_pending(schedule_id: uuid.UUID) -> Any:
+def unheld_pending(schedule_id: uuid.UUID) -> ColumnElement[bool]:
     """The pending runs of a schedule that no other transaction holds, row-locked: its
     deletion ends them at once. One skipped is being admitted or its lease renewed; its
     admission finds the schedule deleted and ends it the same way."""
-    return (
-        select(Run.id)
-        .where(Run.schedule_id == schedule_id, Run.status == RunStatus.PENDING.value)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
+    pending = Run.status == RunStatus.PENDING.value
+    return _locked_runs(Run.schedule_id == schedule_id, pending, skip_locked=True)
 
 
 def ask_to_stop(run_ids: Sequence[uuid.UUID]) -> Update:
     """Ask these runs to stop (overlap ``cancel_other``), those no other transaction holds;
     a run skipped is asked at the next look of the run waiting for it."""
-    unheld = select(Run.id).where(Run.id.in_(run_ids)).with_for_update(skip_locked=True)
-    return update(Run).where(Run.id.in_(unheld.scalar_subquery())).values(cancel_requested=True)
+    unheld = _locked_runs(Run.id.in_(run_ids), skip_locked=True)
+    return update(Run).where(unheld).values(cancel_requested=True)
 
 
 def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Update:
@@ -182,18 +181,12 @@ def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Updat
 
     A run that started meanwhile is left alone: its attempt is executing here and is drained
     (or released by ``release_for_takeover``); releasing it would let a replica run it twice.
+    At shutdown the heartbeat may renew the same runs meanwhile: both lock in id order.
     """
-    # Locked in id order, as a renewal of the same runs locks them (at shutdown the heartbeat
-    # still runs): a plain UPDATE locks in the order it scans, which is not id order.
-    mine = (
-        select(Run.id)
-        .where(Run.lease_owner == owner, Run.id.in_(ids), Run.status == RunStatus.PENDING.value)
-        .order_by(Run.id)
-        .with_for_update()
-    )
+    pending = Run.status == RunStatus.PENDING.value
     return (
         update(Run)
-        .where(Run.id.in_(mine.scalar_subquery()))
+        .where(_locked_runs(Run.lease_owner == owner, Run.id.in_(ids), pending))
         .values(
             status=RunStatus.PENDING.value,
             lease_owner=None,
