@@ -27,6 +27,10 @@ T = TypeVar("T")
 
 TICK = 0.2
 LEASE = 2.0
+# For tests of a long attempt that assert why it stopped. Under the short lease a renewal late
+# by under a second on a loaded machine lets the fence stop the attempt first
+# ("lease_unconfirmed"), as it must; this lease leaves the renewals seconds of slack.
+ROOMY_LEASE = 8.0
 OWNER = "engine-a"
 
 

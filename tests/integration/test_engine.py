@@ -23,6 +23,7 @@ from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import (
     HOURLY,
     OWNER,
+    ROOMY_LEASE,
     Engine,
     MakeEngine,
     deliveries_of,
@@ -225,8 +226,9 @@ async def test_overlap_buffer_one_runs_the_buffered_run_before_newer_ones(
 
 
 async def test_overlap_cancel_other_cancels_the_running_one(
-    engine: Engine, fake: FakeRunnerType
+    make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
+    engine = make_engine(lease=ROOMY_LEASE)
     runner = fake.script("replace", [sleep(30), succeed("newer")])
     schedule = await engine.create(spec(fake.config("replace"), overlap="cancel_other"))
 
@@ -299,7 +301,7 @@ async def test_isolated_runs_get_fresh_tasks_in_a_stable_workdir(
 async def test_schedule_deleted_while_its_run_is_queued(
     make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
-    engine = make_engine(concurrency=1)
+    engine = make_engine(concurrency=1, lease=ROOMY_LEASE)
     fake.script("long", [sleep(30)])
     blocker_schedule = await engine.create(spec(fake.config("long"), HOURLY, name="blocker"))
     blocker = await engine.run_now(blocker_schedule.id)
@@ -378,8 +380,9 @@ async def test_a_run_claimed_before_pause_is_skipped(
 
 
 async def test_cancel_a_running_run_locally_and_through_the_heartbeat(
-    engine: Engine, fake: FakeRunnerType
+    make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
+    engine = make_engine(lease=ROOMY_LEASE)
     runner = fake.script("long", [sleep(30)])
     schedule = await engine.create(spec(fake.config("long"), HOURLY))
     here = await engine.run_now(schedule.id)
@@ -481,7 +484,7 @@ async def test_work_queued_by_another_replica_wakes_the_loop(
 async def test_stop_releases_a_long_run_for_another_engine(
     make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
-    first = make_engine(drain_timeout=0.1)
+    first = make_engine(drain_timeout=0.1, lease=ROOMY_LEASE)
     runner = fake.script("long-then-quick", [sleep(30), succeed("continued elsewhere")])
     schedule = await first.create(spec(fake.config("long-then-quick"), HOURLY))
     queued = await first.run_now(schedule.id)
