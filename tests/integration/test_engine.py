@@ -146,8 +146,9 @@ async def test_timed_out_run_is_delivered_to_channels_that_ask_for_it(
 
 
 async def test_overlap_skip_records_the_next_due_time_as_skipped(
-    engine: Engine, fake: FakeRunnerType
+    make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
+    engine = make_engine(lease=ROOMY_LEASE)
     runner = fake.script("long", [sleep(30)])
     schedule = await engine.create(spec(fake.config("long"), overlap="skip"))
 
@@ -167,8 +168,9 @@ async def test_overlap_skip_records_the_next_due_time_as_skipped(
 
 
 async def test_overlap_buffer_one_keeps_one_waiting_and_runs_it_after(
-    engine: Engine, fake: FakeRunnerType
+    make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
+    engine = make_engine(lease=ROOMY_LEASE)
     runner = fake.script("slow-first", [sleep(30), succeed("buffered one ran")])
     schedule = await engine.create(spec(fake.config("slow-first"), overlap="buffer_one"))
 
@@ -201,8 +203,9 @@ async def test_overlap_buffer_one_keeps_one_waiting_and_runs_it_after(
 
 @pytest.mark.parametrize("backend", ["sqlite"])  # engine logic, not storage
 async def test_overlap_buffer_one_runs_the_buffered_run_before_newer_ones(
-    engine: Engine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
+    make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    engine = make_engine(lease=ROOMY_LEASE)
     # The buffered run looks again only every WAIT_POLL_SECONDS; make that gap long so a newer
     # run arriving in it is certain to be seen first.
     monkeypatch.setattr("agentcron.web.engine.WAIT_POLL_SECONDS", 3.0)
