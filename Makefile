@@ -14,7 +14,7 @@ PORT ?= 8000
 TEST_WORKERS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-runtime run test lint format migrate bench bench-quick soak screenshots clean
+.PHONY: help install install-runtime run test lint format migrate bench bench-parts bench-quick soak screenshots clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -63,8 +63,12 @@ format: install ## apply ruff's formatting and safe fixes
 migrate: install-runtime ## apply database migrations to AGENTCRON_DATABASE_URL
 	$(BIN)/agentcron migrate
 
-bench: install ## every workload (burst, idle, steady, bigidle, replicas) on PostgreSQL and SQLite; long
+bench: install ## every workload (burst, idle, steady, bigidle, replicas) on PostgreSQL and SQLite, then the cost of each database part of a run; long
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.parts
+
+bench-parts: install ## CPU and wall time per run of the claim, the admission and the record on PostgreSQL (under a minute)
+	$(BIN)/python -m bench.parts
 
 bench-quick: install ## burst and replicas of 2,000 and a 15 s idle window, PostgreSQL only (a few minutes)
 	$(BIN)/python -m bench --quick

@@ -14,6 +14,9 @@ the figures each table needs are there; then the summaries and tables are built 
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from bench import report, workloads
 from bench.harness import parse, single
-from bench.infra import CONTENDERS, admin_dsn, sql, venv_ready
+from bench.infra import CONTENDERS, ROOT, admin_dsn, sql, venv_ready
 from tests.conftest import PG_URL, PgServer, clone_pg
 
 COUNT = 20
@@ -188,6 +191,37 @@ async def test_every_adapter_and_workload(
     assert "slot gap p99 ms" in burst and "| agentcron-c256 |" in burst, burst
     assert "API p99 ms" in burst and f"| {SERVE} |" in burst.split("API p99 ms")[1], burst
     assert sections["replicas"]["medians"]["2 processes"]["executed_max"] == COUNT
+
+
+PARTS_COUNT = 300  # one claim: 256 runs admitted by it, 44 left for the admissions
+
+
+async def test_parts_measures_claim_admit_and_record_of_every_run(
+    pg_server: PgServer | None, tmp_path: Path
+) -> None:
+    await clone_pg(pg_server)
+    admin = admin_dsn(make_url(PG_URL).render_as_string(hide_password=False))
+    out = tmp_path / "parts.json"
+    argv = ["--count", str(PARTS_COUNT), "--reps", "1", "--pg", admin, "--out", str(out)]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.parts",
+        *argv,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await process.communicate()
+    # It exits non-zero unless every run ended succeeded once.
+    assert process.returncode == 0, stderr.decode()
+    assert "| claim |" in stdout.decode() and "| record |" in stdout.decode()
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["claim"]["runs"] == summary["record"]["runs"] == PARTS_COUNT, summary
+    assert summary["admit"]["runs"] == PARTS_COUNT - 256, summary
+    for part in summary.values():
+        assert 0 < part["cpu_us_min"] <= part["cpu_us_median"], summary
+        assert 0 < part["wall_us_min"] <= part["wall_us_median"], summary
 
 
 def test_quick_is_postgresql_only_and_short() -> None:
