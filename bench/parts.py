@@ -181,9 +181,10 @@ def _engine_url(dsn: str) -> str:
 
 
 def machine_speed() -> float:
-    """Seconds of CPU for 10 million pure-Python additions: how quick this shared machine is
-    right now (on the development machine anywhere from 0.7 to 3.4 s), so figures of two
-    runs compare only beside theirs."""
+    """Seconds of CPU for 10 million pure-Python additions in a function: how quick this
+    shared machine is right now (0.28-0.35 s on the development machine at a quick moment;
+    the same loop at a script's top level, which docs/benchmarks.md quotes for older runs,
+    takes about twice as long), so figures of two runs compare only beside theirs."""
     began, total = time.process_time(), 0
     for number in range(10_000_000):
         total += number
