@@ -57,6 +57,7 @@ from agentcron.core.states import RunStatus
 from agentcron.core.storage import Database, Run
 from agentcron.web.heap import settle_heap
 from bench.adapters.agentcron import populate, shaped_rows
+from bench.harness import DEFAULT_PG
 from bench.infra import ROOT, admin_dsn, sql
 
 PARTS = ("claim", "admit", "record")
@@ -233,7 +234,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--start", type=int, default=256, help="runs each claim admits")
     parser.add_argument("--batch", type=int, default=256, help="runs per admission and per record")
     parser.add_argument(
-        "--pg", default="postgresql://postgres@127.0.0.1:5432/test", help="admin URL"
+        "--pg",
+        default=DEFAULT_PG,
+        help="admin URL (default: AGENTCRON_BENCH_PG_URL, as the harness)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where every repetition goes")
     return parser.parse_args(argv)
