@@ -56,7 +56,7 @@ from agentcron.core.logging import configure_logging
 from agentcron.core.states import RunStatus
 from agentcron.core.storage import Database, Run
 from agentcron.web.heap import settle_heap
-from bench.adapters.agentcron import populate, shaped_rows
+from bench.adapters.agentcron import engine_url, populate, shaped_rows
 from bench.harness import DEFAULT_PG
 from bench.infra import ROOT, admin_dsn, sql
 
@@ -73,12 +73,12 @@ class Part:
     wall_s: float = 0.0
     calls: int = 0
 
-    async def timed(self, call: Awaitable[Any], runs: int) -> Any:
+    async def timed(self, call: Awaitable[Any]) -> Any:
+        """Await ``call``, adding its CPU and wall time; the caller adds the runs it handled."""
         cpu, wall = time.process_time(), time.perf_counter()
         found = await call
         self.cpu_s += time.process_time() - cpu
         self.wall_s += time.perf_counter() - wall
-        self.runs += runs
         self.calls += 1
         return found
 
@@ -111,7 +111,7 @@ async def repetition(
         started: list[Run] = []
         waiting: list[tuple[Run, str]] = []
         while True:
-            claim = await claim_part.timed(ledger.claim_due_jobs(clock(), limit, start), 0)
+            claim = await claim_part.timed(ledger.claim_due_jobs(clock(), limit, start))
             if not claim.runs:
                 break
             claim_part.runs += len(claim.runs)
@@ -122,7 +122,8 @@ async def repetition(
                     waiting.append((run, claim.prepared[run.id]))
         for at in range(0, len(waiting), batch):
             chunk = waiting[at : at + batch]
-            decisions = await admit_part.timed(ledger.admit_batch(chunk), len(chunk))
+            decisions = await admit_part.timed(ledger.admit_batch(chunk))
+            admit_part.runs += len(chunk)
             for decision in decisions:
                 if decision is None or decision.action != "run" or decision.run is None:
                     raise SystemExit(f"a claimed run was not admitted: {decision}")
@@ -131,7 +132,8 @@ async def repetition(
             outcomes = [
                 Outcome(run, RunStatus.SUCCEEDED, output="ok") for run in started[at : at + batch]
             ]
-            await record_part.timed(ledger.record_batch(outcomes), len(outcomes))
+            await record_part.timed(ledger.record_batch(outcomes))
+            record_part.runs += len(outcomes)
     await _check(db, count)
     return rep
 
@@ -155,10 +157,10 @@ async def measure(
     template = f"agentcron_bench_parts_{uuid.uuid4().hex[:8]}"
     copy = f"{template}_copy"
     await sql(admin, f'CREATE DATABASE "{template}"')
-    db = Database(_engine_url(admin_dsn(admin, copy)))
+    db = Database(engine_url(admin_dsn(admin, copy)))
     try:
         rows = shaped_rows("burst", count, due, 60)
-        await populate(_engine_url(admin_dsn(admin, template)), rows, 0)
+        await populate(engine_url(admin_dsn(admin, template)), rows, 0)
         done: list[Repetition] = []
         for index in range(reps + 1):
             await db.dispose()  # its connections go with the copy; the engine stays warm
@@ -175,10 +177,6 @@ async def measure(
         await db.dispose()
         for name in (copy, template):
             await sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _engine_url(dsn: str) -> str:
-    return dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
 
 
 def machine_speed() -> float:
