@@ -7,7 +7,7 @@ words of our own: a failure names its class, never what the other end sent, beca
 end may be any service of the network (an SSH banner or an HTTP error page must not come back
 in a run's or delivery's error).
 
-- ``send_pinned``: an HTTP request (webhooks, the ``openai`` runner);
+- ``send_pinned``: an HTTP request (webhooks, the ``openai`` runner), with ``system_tls``;
 - ``open_pinned``: a TCP socket (the ``email`` channel's SMTP connection);
 - ``http_failure``: the words for an httpx transport error.
 """
@@ -15,6 +15,7 @@ in a run's or delivery's error).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import ssl
@@ -53,6 +54,15 @@ async def send_pinned(
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             last = exc  # nothing was sent: the next address is safe to try
     raise last
+
+
+@functools.cache
+def system_tls() -> ssl.SSLContext:
+    """The verifying TLS context of the system's CAs, built once per process (loading the CA
+    bundle costs tens of milliseconds, too much for every attempt). ``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` are honoured, as httpx does by default, although a client that connects
+    to pinned addresses ignores the rest of the environment (its proxies)."""
+    return httpx.create_ssl_context(trust_env=True)
 
 
 async def open_pinned(
@@ -105,4 +115,4 @@ def http_failure(exc: httpx.TransportError) -> str:
     return f"{name}: {text}" if text else name
 
 
-__all__ = ["http_failure", "open_pinned", "os_failure", "send_pinned"]
+__all__ = ["http_failure", "open_pinned", "os_failure", "send_pinned", "system_tls"]

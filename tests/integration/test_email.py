@@ -18,7 +18,6 @@ import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
@@ -47,7 +46,7 @@ from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run
 from agentcron.web.loop import SchedulerLoop
-from tests.integration.test_webhook import resolving
+from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 
 T = TypeVar("T")
 
@@ -205,37 +204,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
-
-
-@dataclass
-class Listener:
-    """A plain TCP service on loopback that is not an SMTP server: it greets every connection
-    with ``banner`` (an SSH or HTTP server, a database...) and counts the connections."""
-
-    banner: bytes
-    port: int = 0
-    connections: int = 0
-
-
-@asynccontextmanager
-async def listening(banner: bytes) -> AsyncIterator[Listener]:
-    listener = Listener(banner)
-
-    async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        listener.connections += 1
-        try:
-            writer.write(banner)
-            await writer.drain()
-            await reader.read()  # until the client leaves
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(greet, "127.0.0.1", 0)
-    listener.port = server.sockets[0].getsockname()[1]
-    async with server:
-        yield listener
 
 
 # -- requests and rows --------------------------------------------------------------------
@@ -522,8 +490,6 @@ async def test_an_unreadable_ca_file_is_permanent(
 
 # -- a stored URL is the tenant's choice: judged like a webhook's ----------------------------
 
-SSH_BANNER = b"SSH-2.0-OpenSSH_9.6 bastion-7f3a\r\n"
-
 
 @pytest.mark.parametrize(
     ("host", "kind"),
@@ -547,7 +513,7 @@ async def test_a_stored_url_at_a_private_address_is_refused_before_any_connectio
     message = caught.value.message
     assert f"a {kind} address" in message and "secret 'smtp'" in message, message
     assert "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in message
-    assert "bastion" not in message
+    assert MARK not in message
 
 
 async def test_a_stored_urls_name_is_judged_by_every_address_it_resolves_to() -> None:
@@ -588,15 +554,7 @@ async def test_a_pinned_tls_connection_still_checks_the_name(
     assert len(server.mailbox.messages) == 1
 
 
-BANNERS = [
-    SSH_BANNER,
-    b"HTTP/1.1 400 Bad Request\r\nServer: nginx/1.25 bastion-7f3a\r\n\r\n",
-    b"+OK Dovecot bastion-7f3a ready.\r\n",
-    b"\x00\x00\x00\x4a\x0a8.0.36 bastion-7f3a\x00",  # a MySQL handshake
-]
-
-
-@pytest.mark.parametrize("banner", BANNERS, ids=["ssh", "http", "pop3", "mysql"])
+@pytest.mark.parametrize("banner", BANNERS.values(), ids=BANNERS.keys())
 async def test_a_service_that_is_not_smtp_is_named_never_quoted(banner: bytes) -> None:
     """With private destinations allowed by the operator, a stored URL may point at any
     service of the network: what it says must not come back in the delivery's error."""
@@ -606,7 +564,7 @@ async def test_a_service_that_is_not_smtp_is_named_never_quoted(banner: bytes) -
             await EmailNotifier().deliver(stored_url_request(url, allow_private=True))
     text = str(caught.value)
     assert "did not answer as an SMTP server" in text, text
-    assert "bastion" not in text and "nginx" not in text and "Dovecot" not in text, text
+    assert MARK not in text and "nginx" not in text and "Dovecot" not in text, text
 
 
 @pytest.mark.parametrize("kind", ["a CA file", "a directory", "a missing path", "a key file"])
