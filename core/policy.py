@@ -16,7 +16,8 @@ and saying what the operator allows) unless:
 - every variable of the service it names (``api_key_env`` of ``openai``, ``smtp_url_env`` of an
   email channel) is in ``AGENTCRON_TENANT_ENV``; anything else is the tenant's own secret;
 - an ``openai`` ``base_url`` is a public address (the webhooks' private-address guard), unless
-  it starts with one of ``AGENTCRON_TENANT_ENDPOINTS`` (local model servers stay possible) or
+  it is one of ``AGENTCRON_TENANT_ENDPOINTS`` or below it (same scheme, host and port, the path
+  on a ``/`` boundary: ``core.endpoints``; local model servers stay possible) or
   ``AGENTCRON_ALLOW_PRIVATE_WEBHOOKS`` is set.
 
 The policy is checked when a schedule is saved (create, and each update naming the runner or
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agentcron.core.endpoints import Endpoint, parse_endpoints
 from agentcron.core.errors import InvalidSchedule, StartupError, TargetUnavailable
 from agentcron.core.notify.ssrf import ALLOW_HINT, literal_host_kind
 
@@ -128,20 +130,20 @@ class ExecutionPolicy:
     trusted_owners: frozenset[str] = frozenset({"local"})
     tenant_runners: frozenset[str] = frozenset({"openai"})
     tenant_env: frozenset[str] = frozenset()
-    tenant_endpoints: tuple[str, ...] = ()
+    tenant_endpoints: tuple[Endpoint, ...] = ()
     agents: Mapping[str, Agent] = field(default_factory=dict)
     allow_private: bool = False
 
     @classmethod
     def from_settings(cls, settings: Any) -> ExecutionPolicy:
         """The policy of ``core.config.Settings``; ``PolicyConfigError`` for a bad one."""
-        endpoints = tuple(sorted(_split(settings.tenant_endpoints)))
-        for endpoint in endpoints:
-            parts = urlsplit(endpoint)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise PolicyConfigError(
-                    f"AGENTCRON_TENANT_ENDPOINTS: {endpoint!r} is not an http(s) URL prefix"
-                )
+        try:
+            endpoints = parse_endpoints(settings.tenant_endpoints)
+        except ValueError as exc:
+            raise PolicyConfigError(
+                f"AGENTCRON_TENANT_ENDPOINTS: {exc} (give http or https URLs such as "
+                "http://127.0.0.1:11434/v1, separated by commas)"
+            ) from None
         path = settings.agents_file
         return cls(
             trusted_owners=_split(settings.trusted_owners),
@@ -228,10 +230,7 @@ class ExecutionPolicy:
         """Whether a tenant's ``base_url`` may be private (an endpoint the operator allows);
         ``InvalidSchedule`` for a non-public literal host otherwise. A name is resolved and
         judged at each attempt instead (it may resolve differently later)."""
-        if self.allow_private or any(
-            base_url == prefix.rstrip("/") or base_url.startswith(prefix)
-            for prefix in self.tenant_endpoints
-        ):
+        if self.allow_private or any(e.admits(base_url) for e in self.tenant_endpoints):
             return True
         kind = literal_host_kind(urlsplit(base_url).hostname or "")
         if kind is not None:

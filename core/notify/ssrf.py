@@ -1,27 +1,35 @@
-"""The SSRF guard of outgoing webhooks: which destination addresses are not public.
+"""The SSRF guard: which destination addresses are not public, and the judgement of a host.
 
-A webhook URL is chosen by whoever may create schedules, and the engine POSTs to it from inside
-the deployment's network. Without a guard that is a server-side request forgery primitive:
-``http://169.254.169.254/`` reads cloud credentials, ``http://10.0.0.5:9200/`` reaches an
-internal service. So, unless ``AGENTCRON_ALLOW_PRIVATE_WEBHOOKS`` is set, a delivery goes only
-to addresses that are globally routable.
+A webhook URL, an ``openai`` runner's ``base_url`` and an SMTP URL kept in a stored secret are
+chosen by whoever may create schedules or store secrets, and the service connects to them from
+inside the deployment's network. Without a guard each is a server-side request forgery
+primitive: ``http://169.254.169.254/`` reads cloud credentials, ``smtp://10.0.0.5:22`` reaches
+an internal service. So, unless ``AGENTCRON_ALLOW_PRIVATE_WEBHOOKS`` is set, such a connection
+goes only to addresses that are globally routable.
 
-Two checks use this module:
-- at creation, ``literal_host_kind`` refuses a URL whose host is a non-public IP literal or a
-  ``localhost`` name (no DNS lookup: a name may legitimately resolve differently later);
-- at delivery, ``resolve`` gives every address of the host, ``classify`` judges each one, and
-  the connection is made to a vetted address only (see ``core.notify.webhook``).
+Two checks use this module, the same for every kind of destination:
+- where a URL is saved, ``literal_host_kind`` refuses a host that is a non-public IP literal or
+  a ``localhost`` name (no DNS lookup: a name may legitimately resolve differently later);
+- at each attempt, ``vet`` resolves the host once, judges every address (``classify``) and
+  returns the addresses the connection must go to, so that the address judged is the address
+  connected to (``core.notify.outbound``): a DNS answer that changes in between is never used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 
 IPAddress = IPv4Address | IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 ALLOW_HINT = "set AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1 to allow private destinations"
+# Tried in the resolver's order after a failed connect (nothing was sent yet), so an AAAA
+# record without IPv6 routing does not fail every attempt; bounded so a name with many
+# records cannot stretch one attempt much beyond its connect timeout.
+MAX_ADDRESSES = 4
 
 # Named only so that the refusal says "cloud metadata"; their ranges are refused anyway.
 _METADATA = frozenset(
@@ -188,12 +196,50 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     return addresses
 
 
+class PrivateDestination(Exception):
+    """A destination that is not public. ``str()`` says which host and what kind of address:
+    ``10.0.0.5 is a private address``, ``mail.example.org resolves to a loopback address``."""
+
+    def __init__(self, host: str, kind: str, *, resolved: bool) -> None:
+        self.host = host
+        self.kind = kind
+        super().__init__(f"{host} {'resolves to' if resolved else 'is'} a {kind} address")
+
+
+async def vet(
+    host: str, port: int, *, allow_private: bool, resolver: Resolver = resolve
+) -> list[IPAddress]:
+    """The addresses a connection to ``host``:``port`` may go to: at most ``MAX_ADDRESSES``,
+    in the resolver's order of preference. The caller connects to these and never resolves
+    ``host`` again.
+
+    Unless ``allow_private``, raises ``PrivateDestination`` for a ``localhost`` name and for
+    a host of which *any* address is not public (``classify``): a name whose records mix
+    public and private addresses is refused, as their order is the name owner's choice.
+    Raises ``OSError`` when the host does not resolve (a transient failure for every caller).
+    """
+    if not allow_private and is_localhost_name(host):
+        # RFC 6761: whatever a resolver answers, such a name means this machine.
+        raise PrivateDestination(host, "loopback", resolved=True)
+    addresses = await resolver(host, port)
+    if not allow_private:
+        for address in addresses:
+            kind = classify(address)
+            if kind is not None:
+                raise PrivateDestination(host, kind, resolved=str(address) != host)
+    return addresses[:MAX_ADDRESSES]
+
+
 __all__ = [
     "ALLOW_HINT",
+    "MAX_ADDRESSES",
     "IPAddress",
+    "PrivateDestination",
+    "Resolver",
     "classify",
     "is_localhost_name",
     "literal_host_kind",
     "parse_ip_literal",
     "resolve",
+    "vet",
 ]

@@ -15,7 +15,7 @@ import hmac
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,25 +24,21 @@ import httpx
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError
 from agentcron.core.notify.base import DeliveryRequest, check_keys, encode_body, required_string
+from agentcron.core.notify.outbound import http_failure, send_pinned, system_tls
 from agentcron.core.notify.ssrf import (
     ALLOW_HINT,
     IPAddress,
-    classify,
+    PrivateDestination,
+    Resolver,
     literal_host_kind,
     parse_ip_literal,
     resolve,
+    vet,
 )
 from agentcron.core.secrets import check_reference, reference_name
 
-Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
-
 # A channel's own keys, besides the "type" and "notify_on" every channel has.
 FIELDS = frozenset({"url", "secret"})
-
-# Tried in the resolver's order after a failed connect (nothing was sent yet), so an AAAA
-# record without IPv6 routing does not fail every delivery; bounded so a name with many
-# records cannot stretch one attempt much beyond its connect timeout.
-MAX_ADDRESSES = 4
 # Answers worth another attempt: the receiver is overloaded, rate-limits us or gave up
 # waiting for the request (408). Every other non-2xx answer is final.
 TRANSIENT_STATUS = frozenset({408, 429})
@@ -75,12 +71,13 @@ class WebhookNotifier:
     ``RunPermanentError``. No error message contains the secret, the body, or the URL's
     credentials or query string.
 
-    Unless ``request.allow_private``, a destination that is not publicly routable (see
-    ``core.notify.ssrf.classify``) is refused before any connection: the host is resolved once,
-    every address must be public, and the connection goes to one of those vetted addresses
-    while the ``Host`` header, TLS SNI and certificate check keep the URL's hostname.
-    Environment proxies (``HTTPS_PROXY``...) are ignored for the same reason: the address we
-    vetted must be the one we connect to.
+    The host is resolved once (``core.notify.ssrf.vet``) and the connection goes to one of
+    those addresses while the ``Host`` header, TLS SNI and certificate check keep the URL's
+    hostname (``core.notify.outbound.send_pinned``). Unless ``request.allow_private``, a
+    destination that is not publicly routable is refused before any connection: every address
+    must be public. Environment proxies (``HTTPS_PROXY``...) are ignored for the same reason:
+    the address we vetted must be the one we connect to. A failure names its class, never what
+    a server that is not an HTTP server sent.
 
     ``timeout`` bounds each network step (connect, each read and write); ``deadline`` bounds
     one whole attempt including DNS. ``verify`` is the TLS trust (True: the system's CAs).
@@ -102,19 +99,11 @@ class WebhookNotifier:
         self.deadline = deadline
         self.verify = verify
         self.resolver = resolver
-        self._ssl_context: ssl.SSLContext | None = (
-            verify if isinstance(verify, ssl.SSLContext) else None
-        )
 
     def _tls(self) -> ssl.SSLContext | bool:
-        """The TLS context, built once: loading the CA bundle costs tens of milliseconds,
-        too much to repeat for every attempt (each attempt has its own client, see ``_post``).
-        ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are honoured, as httpx does by default."""
-        if self.verify is False:
-            return False
-        if self._ssl_context is None:
-            self._ssl_context = httpx.create_ssl_context(trust_env=True)
-        return self._ssl_context
+        """The TLS trust: the context given, none (``verify=False``), or the system's CAs
+        (``system_tls``, built once: each attempt has its own client, see ``_post``)."""
+        return system_tls() if self.verify is True else self.verify
 
     def validate(
         self, channel: Mapping[str, Any], field: str, *, allow_private: bool
@@ -201,20 +190,11 @@ class WebhookNotifier:
         host = url.raw_host.decode("ascii")  # IDNA-encoded, brackets stripped
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
-            addresses = await self.resolver(host, port)
+            return await vet(host, port, allow_private=allow_private, resolver=self.resolver)
+        except PrivateDestination as exc:
+            raise RunPermanentError(f"webhook {target} refused: {exc}; {ALLOW_HINT}") from None
         except OSError as exc:
             raise ConnectionError(f"webhook {target}: cannot resolve {host} ({exc})") from exc
-        if not allow_private:
-            # Every address, not only the one we would use: a name whose records mix public
-            # and private addresses is refused, as the order of records is the attacker's.
-            for address in addresses:
-                kind = classify(address)
-                if kind is not None:
-                    verb = "is" if str(address) == host else "resolves to"
-                    raise RunPermanentError(
-                        f"webhook {target} refused: {host} {verb} a {kind} address; {ALLOW_HINT}"
-                    )
-        return addresses[:MAX_ADDRESSES]
 
     async def _post(
         self,
@@ -224,40 +204,26 @@ class WebhookNotifier:
         body: bytes,
         target: str,
     ) -> tuple[int, str]:
-        """Send to the first vetted address that accepts a connection; ``(status, reason)``.
-
-        The URL is rewritten to the address, so httpx connects there without resolving the
-        name again (the check and the connection see the same address: no DNS rebinding).
-        The ``Host`` header keeps the original authority and, for https, the ``sni_hostname``
-        extension makes httpcore send the original name as SNI and verify the certificate
-        against it, exactly as a request to the name would.
-        """
-        host = url.raw_host.decode("ascii")
-        pinned_headers = {**headers, "host": url.netloc.decode("ascii")}
-        extensions = {"sni_hostname": host} if url.scheme == "https" else {}
-        last: httpx.TransportError | None = None
-        # One client per attempt: the pool is keyed by (scheme, IP, port), and a pooled TLS
-        # connection made for one hostname must never carry a request for another.
+        """Send to the first vetted address that accepts a connection; ``(status, reason)``."""
+        # One client per attempt: ``send_pinned`` wants a client used for one host only.
         async with httpx.AsyncClient(
             timeout=self.timeout, follow_redirects=False, trust_env=False, verify=self._tls()
         ) as client:
-            for address in addresses:
-                pinned = url.copy_with(host=str(address))
-                try:
-                    # Streamed and never read: the answer's status is all we need, and a
-                    # receiver must not make us buffer an arbitrarily large body.
-                    async with client.stream(
-                        "POST", pinned, content=body, headers=pinned_headers, extensions=extensions
-                    ) as response:
-                        return response.status_code, response.reason_phrase
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    last = exc  # nothing was sent: the next address is safe to try
-                except httpx.TimeoutException as exc:
-                    raise TimeoutError(f"webhook {target} timed out ({_describe(exc)})") from exc
-                except httpx.TransportError as exc:
-                    raise ConnectionError(f"webhook {target} failed: {_describe(exc)}") from exc
-        cause = _describe(last) if last is not None else "no address"
-        raise ConnectionError(f"webhook {target}: cannot connect ({cause})") from last
+            request = client.build_request("POST", url, content=body, headers=headers)
+            try:
+                response = await send_pinned(client, request, addresses)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                raise ConnectionError(
+                    f"webhook {target}: cannot connect ({http_failure(exc)})"
+                ) from exc
+            except httpx.TimeoutException as exc:
+                raise TimeoutError(f"webhook {target} timed out ({http_failure(exc)})") from exc
+            except httpx.TransportError as exc:
+                raise ConnectionError(f"webhook {target} failed: {http_failure(exc)}") from exc
+            # Never read: the answer's status is all we need, and a receiver must not make
+            # us buffer an arbitrarily large body.
+            await response.aclose()
+            return response.status_code, response.reason_phrase
 
 
 def _judge(status: int, reason: str, target: str) -> None:
@@ -271,12 +237,6 @@ def _judge(status: int, reason: str, target: str) -> None:
     if 300 <= status < 400:
         raise RunPermanentError(f"webhook {target} answered {answer}; redirects are not followed")
     raise RunPermanentError(f"webhook {target} answered {answer}")
-
-
-def _describe(exc: httpx.TransportError) -> str:
-    """The exception's class and text, which httpx keeps free of headers and body."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def secret_problem(secret: str) -> str | None:

@@ -11,6 +11,7 @@ one case goes through the whole engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import socket
 import ssl
@@ -45,6 +46,7 @@ from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run
 from agentcron.web.loop import SchedulerLoop
+from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 
 T = TypeVar("T")
 
@@ -230,6 +232,18 @@ def request(
     }
     body = delivery_body(view, schedule_id, "morning <digest>")
     return DeliveryRequest(f"{run_id}.{index}", channel(*to), body, Path("/nonexistent"))
+
+
+def stored_url_request(url: str, *, allow_private: bool = False) -> DeliveryRequest:
+    """A delivery whose channel reads its SMTP URL from the owner's stored secret ``smtp``:
+    the URL is the tenant's choice, not the operator's."""
+    spec = {"type": "email", "to": [ALICE], "smtp_url_secret": "smtp", "from": SENDER}
+    return dataclasses.replace(
+        request(),
+        channel=validate_channels([spec])[0],
+        allow_private=allow_private,
+        secrets={"smtp": url},
+    )
 
 
 def parts(message: EmailMessage) -> tuple[str, str]:
@@ -472,6 +486,113 @@ async def test_an_unreadable_ca_file_is_permanent(
     monkeypatch.setenv(ENV, server.url("smtps", query=f"ca_file={tmp_path / 'missing.pem'}"))
     with pytest.raises(RunPermanentError, match=f"ca_file given in {ENV} cannot be loaded"):
         await EmailNotifier().deliver(request())
+
+
+# -- a stored URL is the tenant's choice: judged like a webhook's ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("[::ffff:127.0.0.1]", "loopback (IPv4-mapped)"),
+        ("localhost", "loopback"),
+        ("2130706433", "loopback"),  # 127.0.0.1 spelled as one number
+        ("127.1", "loopback"),
+    ],
+)
+async def test_a_stored_url_at_a_private_address_is_refused_before_any_connection(
+    host: str, kind: str
+) -> None:
+    async with listening(SSH_BANNER) as service:
+        url = f"smtp://{host}:{service.port}"
+        with pytest.raises(RunPermanentError) as caught:
+            await EmailNotifier().deliver(stored_url_request(url))
+        await asyncio.sleep(0.05)
+        assert service.connections == 0
+    message = caught.value.message
+    assert f"a {kind} address" in message and "secret 'smtp'" in message, message
+    assert "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in message
+    assert MARK not in message
+
+
+async def test_a_stored_urls_name_is_judged_by_every_address_it_resolves_to() -> None:
+    async with listening(SSH_BANNER) as service:
+        # The public record comes first; the name's owner orders them, so every one counts.
+        notifier = EmailNotifier(resolver=resolving("93.184.216.34", "127.0.0.1"))
+        url = f"smtp://mail.example.test:{service.port}"
+        with pytest.raises(RunPermanentError, match="mail.example.test resolves to a loopback"):
+            await notifier.deliver(stored_url_request(url))
+        await asyncio.sleep(0.05)
+        assert service.connections == 0
+
+
+async def test_the_connection_goes_to_the_address_judged(start_server: StartServer) -> None:
+    # ``.test`` never resolves in real DNS (RFC 6761): the mail can only arrive by connecting
+    # to the address the notifier's resolver gave and the judgement saw.
+    server = start_server()
+    notifier = EmailNotifier(resolver=resolving("127.0.0.1"))
+    url = f"smtp://mail.example.test:{server.port}"
+    await notifier.deliver(stored_url_request(url, allow_private=True))
+    [received] = server.mailbox.messages
+    assert received.rcpt_tos == [ALICE]
+
+
+async def test_a_pinned_tls_connection_still_checks_the_name(
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operator's URL names the server; the connection goes to the address resolved, and
+    # the certificate is checked against the name, not the address.
+    server = start_server(ssl_context=certificate.server_context())
+    notifier = EmailNotifier(resolver=resolving("127.0.0.1"))
+    query = f"ca_file={certificate.ca_file}"
+    monkeypatch.setenv(ENV, f"smtps://mail.example.test:{server.port}?{query}")
+    with pytest.raises(RunPermanentError, match="TLS certificate of mail.example.test:.* not"):
+        await notifier.deliver(request())
+    monkeypatch.setenv(ENV, f"smtps://localhost:{server.port}?{query}")  # in the certificate
+    await notifier.deliver(request())
+    assert len(server.mailbox.messages) == 1
+
+
+@pytest.mark.parametrize("banner", BANNERS.values(), ids=BANNERS.keys())
+async def test_a_service_that_is_not_smtp_is_named_never_quoted(banner: bytes) -> None:
+    """With private destinations allowed by the operator, a stored URL may point at any
+    service of the network: what it says must not come back in the delivery's error."""
+    async with listening(banner) as service:
+        url = f"smtp://127.0.0.1:{service.port}?timeout=2"
+        with pytest.raises(EmailDeferred) as caught:
+            await EmailNotifier().deliver(stored_url_request(url, allow_private=True))
+    text = str(caught.value)
+    assert "did not answer as an SMTP server" in text, text
+    assert MARK not in text and "nginx" not in text and "Dovecot" not in text, text
+
+
+@pytest.mark.parametrize("kind", ["a CA file", "a directory", "a missing path", "a key file"])
+async def test_a_stored_url_cannot_name_a_file_of_the_services_host(
+    kind: str, certificate: Certificate, tmp_path: Path
+) -> None:
+    """Only the operator's URL may name ``ca_file``: a tenant's would make the service open a
+    path of its choosing, and the error would tell what is there."""
+    key_file = tmp_path / "service.key"
+    key_file.write_text("-----BEGIN PRIVATE KEY-----\n")
+    key_file.chmod(0o600)
+    path = {
+        "a CA file": certificate.ca_file,
+        "a directory": tmp_path,
+        "a missing path": tmp_path / "missing.pem",
+        "a key file": key_file,
+    }[kind]
+    async with listening(SSH_BANNER) as service:
+        url = f"smtps://127.0.0.1:{service.port}?ca_file={path}"
+        with pytest.raises(RunPermanentError) as caught:
+            await EmailNotifier().deliver(stored_url_request(url, allow_private=True))
+        assert service.connections == 0
+    # The same words whatever the path is: nothing tells whether it exists or what it is.
+    assert caught.value.message == (
+        "secret 'smtp' does not hold a valid SMTP URL: ca_file names a file on the service's "
+        "host, which only the operator's URL (smtp_url_env) may do"
+    )
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
 # -- transient failures -------------------------------------------------------------------

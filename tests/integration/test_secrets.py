@@ -52,6 +52,7 @@ from tests.conftest import app_client, issue_key
 from tests.integration.test_edit_keeps_fields import _AppTransport
 from tests.integration.test_email import free_port
 from tests.integration.test_webhook import Receiver, new_secret
+from tests.network import SSH_BANNER, listening
 
 API = "/api/v1"
 KEY = Fernet.generate_key().decode()
@@ -534,17 +535,52 @@ async def test_email_reads_its_smtp_url_from_a_stored_secret(tmp_path: Path) -> 
             "smtp_url_secret": "smtp",
         }
         body = {"type": "run.finished", "schedule": {"name": "x"}, "run": {"status": "succeeded"}}
-        request = DeliveryRequest("run.0", channel, body, tmp_path, secrets={"smtp": url})
+        # The server on loopback stands for the owner's: a stored URL reaches a private
+        # address only where the operator allows private destinations.
+        request = DeliveryRequest("run.0", channel, body, tmp_path, True, secrets={"smtp": url})
         await EmailNotifier().deliver(request)
         assert len(inbox.messages) == 1
         with pytest.raises(RunPermanentError, match="secret 'smtp' does not hold a valid SMTP"):
             await EmailNotifier().deliver(
-                DeliveryRequest("run.1", channel, body, tmp_path, secrets={"smtp": "http://x"})
+                DeliveryRequest(
+                    "run.1", channel, body, tmp_path, True, secrets={"smtp": "http://x"}
+                )
             )
         with pytest.raises(RunPermanentError, match="secret 'smtp'"):
-            await EmailNotifier().deliver(DeliveryRequest("run.2", channel, body, tmp_path))
+            await EmailNotifier().deliver(DeliveryRequest("run.2", channel, body, tmp_path, True))
     finally:
         controller.stop()
+
+
+async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconnected(
+    settings: Settings,
+) -> None:
+    """The whole path of an owner's SMTP URL with the operator's default (private destinations
+    refused): stored, referred to, delivered by the engine. The delivery fails at once saying
+    why, and the service behind the URL never sees a connection."""
+    running = settings.model_copy(
+        update={"disable_scheduler": False, "scheduler_tick_seconds": 0.2}
+    )
+    app = create_app(running)
+    async with (
+        app.router.lifespan_context(app),
+        listening(SSH_BANNER) as service,
+        app_client(app, await issue_key(app, "alice")) as http,
+    ):
+        url = f"smtp://127.0.0.1:{service.port}"
+        assert (await put(http, "smtp", url)).status_code == 200
+        email = {
+            "type": "email",
+            "to": ["ops@example.org"],
+            "from": "agentcron@example.org",
+            "smtp_url_secret": "smtp",
+        }
+        schedule = await created(http, schedule_body(command("echo done", {}), notify=[email]))
+        run = await finished(http, (await run_now(http, schedule["id"]))["id"], delivered=True)
+    [delivery] = run["deliveries"]
+    assert (delivery["status"], delivery["attempts"]) == ("failed", 1), delivery
+    assert "127.0.0.1 is a loopback address" in delivery["error"], delivery["error"]
+    assert service.connections == 0
 
 
 # -- the command line ---------------------------------------------------------------------------

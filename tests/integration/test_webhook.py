@@ -21,7 +21,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from agentcron.core.errors import RunPermanentError
 from agentcron.core.notify import register_notifier
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.notify.delivery import deliver_run
-from agentcron.core.notify.ssrf import IPAddress
 from agentcron.core.notify.webhook import WebhookNotifier
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import RunService, run_view
@@ -46,6 +44,7 @@ from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
+from tests.network import BANNERS, MARK, listening, resolving
 
 API = "/api/v1"
 HANG = "hang"
@@ -172,15 +171,6 @@ def request_for(
     )
 
 
-def resolving(*addresses: str) -> Any:
-    """A resolver that gives every name ``addresses``: the DNS answer of the test."""
-
-    async def resolve(host: str, port: int) -> list[IPAddress]:
-        return [IPv4Address(a) for a in addresses]
-
-    return resolve
-
-
 # -- one delivery, straight to the notifier ------------------------------------------------
 
 
@@ -276,6 +266,18 @@ async def test_a_closed_port_is_a_transient_connection_error(secret: str) -> Non
 async def test_an_unresolvable_name_is_transient(secret: str) -> None:
     with pytest.raises(ConnectionError, match="cannot resolve no-such-host.invalid"):
         await WebhookNotifier().deliver(request_for("https://no-such-host.invalid/h", secret))
+
+
+@pytest.mark.parametrize("banner", BANNERS.values(), ids=BANNERS.keys())
+async def test_a_service_that_is_not_http_is_named_never_quoted(secret: str, banner: bytes) -> None:
+    """With private destinations allowed by the operator, a webhook may point at any service
+    of the network: what it says must not come back in the delivery's error."""
+    async with listening(banner) as service:
+        notifier = WebhookNotifier(timeout=0.5)
+        with pytest.raises(Exception) as caught:
+            await notifier.deliver(request_for(f"http://127.0.0.1:{service.port}/hook", secret))
+    assert service.connections >= 1
+    assert MARK not in str(caught.value) and "nginx" not in str(caught.value), caught.value
 
 
 # -- TLS: the pinned connection still checks the certificate against the name --------------

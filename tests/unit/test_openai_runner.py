@@ -28,6 +28,7 @@ from agentcron.core.runners import openai as openai_runner
 from agentcron.core.runners.openai import reply as openai_reply
 from tests.chat_server import ChatServer, Reply, completion
 from tests.factories import run_request
+from tests.network import BANNERS, MARK, listening, resolving
 
 KEY_ENV = "AGENTCRON_TEST_OPENAI_KEY"
 KEY = "sk-test-4f1c9e0b7a2d4c55-do-not-leak"
@@ -237,6 +238,35 @@ async def test_a_refused_connection_is_transient(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(TransientRunError, match="cannot reach") as caught:
         await runner.run(request(), CancelToken())
     assert_no_key(caught.value)
+
+
+@pytest.mark.parametrize("banner", BANNERS.values(), ids=BANNERS.keys())
+async def test_a_service_that_is_not_http_is_named_never_quoted(
+    banner: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint the operator allows, or any with private destinations allowed, may be any
+    service of the network: what it says must not come back in the run's error."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    async with listening(banner) as service:
+        runner = build_runner(validate_runner(config(f"http://127.0.0.1:{service.port}/v1")))
+        with pytest.raises(Exception) as caught:
+            await runner.run(request(timeout=0.5), CancelToken())
+    assert service.connections == 1
+    assert MARK not in str(caught.value) and "nginx" not in str(caught.value), caught.value
+
+
+async def test_a_tenants_endpoint_is_reached_at_the_address_it_resolved_to(
+    server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tenant's runner (the policy stores ``private_endpoints``) resolves its host once and
+    # connects to that answer. ``.test`` never resolves in real DNS (RFC 6761): the request can
+    # only arrive through the address given here, while it still names the host.
+    monkeypatch.setattr("agentcron.core.runners.openai.runner.resolve", resolving("127.0.0.1"))
+    port = server.base_url.rsplit(":", 1)[1].split("/")[0]
+    named = {**config(f"http://models.example.test:{port}/v1"), "private_endpoints": True}
+    outcome = await build_runner(validate_runner(named)).run(request("hi"), CancelToken())
+    assert outcome.output == "reply 1: hi"
+    assert [r.headers["host"] for r in server.requests] == [f"models.example.test:{port}"]
 
 
 async def test_a_hanging_server_is_a_transient_timeout_within_the_limit(

@@ -8,12 +8,16 @@ from ipaddress import IPv4Address, ip_address
 import pytest
 
 from agentcron.core.notify.ssrf import (
+    MAX_ADDRESSES,
+    PrivateDestination,
     classify,
     is_localhost_name,
     literal_host_kind,
     parse_ip_literal,
     resolve,
+    vet,
 )
+from tests.network import resolving
 
 # (address, kind or None for public)
 ADDRESSES = [
@@ -164,3 +168,28 @@ async def test_resolve_localhost_gives_loopback_addresses_only() -> None:
 async def test_resolve_of_an_unknown_name_raises_oserror() -> None:
     with pytest.raises(socket.gaierror):
         await resolve("no-such-host.invalid", 80)  # RFC 6761: .invalid never resolves
+
+
+async def test_vet_refuses_a_name_when_any_of_its_addresses_is_not_public() -> None:
+    # The public record comes first: the name's owner orders them, so every one counts.
+    mixed = resolving("93.184.216.34", "10.0.0.5")
+    with pytest.raises(PrivateDestination, match=r"^db\.example\.test resolves to a private"):
+        await vet("db.example.test", 5432, allow_private=False, resolver=mixed)
+    with pytest.raises(PrivateDestination, match=r"^10\.0\.0\.5 is a private address$"):
+        await vet("10.0.0.5", 5432, allow_private=False)
+
+
+async def test_vet_refuses_a_localhost_name_whatever_it_resolves_to() -> None:
+    public = resolving("93.184.216.34")
+    with pytest.raises(PrivateDestination, match="resolves to a loopback address"):
+        await vet("mail.localhost", 25, allow_private=False, resolver=public)
+
+
+async def test_vet_gives_the_addresses_to_connect_to_in_the_resolvers_order() -> None:
+    many = [f"93.184.216.{n}" for n in range(10)]
+    addresses = await vet("example.test", 443, allow_private=False, resolver=resolving(*many))
+    assert [str(a) for a in addresses] == many[:MAX_ADDRESSES]
+    # With private destinations allowed, nothing is judged but the answer is still the one
+    # the connection must use.
+    private = await vet("db.example.test", 5432, allow_private=True, resolver=resolving("10.0.0.5"))
+    assert private == [ip_address("10.0.0.5")]

@@ -19,19 +19,27 @@ exactly what happens on the wire.
 
 ``user`` and ``password`` are percent-decoded (``%40`` for ``@``, ``%3A`` for ``:``). Query
 parameters: ``ca_file=/path/ca.pem`` trusts the CA certificates in that PEM file instead of the
-system store (TLS schemes only; for a private CA), ``timeout=<seconds>`` bounds connecting and
-each SMTP command (default 30, at most 300). Unknown parameters are refused, so a misspelt
-``ca_file`` cannot silently fall back to the system store. Certificates and host names are
-always verified.
+system store (TLS schemes only; for a private CA; only in the operator's URL, ``smtp_url_env``:
+a stored secret may not name a file of the service's host), ``timeout=<seconds>`` bounds
+connecting and each SMTP command (default 30, at most 300). Unknown parameters are refused, so
+a misspelt ``ca_file`` cannot silently fall back to the system store. Certificates and host
+names are always verified.
+
+The server's host is resolved once per delivery and the connection goes to an address of that
+answer (``core.notify.ssrf.vet``, ``core.notify.outbound``). A URL in a stored secret is the
+owner's choice and is judged as a webhook's URL is: unless ``AGENTCRON_ALLOW_PRIVATE_WEBHOOKS``
+is set, a host that is or resolves to a loopback, private, link-local or other non-public
+address is refused before any connection. The operator's URL may name any address.
 
 Outcomes, per the ``Notifier`` contract:
 
-- ``RunPermanentError``: the variable (or secret) is missing or not a valid URL; the CA file
-  cannot be loaded; the server's certificate is not trusted; the server lacks STARTTLS, AUTH or
-  SMTPUTF8 when needed; any 5xx reply (authentication refused, sender or recipient refused,
-  message rejected).
-- ``EmailDeferred`` (transient, retried with the shared ``RetryPolicy``): the server cannot be
-  reached, the connection drops or times out, any 4xx reply (greylisting, mailbox busy,
+- ``RunPermanentError``: the variable (or secret) is missing or not a valid URL; a stored
+  URL's host is not public; the CA file cannot be loaded; the server's certificate is not
+  trusted; the server lacks STARTTLS, AUTH or SMTPUTF8 when needed; any 5xx reply
+  (authentication refused, sender or recipient refused, message rejected).
+- ``EmailDeferred`` (transient, retried with the shared ``RetryPolicy``): the host does not
+  resolve, the server cannot be reached, the connection drops or times out, what answers is not
+  an SMTP server (named as such, never quoted), any 4xx reply (greylisting, mailbox busy,
   temporary authentication failure, 421 on connect).
 
 A delivery is idempotent by ``delivery_id``: the ``Message-ID`` and ``Date`` headers are

@@ -1,9 +1,10 @@
 """``EmailNotifier``: the ``email`` channel type, as the notify registry knows it.
 
 It owns the channel's configuration (its keys, their validation, the ``target`` shown) and a
-delivery from start to end: reading the SMTP URL at each delivery, composing the message,
-sending it to the recipients still pending, and remembering which recipients accepted a
-partly deferred delivery so that its retry goes to the others alone.
+delivery from start to end: reading the SMTP URL at each delivery, judging the server's host
+(a URL from a stored secret is the owner's choice, judged like a webhook's), composing the
+message, sending it to the recipients still pending, and remembering which recipients accepted
+a partly deferred delivery so that its retry goes to the others alone.
 """
 
 from __future__ import annotations
@@ -25,7 +26,19 @@ from agentcron.core.notify.email.transport import (
     send,
     tls_context,
 )
-from agentcron.core.notify.email.url import smtp_settings_from_env, smtp_settings_from_secret
+from agentcron.core.notify.email.url import (
+    SmtpSettings,
+    smtp_settings_from_env,
+    smtp_settings_from_secret,
+)
+from agentcron.core.notify.ssrf import (
+    ALLOW_HINT,
+    IPAddress,
+    PrivateDestination,
+    Resolver,
+    resolve,
+    vet,
+)
 from agentcron.core.secrets import check_name
 
 log = get_logger(__name__)
@@ -45,12 +58,14 @@ class EmailNotifier:
     ``"smtp_url_secret": "NAME"`` (a stored secret holding the URL) instead of ``smtp_url_env``.
 
     See the docstring of ``core.notify.email`` for the URL forms, the classification of
-    failures and the idempotency of ``deliver``.
+    failures and the idempotency of ``deliver``. ``resolver`` maps ``(host, port)`` to
+    addresses (``core.notify.ssrf.resolve``); tests pass one to give a name an address.
     """
 
     name = "email"
 
-    def __init__(self) -> None:
+    def __init__(self, *, resolver: Resolver = resolve) -> None:
+        self.resolver = resolver
         # delivery id -> recipients that already accepted the message (see _PARTIAL_MEMORY).
         self._accepted: OrderedDict[str, frozenset[str]] = OrderedDict()
 
@@ -96,15 +111,23 @@ class EmailNotifier:
         After a normal return every recipient's server accepted the message. Raises
         ``RunPermanentError`` or ``EmailDeferred`` as listed in ``core.notify.email``. The
         password is used for AUTH only: it is in no message, log line or exception text.
+
+        The server's host is resolved once and the connection goes to an address of that
+        answer. A URL from a stored secret is the owner's choice: unless
+        ``request.allow_private``, a host that is or resolves to a non-public address is
+        refused (``RunPermanentError``) before any connection, as a webhook's is. The
+        operator's URL (``smtp_url_env``) may name any address, a relay on loopback included.
         """
         # Read at each delivery (not at start-up) so a rotated secret applies to the next one.
         if "smtp_url_secret" in request.channel:
             name = str(request.channel["smtp_url_secret"])
             env = f"secret {name!r}"
             settings = smtp_settings_from_secret(name, request.secrets)
+            judged = not request.allow_private
         else:
             env = str(request.channel["smtp_url_env"])
             settings = smtp_settings_from_env(env, os.environ)
+            judged = False
         sender = str(request.channel["from"])
         recipients = list(dict.fromkeys(str(to) for to in request.channel["to"]))
         already = self._accepted.get(request.delivery_id, frozenset())
@@ -113,10 +136,11 @@ class EmailNotifier:
             self._accepted.pop(request.delivery_id, None)
             return
         message = compose_message(request.body, request.delivery_id, sender, recipients)
-        context = await tls_context(settings, env)
+        context = await tls_context(settings, env)  # a bad ca_file is final: said first
+        addresses = await self._addresses(settings, env, judged)
         secrets = [settings.password] if settings.password else []
         try:
-            refused = await send(settings, context, message, sender, pending)
+            refused = await send(settings, addresses, context, message, sender, pending)
         except Exception as exc:
             failure = classify(exc, settings, secrets)
             if isinstance(failure, RunPermanentError):
@@ -141,6 +165,19 @@ class EmailNotifier:
             raise EmailDeferred(f"{summary}; deferred or refused by {settings.address}: {detail}")
         self._accepted.pop(request.delivery_id, None)
         raise RunPermanentError(f"{summary}; refused by {settings.address}: {detail}")
+
+    async def _addresses(self, settings: SmtpSettings, env: str, judged: bool) -> list[IPAddress]:
+        """The addresses of the server's host (``vet``): judged when the URL is the owner's."""
+        try:
+            return await vet(
+                settings.host, settings.port, allow_private=not judged, resolver=self.resolver
+            )
+        except PrivateDestination as exc:
+            raise RunPermanentError(
+                f"the SMTP server of {env} is refused: {exc}; {ALLOW_HINT}"
+            ) from None
+        except OSError as exc:
+            raise EmailDeferred(f"cannot resolve {settings.host} ({exc})") from exc
 
     def _remember(self, delivery_id: str, accepted: frozenset[str]) -> None:
         self._accepted[delivery_id] = accepted

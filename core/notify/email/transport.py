@@ -1,10 +1,12 @@
 """The SMTP exchange of an ``email`` channel: the TLS context, handing a message to the
 server, and the classification of what went wrong.
 
-It owns the wire (``aiosmtplib``) and the mapping of every failure to the ``Notifier``
-contract listed in ``core.notify.email``: ``RunPermanentError`` for what retrying the same
-server cannot mend, ``EmailDeferred`` for the rest. Server and driver text reaches an error
-only through ``safe_text``, with the password blanked out.
+It owns the wire (``aiosmtplib``, over a connection to an address judged by
+``core.notify.ssrf.vet``) and the mapping of every failure to the ``Notifier`` contract listed
+in ``core.notify.email``: ``RunPermanentError`` for what retrying the same server cannot mend,
+``EmailDeferred`` for the rest. A server's words reach an error only when they are an SMTP
+reply, and only through ``safe_text``, with the password blanked out: a service that does not
+speak SMTP is named as such, never quoted.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import aiosmtplib
 
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.notify.email.url import SmtpSettings
+from agentcron.core.notify.outbound import open_pinned, os_failure
+from agentcron.core.notify.ssrf import IPAddress
 
 _ERROR_TEXT_MAX = 300
 
@@ -46,27 +50,39 @@ async def tls_context(settings: SmtpSettings, env: str) -> ssl.SSLContext | None
 
 async def send(
     settings: SmtpSettings,
+    addresses: list[IPAddress],
     context: ssl.SSLContext | None,
     message: EmailMessage,
     sender: str,
     recipients: list[str],
 ) -> dict[str, tuple[int, str]]:
-    """Hand ``message`` to the server; return the refused recipients with their replies.
+    """Hand ``message`` to the server at the first of ``addresses`` (the server's host,
+    resolved and judged) that accepts a connection; return the refused recipients with their
+    replies. TLS verifies the certificate against ``settings.host``, not the address.
 
-    Raises the driver's exception when the whole transaction fails (every recipient refused
-    included); the caller classifies it.
+    Raises the driver's exception (or the connection's ``OSError``) when the whole transaction
+    fails (every recipient refused included); the caller classifies it.
     """
-    client = aiosmtplib.SMTP(
-        hostname=settings.host,
-        port=settings.port,
-        username=settings.username,
-        password=settings.password,
-        use_tls=settings.scheme == "smtps",
-        # True makes a missing STARTTLS an error instead of a silent plain session.
-        start_tls=settings.scheme == "smtp+starttls",
-        tls_context=context,
-        timeout=settings.timeout,
-    )
+    sock = await open_pinned(addresses, settings.port, settings.timeout)
+    try:
+        client = aiosmtplib.SMTP(
+            # The name is what TLS checks the certificate against; the socket is already
+            # connected to the address that was judged, so aiosmtplib resolves nothing.
+            hostname=settings.host,
+            sock=sock,
+            username=settings.username,
+            password=settings.password,
+            use_tls=settings.scheme == "smtps",
+            # True makes a missing STARTTLS an error instead of a silent plain session.
+            start_tls=settings.scheme == "smtp+starttls",
+            tls_context=context,
+            timeout=settings.timeout,
+        )
+    except BaseException:
+        sock.close()
+        raise
+    # From here the socket is the connection's transport's, which closes it (on any failure
+    # of the connection too): closing it under a transport still closing would leak that.
     async with client:  # connect, STARTTLS, AUTH; QUIT on the way out
         errors, _ = await client.send_message(message, sender=sender, recipients=recipients)
     return {to: (reply.code, reply.message) for to, reply in errors.items()}
@@ -93,6 +109,10 @@ def classify(
         if all(500 <= code < 600 for code in codes):
             return RunPermanentError(f"{where} refused every recipient: {detail}")
         return EmailDeferred(f"{where} deferred or refused every recipient: {detail}")
+    if isinstance(exc, aiosmtplib.SMTPResponseException) and not 200 <= exc.code < 600:
+        # Not an SMTP reply (aiosmtplib's code -1): whatever answered is some other service,
+        # and its banner is its own business.
+        return EmailDeferred(f"{where} did not answer as an SMTP server")
     if isinstance(exc, aiosmtplib.SMTPResponseException):
         stage = _stage(exc)
         said = safe_text(f"{exc.code} {exc.message}", secrets)
@@ -106,7 +126,7 @@ def classify(
     # than an untrusted certificate (checked above) is an OSError as well.
     if isinstance(exc, OSError):
         root = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-        said = safe_text(str(root) or type(root).__name__, secrets)
+        said = safe_text(os_failure(root), secrets)
         return EmailDeferred(f"cannot reach or lost the connection to {where}: {said}")
     if isinstance(exc, aiosmtplib.SMTPException):
         # What is left is a capability the URL needs and the server lacks (STARTTLS, AUTH,

@@ -38,11 +38,13 @@ class SmtpSettings:
         return f"{host}:{self.port}"
 
 
-def parse_smtp_url(url: str) -> SmtpSettings:
+def parse_smtp_url(url: str, *, files: bool = True) -> SmtpSettings:
     """Parse one of the SMTP URL forms in the docstring of ``core.notify.email``.
 
     Raises ``ValueError`` whose message says what is wrong without quoting any part of the
     URL (which may hold a password), so the caller can show it next to the variable's name.
+    ``files=False`` refuses ``ca_file`` (a URL that is not the operator's may not name a file
+    of the service's host), with the same words whatever the path is, and never touches it.
     """
     try:
         parts = urlsplit(url.strip())
@@ -76,6 +78,11 @@ def parse_smtp_url(url: str) -> SmtpSettings:
     if any(len(values) > 1 for values in query.values()):
         raise ValueError("a query parameter is given twice")
     ca_file = query.get("ca_file", [None])[0]
+    if ca_file is not None and not files:
+        raise ValueError(
+            "ca_file names a file on the service's host, which only the operator's URL "
+            "(smtp_url_env) may do"
+        )
     if ca_file is not None and (not ca_file or scheme == "smtp"):
         raise ValueError("ca_file needs a path and a TLS scheme (smtp+starttls or smtps)")
     timeout = DEFAULT_TIMEOUT
@@ -118,13 +125,14 @@ def smtp_settings_from_secret(name: str, secrets: Mapping[str, str]) -> SmtpSett
     """The parsed SMTP URL held by the stored secret ``name`` (resolved into ``secrets``).
 
     Raises ``RunPermanentError`` naming the secret (never quoting its value) when it was not
-    resolved or is not one of the URL forms.
+    resolved or is not one of the URL forms, or names a ``ca_file``: a stored secret is the
+    owner's, and an owner may not make the service open a path of its host.
     """
     value = secrets.get(name, "").strip()
     if not value:
         raise RunPermanentError(f"secret {name!r} (the SMTP URL) was not resolved or is empty")
     try:
-        return parse_smtp_url(value)
+        return parse_smtp_url(value, files=False)
     except ValueError as exc:
         raise RunPermanentError(
             f"secret {name!r} does not hold a valid SMTP URL: {exc}"

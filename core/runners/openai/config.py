@@ -157,5 +157,5 @@ class OpenAIRunnerType:
             system=config.get("system"),
             temperature=config.get("temperature"),
             max_tokens=config.get("max_tokens"),
-            public_only=config.get("private_endpoints") is False,
+            private_endpoints=config.get("private_endpoints"),
         )

@@ -1,9 +1,9 @@
 """``OpenAIRunner``: one attempt of an ``openai`` runner, one chat-completions call.
 
 It owns the messages sent (``[system?] + history + [prompt]``), reading the API key at each
-attempt, the public-addresses check of a tenant's endpoint, the HTTP exchange with its
-classification of failures, and the attempt's bound: the timeout and the engine's cancel,
-either of which abandons the request at once.
+attempt, the destination of a tenant's endpoint (resolved once, judged, connected to at the
+address judged), the HTTP exchange with its classification of failures, and the attempt's
+bound: the timeout and the engine's cancel, either of which abandons the request at once.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import asyncio
 import os
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from agentcron.core.errors import RunPermanentError
-from agentcron.core.notify.ssrf import classify, literal_host_kind, resolve
+from agentcron.core.notify.outbound import http_failure, send_pinned, system_tls
+from agentcron.core.notify.ssrf import IPAddress, PrivateDestination, resolve, vet
 from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
 from agentcron.core.runners.openai.reply import Redactor, read_capped, reply_text, server_message
 
@@ -28,8 +28,14 @@ _HEADER_SAFE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII: what a bearer tok
 class OpenAIRunner:
     """One chat-completions call per attempt (see ``core.runners.openai`` for the contract).
 
-    ``transport`` is for embedding hosts and tests that need a custom httpx transport; by
-    default httpx's own is used (which honours the usual proxy environment variables).
+    ``private_endpoints`` is the stored runner's (set by the tenants' policy, ``core.policy``):
+    ``None`` for the operator's own runners (admin keys, trusted owners), whose requests go as
+    httpx sends them (the usual proxy environment variables honoured); otherwise the host is
+    resolved once per attempt and the request goes to an address of that answer with the name
+    kept in ``Host``, SNI and the certificate check, proxies ignored, and with ``False`` every
+    address must be public (``core.notify.ssrf.vet``), as a webhook's.
+
+    ``transport`` is for embedding hosts and tests that need a custom httpx transport.
     """
 
     def __init__(
@@ -43,7 +49,7 @@ class OpenAIRunner:
         temperature: float | None = None,
         max_tokens: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        public_only: bool = False,
+        private_endpoints: bool | None = None,
     ) -> None:
         self.endpoint = f"{base_url.rstrip('/')}/chat/completions"
         self.model = model
@@ -55,7 +61,7 @@ class OpenAIRunner:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self._transport = transport
-        self.public_only = public_only
+        self.private_endpoints = private_endpoints
 
     def __repr__(self) -> str:
         return f"OpenAIRunner(endpoint={self.endpoint!r}, model={self.model!r})"
@@ -103,14 +109,13 @@ class OpenAIRunner:
     async def run(self, request: RunRequest, cancel: CancelToken) -> RunOutcome:
         """Send the conversation, return the reply with the two turns to store.
 
-        Raises ``TransientRunError`` (408/429/5xx, timeout, connection failure; retried by the
-        engine), ``RunPermanentError`` (missing key variable, other non-2xx status, malformed
-        reply; or ``cancelled (<reason>)`` once ``cancel`` is set, which abandons the request
-        and closes its connection at once). No call lasts longer than
-        ``request.timeout_seconds``.
+        Raises ``TransientRunError`` (408/429/5xx, timeout, connection failure, a host that does
+        not resolve; retried by the engine), ``RunPermanentError`` (missing key variable, a
+        host that is not public where it must be, other non-2xx status, malformed reply; or
+        ``cancelled (<reason>)`` once ``cancel`` is set, which abandons the request and closes
+        its connection at once). No call lasts longer than ``request.timeout_seconds``. A
+        failure names its class, never what a server that is not an HTTP server sent.
         """
-        if self.public_only:
-            await self._check_public()
         key = self._api_key(request)
         redact = Redactor(key)
         body: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
@@ -147,37 +152,42 @@ class OpenAIRunner:
             ),
         )
 
-    async def _check_public(self) -> None:
-        """``RunPermanentError`` unless the endpoint's host resolves to public addresses only.
-        (The connection then resolves the name again: a rebinding in between is not caught,
-        unlike the webhooks, which connect to the address they checked.)"""
-        parts = urlsplit(self.endpoint)
-        host = parts.hostname or ""
-        kind = literal_host_kind(host)
-        if kind is None:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            try:
-                addresses = await resolve(host, port)
-            except OSError as exc:
-                raise TransientRunError(f"cannot resolve {host} ({exc})") from exc
-            kind = next((k for k in map(classify, addresses) if k is not None), None)
-        if kind is not None:
-            raise RunPermanentError(
-                f"{host} is a {kind} address, which this schedule may not reach (an operator "
-                "can allow the endpoint with AGENTCRON_TENANT_ENDPOINTS)"
+    async def _addresses(self, url: httpx.URL) -> list[IPAddress]:
+        """Where a tenant's request goes: its host resolved once and, unless the operator
+        allows the endpoint, judged (``RunPermanentError`` for a non-public address)."""
+        host = url.raw_host.decode("ascii")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            return await vet(
+                host, port, allow_private=bool(self.private_endpoints), resolver=resolve
             )
+        except PrivateDestination as exc:
+            raise RunPermanentError(
+                f"{exc}, which this schedule may not reach (an operator can allow the endpoint "
+                "with AGENTCRON_TENANT_ENDPOINTS)"
+            ) from None
+        except OSError as exc:
+            raise TransientRunError(f"cannot resolve {host} ({exc})") from exc
 
     async def _exchange(
         self, body: dict[str, Any], key: str, limit: float, redact: Redactor
     ) -> str:
         """POST ``body``; the assistant's reply, or a classified error (see ``run``)."""
         headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+        pinned = self.private_endpoints is not None  # a tenant's: see the class docstring
         try:
             async with httpx.AsyncClient(
-                timeout=httpx.Timeout(limit), transport=self._transport
+                timeout=httpx.Timeout(limit),
+                transport=self._transport,
+                trust_env=not pinned,
+                verify=system_tls() if pinned else True,
             ) as client:
                 request = client.build_request("POST", self.endpoint, json=body, headers=headers)
-                response = await client.send(request, stream=True)
+                if pinned:
+                    addresses = await self._addresses(request.url)
+                    response = await send_pinned(client, request, addresses)
+                else:
+                    response = await client.send(request, stream=True)
                 try:
                     raw = await read_capped(response)
                 finally:
@@ -190,7 +200,7 @@ class OpenAIRunner:
             raise RunPermanentError(redact(f"cannot reach {self.endpoint}: {exc}")) from exc
         except httpx.TransportError as exc:
             raise TransientRunError(
-                redact(f"cannot reach {self.endpoint} ({type(exc).__name__}: {exc})")
+                redact(f"cannot reach {self.endpoint} ({http_failure(exc)})")
             ) from exc
         except httpx.HTTPError as exc:
             raise RunPermanentError(
