@@ -97,9 +97,9 @@ class ScheduleService(ScheduleCrud):
                 existing = await self._find(owner, key)
                 if existing is None:
                     raise
-        values = self.prepare(spec, trusted=trusted).values
-        changes = {name: new for name, new in values.items() if getattr(existing, name) != new}
-        patch = ScheduleUpdate.model_validate(changes)
+        # Every field named: those the record leaves as they are, ``update`` leaves alone.
+        values = self.prepare(spec, trusted=trusted, stored=existing.trigger).values
+        patch = ScheduleUpdate.model_validate(values)
         schedule = await self.update(existing.id, patch, owner, trusted=trusted)
         return Applied(schedule, False)
 
@@ -125,17 +125,6 @@ class ScheduleService(ScheduleCrud):
         is applied."""
         specs: dict[str, ScheduleCreate] = {}
         async with self.db.session(write=False) as session:
-            for key, record in records.items():
-                try:
-                    check_key(key)
-                    if not key.startswith(scope):
-                        raise InvalidSchedule(f"key is outside the scope {scope!r}", field="key")
-                    specs[key] = as_spec(record)
-                    values = self.prepare(specs[key], trusted=trusted).values
-                    await check_references(session, owner, values["runner"], values["notify"])
-                except InvalidSchedule as exc:
-                    where = f"records.{key}" + (f".{exc.field}" if exc.field else "")
-                    raise InvalidSchedule(f"record {key!r}: {exc.message}", field=where) from None
             stored = list(
                 (
                     await session.scalars(
@@ -147,6 +136,19 @@ class ScheduleService(ScheduleCrud):
                     )
                 ).all()
             )
+            triggers = {schedule.key: schedule.trigger for schedule in stored}
+            for key, record in records.items():
+                try:
+                    check_key(key)
+                    if not key.startswith(scope):
+                        raise InvalidSchedule(f"key is outside the scope {scope!r}", field="key")
+                    specs[key] = as_spec(record)
+                    prepared = self.prepare(specs[key], trusted=trusted, stored=triggers.get(key))
+                    values = prepared.values
+                    await check_references(session, owner, values["runner"], values["notify"])
+                except InvalidSchedule as exc:
+                    where = f"records.{key}" + (f".{exc.field}" if exc.field else "")
+                    raise InvalidSchedule(f"record {key!r}: {exc.message}", field=where) from None
         await self._check_reconciled_capacity(stored, specs, scope)
         done = Reconciled()
         for key, spec in specs.items():
