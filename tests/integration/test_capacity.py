@@ -1,0 +1,109 @@
+"""The active-schedule limit (``AGENTCRON_MAX_ACTIVE_SCHEDULES``) under concurrent writers, on
+SQLite and PostgreSQL.
+
+What an operator relies on: however many replicas create, apply, resume, enable or reconcile at
+once, no more schedules are ever active than the limit allows, and a write the limit refuses
+leaves nothing behind (a reconcile refused applies none of its records). Each test runs two
+services, each on its own ``Database`` (its own engine and pool), on one database, as two
+replicas do, and has them race several rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from agentcron.core.errors import ScheduleCapacityExceeded
+from agentcron.core.schedules import ScheduleService
+from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+from agentcron.core.storage import Database, Schedule
+from tests.integration.test_schedule_keys import record
+
+LIMIT = 2
+ROUNDS = 5
+
+
+@asynccontextmanager
+async def replicas(db_url: str) -> AsyncIterator[tuple[ScheduleService, ScheduleService]]:
+    """Two services with the limit ``LIMIT``, each on a database engine of its own."""
+    first, second = Database(db_url), Database(db_url)
+    try:
+        yield (
+            ScheduleService(first, max_active=LIMIT),
+            ScheduleService(second, max_active=LIMIT),
+        )
+    finally:
+        await first.dispose()
+        await second.dispose()
+
+
+async def active(service: ScheduleService) -> int:
+    async with service.db.session(write=False) as session:
+        count = await session.scalar(
+            select(func.count())
+            .select_from(Schedule)
+            .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
+        )
+    return count or 0
+
+
+async def clear(service: ScheduleService) -> None:
+    """Delete every schedule, so the next round starts with none active."""
+    async with service.db.session() as session:
+        await session.execute(
+            update(Schedule)
+            .where(Schedule.deleted_at.is_(None))
+            .values(deleted_at=service.clock(), enabled=False, next_run=None)
+        )
+
+
+async def race(*writes: Awaitable[Any]) -> list[Any]:
+    """The writes at once; what each returned, or the capacity refusal it raised."""
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, ScheduleCapacityExceeded):
+            raise result
+    return results
+
+
+def refused(results: list[Any]) -> int:
+    return sum(isinstance(result, ScheduleCapacityExceeded) for result in results)
+
+
+def spec(**overrides: Any) -> ScheduleCreate:
+    return ScheduleCreate.model_validate(record(**overrides))
+
+
+async def test_concurrent_creates_and_applies_never_pass_the_limit(db_url: str) -> None:
+    async with replicas(db_url) as (a, b):
+        for round in range(ROUNDS):
+            results = await race(
+                a.create(spec(), "host"),
+                b.create(spec(), "host"),
+                a.apply("host", f"r{round}:a", record()),
+                b.apply("host", f"r{round}:b", record()),
+            )
+            assert await active(a) == LIMIT, f"round {round}"
+            assert refused(results) == 4 - LIMIT, f"round {round}"
+            await clear(a)
+
+
+async def test_concurrent_resumes_and_enabling_edits_never_pass_the_limit(db_url: str) -> None:
+    async with replicas(db_url) as (a, b):
+        for round in range(ROUNDS):
+            paused = [await a.create(spec(enabled=False), "host") for _ in range(4)]
+            enable = ScheduleUpdate.model_validate({"enabled": True})
+            results = await race(
+                a.resume(paused[0].id, "host"),
+                b.resume(paused[1].id, "host"),
+                a.update(paused[2].id, enable, "host"),
+                b.apply("host", f"r{round}", record()),  # a new key: a create
+                b.update(paused[3].id, enable, "host"),
+            )
+            assert await active(a) == LIMIT, f"round {round}"
+            assert refused(results) == 5 - LIMIT, f"round {round}"
+            await clear(a)
