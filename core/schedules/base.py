@@ -22,9 +22,11 @@ from agentcron.core.workdirs import task_workdir
 # schedule active. So every write that may make one active (create, apply, reconcile, resume,
 # an edit that enables) counts only while it holds this transaction-level advisory lock, which
 # it keeps until it commits: the writes take turns, and each counts what the one before it
-# committed. Lock order: taken after the rows of the schedules the transaction writes, never
-# before one, and nothing is locked after it but new rows (docs/design.md). SQLite needs no
-# lock: a write transaction holds the database's write lock from its BEGIN IMMEDIATE.
+# committed. The writes by key (apply, reconcile) take it too, so each reads the owner's keys
+# after the one before it added its own. Lock order: it is the first lock of its transaction,
+# taken before any schedule's row (docs/design.md), so its holder waits only for writers that
+# do not want it. SQLite needs no lock: a write transaction holds the database's write lock
+# from its BEGIN IMMEDIATE.
 CAPACITY_LOCK = 0x61676E63  # "agnc"; retention's pass holds another key
 
 
@@ -67,14 +69,15 @@ class ServiceBase:
             self.on_change()
 
     async def _hold_capacity(self, session: AsyncSession) -> None:
-        """Take the turn of the writes that may make a schedule active (``CAPACITY_LOCK``)
-        until this transaction ends."""
+        """Take this transaction's turn at the limit (``CAPACITY_LOCK``) until it ends; before
+        it locks any schedule's row."""
         if self.db.capabilities.dialect == "postgresql":
             await session.execute(select(func.pg_advisory_xact_lock(CAPACITY_LOCK)))
 
     async def _check_capacity(self, session: AsyncSession) -> None:
         """Refuse (``ScheduleCapacityExceeded``) one more active schedule past ``max_active``,
-        counted in its turn (``CAPACITY_LOCK``), this transaction's own writes included."""
+        counted in this transaction's turn (``_hold_capacity``, taken here if a write that
+        locks no schedule row has not taken it yet), its own writes included."""
         await self._hold_capacity(session)
         active = await session.scalar(
             select(func.count())

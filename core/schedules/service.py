@@ -94,21 +94,22 @@ class ScheduleCrud(TimetableVerbs):
         )
         return Prepared(values, trigger)
 
-    async def create(
-        self, spec: ScheduleCreate, owner: str, *, trusted: bool = True, key: str | None = None
-    ) -> Schedule:
+    async def create(self, spec: ScheduleCreate, owner: str, *, trusted: bool = True) -> Schedule:
         """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
         warnings (``core.triggers.warnings``: things worth knowing, never a reason to refuse).
         ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
-        ``key``: the host's own key for it (``apply`` sets it; unique per owner).
+        A schedule under the host's own key is made by ``apply``.
 
         Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
         ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
         active-schedule limit is reached; nothing is written in either case.
         """
         prepared = self.prepare(spec, trusted=trusted)
+        values = prepared.values
         async with self.db.session() as session:
-            schedule = await self._insert(session, prepared, owner, key)
+            # Every secret the configs refer to must be one the owner has stored.
+            await check_references(session, owner, values["runner"], values["notify"])
+            schedule = await self._insert(session, prepared, owner, None)
             await self._announce(session)
         self._changed()
         return schedule
@@ -116,8 +117,8 @@ class ScheduleCrud(TimetableVerbs):
     async def _insert(
         self, session: AsyncSession, prepared: Prepared, owner: str, key: str | None
     ) -> Schedule:
-        """Add the schedule ``prepared`` describes to ``session``, once the secrets it names
-        and, if it is enabled, the active-schedule limit allow it."""
+        """Add the schedule ``prepared`` describes to ``session``, once the active-schedule
+        limit allows it if it is enabled (the caller checks the secrets it names)."""
         now = self.clock()
         values, trigger = prepared.values, prepared.trigger
         schedule_id = uuid.uuid4()
@@ -143,8 +144,6 @@ class ScheduleCrud(TimetableVerbs):
             created_at=now,
             updated_at=now,
         )
-        # Every secret the configs refer to must be one the owner has stored.
-        await check_references(session, owner, values["runner"], values["notify"])
         if enabled:
             await self._check_capacity(session)
         session.add(schedule)
@@ -192,9 +191,12 @@ class ScheduleCrud(TimetableVerbs):
         A field named with the value it has is no change: an update that changes nothing
         writes nothing, ``updated_at`` included. ``trusted`` false checks a changed runner or
         notify list against the tenant rules."""
+        changes = patch.changes()
         async with self.db.session() as session:
+            if changes.get("enabled"):
+                await self._hold_capacity(session)  # before the row (CAPACITY_LOCK)
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
-            if not await self._replace(session, schedule, patch.changes(), trusted=trusted):
+            if not await self._replace(session, schedule, changes, trusted=trusted):
                 return schedule
             await self._announce(session)
         self._changed()

@@ -107,3 +107,34 @@ async def test_concurrent_resumes_and_enabling_edits_never_pass_the_limit(db_url
             assert await active(a) == LIMIT, f"round {round}"
             assert refused(results) == 5 - LIMIT, f"round {round}"
             await clear(a)
+
+
+async def test_of_two_concurrent_reconciles_past_the_limit_one_applies_all_the_other_none(
+    db_url: str,
+) -> None:
+    async with replicas(db_url) as (a, b):
+        for round in range(ROUNDS):
+            records = {f"deploy:{n}": record() for n in range(LIMIT)}
+            results = await race(
+                a.reconcile("first", records, scope="deploy:"),
+                b.reconcile("second", records, scope="deploy:"),
+            )
+            assert refused(results) == 1, f"round {round}"
+            assert await active(a) == LIMIT, f"round {round}"
+            # The refused reconcile left none of its records behind.
+            for owner in ("first", "second"):
+                page = await a.list(owner)
+                assert len(page.items) in (0, LIMIT), f"round {round}: {owner} half applied"
+            await clear(a)
+
+
+async def test_a_reconcile_that_swaps_records_at_the_limit_is_not_refused(db_url: str) -> None:
+    # At the limit, a reconcile that replaces one active record by another ends at the limit:
+    # the record it drops must not count against the one it adds.
+    async with replicas(db_url) as (a, _):
+        await a.reconcile("host", {"deploy:1": record(), "deploy:2": record()}, scope="deploy:")
+        done = await a.reconcile(
+            "host", {"deploy:2": record(), "deploy:3": record()}, scope="deploy:"
+        )
+        assert (done.created, done.deleted) == (["deploy:3"], ["deploy:1"])
+        assert await active(a) == LIMIT

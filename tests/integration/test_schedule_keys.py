@@ -258,6 +258,31 @@ async def test_two_applies_of_one_new_key_make_one_schedule(live_app: Any) -> No
     assert len(page.items) == 1
 
 
+async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_schedule_each(
+    live_app: Any,
+) -> None:
+    # A host's replicas all reconcile at start: whichever adds a key first, the others find
+    # it and replace it, and none fails on the key index.
+    schedules = await service(live_app)
+    records = {f"deploy:{n}": record(enabled=n % 2 == 0) for n in range(4)}
+    for round in range(3):
+        results = await asyncio.gather(
+            schedules.reconcile("host", records, scope="deploy:"),
+            schedules.reconcile("host", records, scope="deploy:"),
+            schedules.apply("host", "deploy:0", records["deploy:0"]),
+            schedules.apply("host", "deploy:1", records["deploy:1"]),
+        )
+        created = [key for done in results[:2] for key in done.created]
+        created += [
+            key
+            for key, applied in zip(("deploy:0", "deploy:1"), results[2:], strict=True)
+            if applied.created
+        ]
+        assert sorted(created) == (sorted(records) if round == 0 else []), round
+        page = await schedules.list("host")
+        assert sorted(item.key or "" for item in page.items) == sorted(records), round
+
+
 async def test_an_unchanged_record_whose_time_has_passed_is_still_unchanged(
     live_app: Any,
 ) -> None:
