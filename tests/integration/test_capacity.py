@@ -138,3 +138,28 @@ async def test_a_reconcile_that_swaps_records_at_the_limit_is_not_refused(db_url
         )
         assert (done.created, done.deleted) == (["deploy:3"], ["deploy:1"])
         assert await active(a) == LIMIT
+
+
+async def test_a_reconcile_racing_edits_and_resumes_of_its_own_schedules_never_deadlocks(
+    db_url: str,
+) -> None:
+    # Each write takes its turn at the limit before any schedule's row, so a reconcile that
+    # holds its rows and a resume or an edit that holds one of them never wait for each other
+    # (PostgreSQL would end one of them with a deadlock error, a 500 to its caller).
+    async with replicas(db_url) as (a, b):
+        enable = ScheduleUpdate.model_validate({"enabled": True})
+        for round in range(ROUNDS):
+            paused = {f"deploy:{n}": record(enabled=False) for n in range(3)}
+            await a.reconcile("host", paused, scope="deploy:")
+            ids = [(await a.get_by_key("host", key)).id for key in sorted(paused)]
+            results = await race(
+                b.reconcile("host", {**paused, "deploy:0": record()}, scope="deploy:"),
+                a.update(ids[0], enable, "host"),
+                b.resume(ids[1], "host"),
+                a.update(ids[2], enable, "host"),
+                a.resume(ids[0], "host"),
+            )
+            # The reconcile pauses again what the others enabled before it, so how many end
+            # active depends on the order; that they all finished, and within the limit, not.
+            assert len(results) == 5 and await active(a) <= LIMIT, f"round {round}"
+            await clear(a)
