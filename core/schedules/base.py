@@ -17,6 +17,18 @@ from agentcron.core.storage import Database, Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.workdirs import task_workdir
 
+# The active-schedule limit is a count, then a write. Under READ COMMITTED two transactions
+# (two replicas, or two requests of one) would each count below the limit and each make a
+# schedule active. So every write that may make one active (create, apply, reconcile, resume,
+# an edit that enables) counts only while it holds this transaction-level advisory lock, which
+# it keeps until it commits: the writes take turns, and each counts what the one before it
+# committed. The writes by key (apply, reconcile) take it too, so each reads the owner's keys
+# after the one before it added its own. Lock order: it is the first lock of its transaction,
+# taken before any schedule's row (docs/design.md), so its holder waits only for writers that
+# do not want it. SQLite needs no lock: a write transaction holds the database's write lock
+# from its BEGIN IMMEDIATE.
+CAPACITY_LOCK = 0x61676E63  # "agnc"; retention's pass holds another key
+
 
 class ServiceBase:
     """What the schedule verbs share: the database, the policy, the clock and the wake-up
@@ -56,7 +68,17 @@ class ServiceBase:
         if self.on_change is not None:
             self.on_change()
 
+    async def _hold_capacity(self, session: AsyncSession) -> None:
+        """Take this transaction's turn at the limit (``CAPACITY_LOCK``) until it ends; before
+        it locks any schedule's row."""
+        if self.db.capabilities.dialect == "postgresql":
+            await session.execute(select(func.pg_advisory_xact_lock(CAPACITY_LOCK)))
+
     async def _check_capacity(self, session: AsyncSession) -> None:
+        """Refuse (``ScheduleCapacityExceeded``) one more active schedule past ``max_active``,
+        counted in this transaction's turn (``_hold_capacity``, taken here if a write that
+        locks no schedule row has not taken it yet), its own writes included."""
+        await self._hold_capacity(session)
         active = await session.scalar(
             select(func.count())
             .select_from(Schedule)

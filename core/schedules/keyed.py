@@ -8,29 +8,35 @@ Apply is a full replace (PUT): every field comes from the record, with the defau
 ``ScheduleCreate`` for those it leaves out. Fields equal to the stored ones are not touched,
 so re-applying an unchanged record moves nothing (its ``next_run`` included). Every check runs
 before anything is written: an invalid record leaves the stored definition in force.
+
+Each verb that writes by key is one transaction that first takes its turn at the
+active-schedule limit (``CAPACITY_LOCK``), so what it reads of the owner's keys includes what
+every writer before it added: replicas applying or reconciling at once never add one key twice
+nor, together, pass the limit.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy import Select, func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
-from agentcron.core.schedules.service import ScheduleCrud
+from agentcron.core.errors import InvalidSchedule, NotFound
+from agentcron.core.schedules.service import Prepared, ScheduleCrud
 from agentcron.core.secrets import check_references
-from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Schedule
 
 KEY = re.compile(r"[A-Za-z0-9._:@+=~-]{1,200}")
 KEY_RULE = "1 to 200 letters, digits or . _ : @ + = ~ -"
 
 Record = ScheduleCreate | Mapping[str, Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,24 +90,25 @@ class ScheduleService(ScheduleCrud):
 
     async def apply(self, owner: str, key: str, record: Record, *, trusted: bool = True) -> Applied:
         """Create the schedule ``owner`` keeps under ``key``, or replace every field of it
-        (same id, so the same run history). Raises what ``create`` and ``update`` raise, and
-        ``InvalidSchedule`` for a bad key; nothing is written then."""
+        (same id, so the same run history), in one transaction that holds the schedule's row.
+        Raises what ``create`` and ``update`` raise, and ``InvalidSchedule`` for a bad key;
+        nothing is written then."""
         check_key(key)
         spec = as_spec(record)
-        existing = await self._find(owner, key)
-        if existing is None:
-            try:
-                return Applied(await self.create(spec, owner, trusted=trusted, key=key), True)
-            except IntegrityError:
-                # Another apply of the same key created it first: replace that one.
-                existing = await self._find(owner, key)
-                if existing is None:
-                    raise
-        values = self.prepare(spec, trusted=trusted).values
-        changes = {name: new for name, new in values.items() if getattr(existing, name) != new}
-        patch = ScheduleUpdate.model_validate(changes)
-        schedule = await self.update(existing.id, patch, owner, trusted=trusted)
-        return Applied(schedule, False)
+
+        async def put(session: AsyncSession) -> tuple[Applied, bool]:
+            existing = await session.scalar(self._by_key(owner, key).with_for_update())
+            stored = None if existing is None else existing.trigger
+            prepared = self.prepare(spec, trusted=trusted, stored=stored)
+            values = prepared.values
+            if existing is not None:
+                # Every field given: those equal to the stored ones, _replace leaves alone.
+                changed = await self._replace(session, existing, values, trusted=trusted)
+                return Applied(existing, False), changed
+            await check_references(session, owner, values["runner"], values["notify"])
+            return Applied(await self._insert(session, prepared, owner, key), True), True
+
+        return await self._write_keyed(put)
 
     async def delete_by_key(self, owner: str, key: str) -> None:
         """Delete the schedule ``owner`` keeps under ``key`` (as ``delete``), or ``NotFound``."""
@@ -120,69 +127,87 @@ class ScheduleService(ScheduleCrud):
         ``records``: apply each (a disabled record is kept paused), and delete those no
         record names. Schedules without a key, or outside ``scope``, are never touched.
 
-        Every record is checked first, the secrets it names and the active-schedule limit
-        included: one bad record is ``InvalidSchedule`` naming its key and field, and none
-        is applied."""
-        specs: dict[str, ScheduleCreate] = {}
-        async with self.db.session(write=False) as session:
-            for key, record in records.items():
+        One transaction: every record is checked first, the secrets it names included, and
+        one bad record is ``InvalidSchedule`` naming its key and field; the active-schedule
+        limit judges where the reconcile ends, not each step on the way. Whatever is refused,
+        none of it is applied, however many replicas write at once."""
+        specs = {key: _record_spec(key, record, scope) for key, record in records.items()}
+
+        async def write(session: AsyncSession) -> tuple[Reconciled, bool]:
+            found = await session.scalars(
+                select(Schedule)
+                .where(
+                    Schedule.owner == owner,
+                    Schedule.key.is_not(None),
+                    Schedule.deleted_at.is_(None),
+                    func.substr(Schedule.key, 1, len(scope)) == scope,
+                )
+                .order_by(Schedule.id)
+                .with_for_update()
+            )
+            stored = {schedule.key or "": schedule for schedule in found}
+            prepared: dict[str, Prepared] = {}
+            for key, spec in specs.items():
                 try:
-                    check_key(key)
-                    if not key.startswith(scope):
-                        raise InvalidSchedule(f"key is outside the scope {scope!r}", field="key")
-                    specs[key] = as_spec(record)
-                    values = self.prepare(specs[key], trusted=trusted).values
+                    existing = stored.get(key)
+                    trigger = None if existing is None else existing.trigger
+                    prepared[key] = self.prepare(spec, trusted=trusted, stored=trigger)
+                    values = prepared[key].values
                     await check_references(session, owner, values["runner"], values["notify"])
                 except InvalidSchedule as exc:
-                    where = f"records.{key}" + (f".{exc.field}" if exc.field else "")
-                    raise InvalidSchedule(f"record {key!r}: {exc.message}", field=where) from None
-            stored = list(
-                (
-                    await session.scalars(
-                        select(Schedule).where(
-                            Schedule.owner == owner,
-                            Schedule.key.is_not(None),
-                            Schedule.deleted_at.is_(None),
-                        )
-                    )
-                ).all()
+                    raise _record_error(key, exc) from None
+            done = Reconciled(
+                created=[key for key in specs if key not in stored],
+                replaced=[key for key in specs if key in stored],
+                deleted=[key for key in stored if key not in specs],
             )
-        await self._check_reconciled_capacity(stored, specs, scope)
-        done = Reconciled()
-        for key, spec in specs.items():
-            applied = await self.apply(owner, key, spec, trusted=trusted)
-            (done.created if applied.created else done.replaced).append(key)
-        for schedule in stored:
-            key = schedule.key or ""
-            if key.startswith(scope) and key not in specs:
-                await self.delete(schedule.id, owner)
-                done.deleted.append(key)
-        return done
+            for key in done.deleted:
+                await self._remove(session, stored[key])
+            changed = bool(done.deleted or done.created)
+            # The records kept paused first, so the limit counts what they free before what
+            # the others take.
+            for key in sorted(specs, key=lambda key: specs[key].enabled):
+                if key in stored:
+                    values = prepared[key].values
+                    changed |= await self._replace(session, stored[key], values, trusted=trusted)
+                else:
+                    await self._insert(session, prepared[key], owner, key)
+            return done, changed
 
-    async def _check_reconciled_capacity(
-        self, stored: list[Schedule], specs: Mapping[str, ScheduleCreate], scope: str
-    ) -> None:
-        """Refuse, before anything is applied, a reconcile that would end above the
-        active-schedule limit (applying record after record would stop half-way)."""
-        mine = sum(1 for s in stored if s.enabled and (s.key or "").startswith(scope))
-        async with self.db.session(write=False) as session:
-            active = await session.scalar(
-                select(func.count())
-                .select_from(Schedule)
-                .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
-            )
-        after = (active or 0) - mine + sum(1 for spec in specs.values() if spec.enabled)
-        if after > self.max_active:
-            raise ScheduleCapacityExceeded(
-                f"at most {self.max_active} active schedules (AGENTCRON_MAX_ACTIVE_SCHEDULES);"
-                f" these records would make {after}"
-            )
+        return await self._write_keyed(write)
+
+    async def _write_keyed(self, write: Callable[[AsyncSession], Awaitable[tuple[T, bool]]]) -> T:
+        """Run ``write`` (what it did, and whether it changed anything) in one write
+        transaction that first takes its turn at the limit (``CAPACITY_LOCK``): what it then
+        reads of the owner's keys includes every key added by a keyed write before it, so two
+        writers never add one key twice."""
+        async with self.db.session() as session:
+            await self._hold_capacity(session)
+            done, changed = await write(session)
+            if changed:
+                await self._announce(session)
+        if changed:
+            self._changed()
+        return done
 
     def _by_key(self, owner: str, key: str) -> Select[Schedule]:
         return select(Schedule).where(
             Schedule.owner == owner, Schedule.key == key, Schedule.deleted_at.is_(None)
         )
 
-    async def _find(self, owner: str, key: str) -> Schedule | None:
-        async with self.db.session(write=False) as session:
-            return await session.scalar(self._by_key(owner, key))
+
+def _record_spec(key: str, record: Record, scope: str) -> ScheduleCreate:
+    """A reconciled record as a spec, its key checked and in ``scope``; or ``InvalidSchedule``
+    naming the key and the field (``records.<key>.<field>``)."""
+    try:
+        check_key(key)
+        if not key.startswith(scope):
+            raise InvalidSchedule(f"key is outside the scope {scope!r}", field="key")
+        return as_spec(record)
+    except InvalidSchedule as exc:
+        raise _record_error(key, exc) from None
+
+
+def _record_error(key: str, exc: InvalidSchedule) -> InvalidSchedule:
+    where = f"records.{key}" + (f".{exc.field}" if exc.field else "")
+    return InvalidSchedule(f"record {key!r}: {exc.message}", field=where)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
 from agentcron.core.notify import keep_masked_secrets, validate_channels
@@ -33,8 +35,17 @@ from agentcron.core.storage import queries as q
 from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 
-# Fields whose change makes an update recompute the schedule's warnings.
+# Fields whose change makes an update recompute the schedule's warnings, and its next_run.
 WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner"})
+TIMETABLE_INPUTS = frozenset({"trigger", "enabled", "max_runs"})
+
+
+def checked(value: Any, field: str) -> Any:
+    """``value`` (a trigger, runner or notify configuration), once it holds no NUL and is not
+    oversized; else ``InvalidSchedule`` naming ``field``."""
+    reject_nul(value, field)
+    reject_oversized(value, field)
+    return value
 
 
 @dataclass(frozen=True)
@@ -55,19 +66,23 @@ class ScheduleCrud(TimetableVerbs):
     transaction also sends a NOTIFY on ``agentcron_schedules`` for other replicas.
     """
 
-    def prepare(self, spec: ScheduleCreate, *, trusted: bool = True) -> Prepared:
+    def prepare(
+        self,
+        spec: ScheduleCreate,
+        *,
+        trusted: bool = True,
+        stored: Mapping[str, Any] | None = None,
+    ) -> Prepared:
         """Every check ``create`` makes that needs no database, and the row's settings in their
         validated forms (the spec's fields, each declared once in ``ScheduleCreate``). Raises
-        ``InvalidSchedule`` naming the field."""
-        now = self.clock()
-        for name in ("trigger", "runner"):
-            reject_nul(getattr(spec, name), name)
-            reject_oversized(getattr(spec, name), name)
-        reject_nul(spec.notify, "notify")
-        reject_oversized(spec.notify, "notify")
-        trigger = triggers.parse_trigger(spec.trigger, now)
-        runner = validate_runner(spec.runner)
-        notify = validate_channels(spec.notify, allow_private=self.allow_private)
+        ``InvalidSchedule`` naming the field. ``stored``: the stored trigger of the schedule
+        the spec replaces; a spec that states it again (``triggers.restated``) keeps it as it
+        is, and is not judged against now as a new trigger is."""
+        checked(spec.trigger, "trigger")
+        same = None if stored is None else triggers.restated(spec.trigger, stored)
+        trigger = same or triggers.parse_trigger(spec.trigger, self.clock())
+        runner = validate_runner(checked(spec.runner, "runner"))
+        notify = validate_channels(checked(spec.notify, "notify"), allow_private=self.allow_private)
         if not trusted:
             runner = self.policy.check_tenant(runner, notify) or runner
         values = {name: getattr(spec, name) for name in SETTINGS}
@@ -79,30 +94,43 @@ class ScheduleCrud(TimetableVerbs):
         )
         return Prepared(values, trigger)
 
-    async def create(
-        self, spec: ScheduleCreate, owner: str, *, trusted: bool = True, key: str | None = None
-    ) -> Schedule:
+    async def create(self, spec: ScheduleCreate, owner: str, *, trusted: bool = True) -> Schedule:
         """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
         warnings (``core.triggers.warnings``: things worth knowing, never a reason to refuse).
         ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
-        ``key``: the host's own key for it (``apply`` sets it; unique per owner).
+        A schedule under the host's own key is made by ``apply``.
 
         Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
         ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
         active-schedule limit is reached; nothing is written in either case.
         """
-        now = self.clock()
         prepared = self.prepare(spec, trusted=trusted)
+        values = prepared.values
+        async with self.db.session() as session:
+            # Every secret the configs refer to must be one the owner has stored.
+            await check_references(session, owner, values["runner"], values["notify"])
+            schedule = await self._insert(session, prepared, owner, None)
+            await self._announce(session)
+        self._changed()
+        return schedule
+
+    async def _insert(
+        self, session: AsyncSession, prepared: Prepared, owner: str, key: str | None
+    ) -> Schedule:
+        """Add the schedule ``prepared`` describes to ``session``, once the active-schedule
+        limit allows it if it is enabled (the caller checks the secrets it names)."""
+        now = self.clock()
         values, trigger = prepared.values, prepared.trigger
         schedule_id = uuid.uuid4()
         warnings = safe_warnings(
             trigger,
             values["overlap"],
-            spec.timeout_seconds,
+            values["timeout_seconds"],
             now,
             runner=values["runner"],
             workdir=self._workdir(owner, schedule_id),
         )
+        enabled = values["enabled"]
         schedule = Schedule(
             **values,
             id=schedule_id,
@@ -110,20 +138,15 @@ class ScheduleCrud(TimetableVerbs):
             key=key,
             scheduled_runs=0,
             warnings=warnings,
-            next_run=next_run_after(trigger, now) if spec.enabled else None,
-            paused_at=None if spec.enabled else now,
+            next_run=next_run_after(trigger, now) if enabled else None,
+            paused_at=None if enabled else now,
             consecutive_failures=0,
             created_at=now,
             updated_at=now,
         )
-        async with self.db.session() as session:
-            # Every secret the configs refer to must be one the owner has stored.
-            await check_references(session, owner, values["runner"], values["notify"])
-            if spec.enabled:
-                await self._check_capacity(session)
-            session.add(schedule)
-            await self._announce(session)
-        self._changed()
+        if enabled:
+            await self._check_capacity(session)
+        session.add(schedule)
         return schedule
 
     async def get(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:
@@ -165,66 +188,82 @@ class ScheduleCrud(TimetableVerbs):
     ) -> Schedule:
         """Replace each named field; recompute ``next_run`` if the timetable or state changed,
         and the warnings if the trigger, ``timeout_seconds``, ``overlap`` or the runner did.
-        ``trusted`` false checks a changed runner or notify list against the tenant rules."""
+        A field named with the value it has is no change: an update that changes nothing
+        writes nothing, ``updated_at`` included. ``trusted`` false checks a changed runner or
+        notify list against the tenant rules."""
         changes = patch.changes()
-        now = self.clock()
         async with self.db.session() as session:
+            if changes.get("enabled"):
+                await self._hold_capacity(session)  # before the row (CAPACITY_LOCK)
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
-            timetable_changed = False
-            if "trigger" in changes:
-                reject_nul(changes["trigger"], "trigger")
-                reject_oversized(changes["trigger"], "trigger")
-                trigger = triggers.parse_trigger(changes["trigger"], now)
-                changes["trigger"] = triggers.trigger_to_dict(trigger)
-                timetable_changed = True
-            if "runner" in changes:
-                reject_nul(changes["runner"], "runner")
-                reject_oversized(changes["runner"], "runner")
-                changes["runner"] = validate_runner(changes["runner"])
-                if not trusted:
-                    changes["runner"] = self.policy.check_tenant(changes["runner"], None)
-            if "notify" in changes:
-                reject_nul(changes["notify"], "notify")
-                reject_oversized(changes["notify"], "notify")
-                merged = keep_masked_secrets(changes["notify"], schedule.notify)
-                changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
-                if not trusted:
-                    self.policy.check_tenant(None, changes["notify"])
-            # The schedule's owner's secrets (an admin may edit another owner's schedule); only
-            # what this update changes, so a rename never fails on a secret deleted since.
-            await check_references(
-                session, schedule.owner, changes.get("runner"), changes.get("notify")
-            )
-            if "enabled" in changes and changes["enabled"] != schedule.enabled:
-                timetable_changed = True
-                if changes["enabled"]:
-                    await self._check_capacity(session)
-                    await self._account_pause(session, schedule, now)
-                    schedule.paused_at, schedule.paused_note = None, None
-                else:
-                    schedule.paused_at = now
-            timetable_changed = timetable_changed or "max_runs" in changes
-            for name, value in changes.items():
-                setattr(schedule, name, value)
-            if WARNING_INPUTS & changes.keys():
-                schedule.warnings = safe_warnings(
-                    triggers.trigger_from_dict(schedule.trigger),
-                    schedule.overlap,
-                    schedule.timeout_seconds,
-                    now,
-                    runner=schedule.runner,
-                    workdir=self._workdir(schedule.owner, schedule.id),
-                )
-            if timetable_changed:
-                schedule.next_run = (
-                    next_run_after(triggers.trigger_from_dict(schedule.trigger), now)
-                    if schedule.enabled and not exhausted(schedule)
-                    else None
-                )
-            schedule.updated_at = now
+            if not await self._replace(session, schedule, changes, trusted=trusted):
+                return schedule
             await self._announce(session)
         self._changed()
         return schedule
+
+    async def _replace(
+        self,
+        session: AsyncSession,
+        schedule: Schedule,
+        changes: dict[str, Any],
+        *,
+        trusted: bool,
+    ) -> bool:
+        """Write onto the row-locked ``schedule`` the ``changes`` (validated here) that differ
+        from what it holds, as ``update`` says; whether there were any."""
+        now = self.clock()
+        changes = dict(changes)
+        if "trigger" in changes:
+            checked(changes["trigger"], "trigger")
+            if triggers.restated(changes["trigger"], schedule.trigger) is not None:
+                del changes["trigger"]  # the stored one again: kept as it is, due times too
+            else:
+                trigger = triggers.parse_trigger(changes["trigger"], now)
+                changes["trigger"] = triggers.trigger_to_dict(trigger)
+        if "runner" in changes:
+            changes["runner"] = validate_runner(checked(changes["runner"], "runner"))
+            if not trusted:
+                changes["runner"] = self.policy.check_tenant(changes["runner"], None)
+        if "notify" in changes:
+            merged = keep_masked_secrets(checked(changes["notify"], "notify"), schedule.notify)
+            changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
+            if not trusted:
+                self.policy.check_tenant(None, changes["notify"])
+        changes = {name: new for name, new in changes.items() if getattr(schedule, name) != new}
+        if not changes:
+            return False
+        # The schedule's owner's secrets (an admin may edit another owner's schedule); only
+        # what this update changes, so a rename never fails on a secret deleted since.
+        await check_references(
+            session, schedule.owner, changes.get("runner"), changes.get("notify")
+        )
+        if "enabled" in changes:
+            if changes["enabled"]:
+                await self._check_capacity(session)
+                await self._account_pause(session, schedule, now)
+                schedule.paused_at, schedule.paused_note = None, None
+            else:
+                schedule.paused_at = now
+        for name, value in changes.items():
+            setattr(schedule, name, value)
+        if WARNING_INPUTS & changes.keys():
+            schedule.warnings = safe_warnings(
+                triggers.trigger_from_dict(schedule.trigger),
+                schedule.overlap,
+                schedule.timeout_seconds,
+                now,
+                runner=schedule.runner,
+                workdir=self._workdir(schedule.owner, schedule.id),
+            )
+        if TIMETABLE_INPUTS & changes.keys():
+            schedule.next_run = (
+                next_run_after(triggers.trigger_from_dict(schedule.trigger), now)
+                if schedule.enabled and not exhausted(schedule)
+                else None
+            )
+        schedule.updated_at = now
+        return True
 
     async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
         """Delete a schedule: it stops at once and its pending and running runs are cancelled.
@@ -234,17 +273,21 @@ class ScheduleCrud(TimetableVerbs):
         running run is asked to stop by its next lease renewal. The deletion holds the
         schedule's row, so it never waits for a run's (``queries.unheld_pending``).
         """
-        now = self.clock()
         async with self.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
-            schedule.deleted_at = now
-            schedule.enabled = False
-            schedule.next_run = None
-            schedule.updated_at = now
-            await session.execute(
-                update(Run)
-                .where(q.unheld_pending(schedule.id))
-                .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
-            )
+            await self._remove(session, schedule)
             await self._announce(session)
         self._changed()
+
+    async def _remove(self, session: AsyncSession, schedule: Schedule) -> None:
+        """Delete the row-locked ``schedule``, as ``delete`` says."""
+        now = self.clock()
+        schedule.deleted_at = now
+        schedule.enabled = False
+        schedule.next_run = None
+        schedule.updated_at = now
+        await session.execute(
+            update(Run)
+            .where(q.unheld_pending(schedule.id))
+            .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
+        )

@@ -71,6 +71,7 @@ class TimetableVerbs(ServiceBase):
         rest; ``all`` queues every one (at most RESUME_ALL_CAP), one at a time, oldest first."""
         now = self.clock()
         async with self.db.session() as session:
+            await self._hold_capacity(session)  # before the row (CAPACITY_LOCK)
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
             if not schedule.enabled:
                 await self._check_capacity(session)

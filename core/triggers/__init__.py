@@ -51,6 +51,7 @@ from agentcron.core.triggers.kinds import (
     Trigger,
     parse_trigger,
     require_aware,
+    restated,
     trigger_from_dict,
     trigger_to_dict,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "next_fire",
     "parse_trigger",
     "preview",
+    "restated",
     "trigger_from_dict",
     "trigger_to_dict",
 ]

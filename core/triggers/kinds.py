@@ -298,6 +298,31 @@ def parse_trigger(data: Mapping[str, Any], now: datetime) -> Trigger:
     return _build(data, now)
 
 
+def restated(data: object, stored: Mapping[str, Any]) -> Trigger | None:
+    """The trigger stored as ``stored`` when the user input ``data`` says the same, else None.
+
+    An interval given without ``start_at`` says what a stored interval says when the rest
+    agrees: the stored ``start_at`` is the one filled in when it was first given, so giving
+    the trigger again keeps its due times where they were. No check against the current
+    time is made: those judged the trigger when it was first given, and a one-shot that has
+    fired or a bound that has passed is still the trigger it was. Anything ``data`` gets
+    wrong is None here, for ``parse_trigger`` to say."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        current = trigger_from_dict(stored)
+        given = dict(data)
+        if (
+            isinstance(current, IntervalTrigger)
+            and "every_seconds" in given
+            and given.get("start_at") is None
+        ):
+            given["start_at"] = current.start_at
+        return current if _build(given, None) == current else None
+    except InvalidSchedule:
+        return None
+
+
 def trigger_to_dict(trigger: Trigger) -> dict[str, Any]:
     """The JSON-safe stored form; ``trigger_from_dict`` turns it back into an equal trigger."""
     if isinstance(trigger, CronTrigger):

@@ -24,6 +24,7 @@ import functools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Set
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from pprint import pformat
@@ -50,6 +51,7 @@ from agentcron.core.storage import Database, Schedule
 from agentcron.core.triggers import KIND_KEYS
 from agentcron.web.api.schemas import ScheduleOut
 from agentcron.web.cli import main as cli_main
+from agentcron.web.testing import SettableClock
 from tests.conftest import TEST_AGENTS, app_client, issue_key
 from tests.integration.test_dashboard import ORIGIN, browser
 
@@ -307,12 +309,17 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
     )
 
 
-async def create(api: httpx.AsyncClient, body: dict[str, Any], *, note: bool = False) -> str:
-    """A schedule made over the API, after storing the secrets it refers to; with ``note`` it
-    is paused with a note too, so the note is a stored value an edit must keep."""
+async def store_secrets(api: httpx.AsyncClient, body: dict[str, Any]) -> None:
+    """Store the secrets ``body`` refers to, so it can be saved."""
     for name in referenced_secrets(body["runner"], body["notify"]):
         stored = await api.put(f"/api/v1/secrets/{name}", json={"value": SECRET})
         assert stored.status_code == 200, stored.text
+
+
+async def create(api: httpx.AsyncClient, body: dict[str, Any], *, note: bool = False) -> str:
+    """A schedule made over the API, after storing the secrets it refers to; with ``note`` it
+    is paused with a note too, so the note is a stored value an edit must keep."""
+    await store_secrets(api, body)
     response = await api.post(API, json=body)
     assert response.status_code == 201, response.text
     id: str = response.json()["id"]
@@ -536,6 +543,28 @@ async def test_a_patch_of_the_name_keeps_every_other_field(
             after = await stored(live_app, api, id)
             assert after["api"]["name"] == "renamed"
             only_moved(before, after, EDITED | {"name"})
+
+
+@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
+async def test_putting_an_unchanged_record_by_key_later_changes_nothing(
+    live_app: FastAPI, body: dict[str, Any]
+) -> None:
+    # A host puts its whole record again (at every start, or more often than the schedule
+    # fires): nothing may move, not updated_at, not next_run, not an interval's phase, which
+    # its start_at fixed when it was first put (every-openai-secret gives none).
+    clock = SettableClock()
+    live_app.state.schedules.clock = clock
+    async with clients(live_app) as (api, _):
+        await store_secrets(api, body)
+        for variant, _note in variants(body):
+            key = f"record:{variant['enabled']}"
+            created = await api.put(f"{API}/by-key/{key}", json=variant)
+            assert created.status_code == 201, created.text
+            before = await stored(live_app, api, created.json()["id"])
+            clock.jump_to(clock() + timedelta(minutes=50))
+            again = await api.put(f"{API}/by-key/{key}", json=variant)
+            assert again.status_code == 200, again.text
+            only_moved(before, await stored(live_app, api, created.json()["id"]), frozenset())
 
 
 # -- the command line --------------------------------------------------------------------------

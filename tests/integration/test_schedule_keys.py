@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import agentcron
 from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.schedules import ScheduleService
+from agentcron.web.testing import SettableClock
 from tests.conftest import app_client, issue_key
 
 API = "/api/v1/schedules"
@@ -254,6 +256,131 @@ async def test_two_applies_of_one_new_key_make_one_schedule(live_app: Any) -> No
     assert sum(result.created for result in results) == 1
     page = await schedules.list("host")
     assert len(page.items) == 1
+
+
+async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_schedule_each(
+    live_app: Any,
+) -> None:
+    # A host's replicas all reconcile at start: whichever adds a key first, the others find
+    # it and replace it, and none fails on the key index.
+    schedules = await service(live_app)
+    records = {f"deploy:{n}": record(enabled=n % 2 == 0) for n in range(4)}
+    for round in range(3):
+        results = await asyncio.gather(
+            schedules.reconcile("host", records, scope="deploy:"),
+            schedules.reconcile("host", records, scope="deploy:"),
+            schedules.apply("host", "deploy:0", records["deploy:0"]),
+            schedules.apply("host", "deploy:1", records["deploy:1"]),
+        )
+        created = [key for done in results[:2] for key in done.created]
+        created += [
+            key
+            for key, applied in zip(("deploy:0", "deploy:1"), results[2:], strict=True)
+            if applied.created
+        ]
+        assert sorted(created) == (sorted(records) if round == 0 else []), round
+        page = await schedules.list("host")
+        assert sorted(item.key or "" for item in page.items) == sorted(records), round
+
+
+async def test_an_unchanged_record_whose_time_has_passed_is_still_unchanged(
+    live_app: Any,
+) -> None:
+    # A one-shot that has fired and an interval past its end_at stay under their keys, and a
+    # host keeps reconciling them: the checks a new trigger gets ("at lies in the past") judged
+    # them when they were first given, not each time they are given again.
+    schedules = await service(live_app)
+    clock = SettableClock()
+    schedules.clock = clock
+    soon = clock() + timedelta(hours=1)
+    records = {
+        "deploy:once": record(trigger={"at": soon.isoformat()}),
+        "deploy:bounded": record(
+            trigger={"every_seconds": 600, "end_at": soon.isoformat()}, max_runs=5
+        ),
+    }
+    await schedules.reconcile("host", records, scope="deploy:")
+    before = {key: await schedules.get_by_key("host", key) for key in records}
+    clock.jump_to(soon + timedelta(hours=1))
+
+    done = await schedules.reconcile("host", records, scope="deploy:")
+    assert sorted(done.replaced) == sorted(records) and not done.created + done.deleted
+    for key, rec in records.items():
+        applied = await schedules.apply("host", key, rec)
+        for schedule in (applied.schedule, await schedules.get_by_key("host", key)):
+            assert timetable(schedule) == timetable(before[key]), key
+    # A changed trigger is a new one, judged as such.
+    with pytest.raises(InvalidSchedule) as caught:
+        await schedules.apply("host", "deploy:once", record(trigger={"at": soon.isoformat()[:-6]}))
+    assert caught.value.field == "trigger.at"
+
+
+def timetable(schedule: Any) -> tuple[Any, ...]:
+    """What an unchanged record must leave as it was."""
+    return (schedule.trigger, schedule.next_run, schedule.updated_at, schedule.warnings)
+
+
+async def test_an_engine_reapplying_an_unchanged_record_moves_nothing_and_a_change_moves_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    clock = SettableClock()
+    engine = agentcron.Engine(
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        disable_scheduler=True,
+        log_format="console",
+        clock=clock,
+    )
+    hourly = record(trigger={"every_seconds": 3600}, runner={"type": "handler", "data": {"n": 9}})
+    async with engine:
+        first = (await engine.schedules.apply("host", "deployment:9", hourly)).schedule
+        assert first.next_run == first.created_at.replace(microsecond=0) + timedelta(hours=1)
+        clock.jump_to(clock() + timedelta(minutes=20))
+        again = await engine.schedules.apply("host", "deployment:9", hourly)
+        assert timetable(again.schedule) == timetable(first)
+        clock.jump_to(clock() + timedelta(minutes=20))
+        done = await engine.schedules.reconcile(
+            "host", {"deployment:9": hourly}, scope="deployment:"
+        )
+        assert done.replaced == ["deployment:9"]
+        assert timetable(await engine.schedules.get_by_key("host", "deployment:9")) == timetable(
+            first
+        )
+
+        # A real change moves what it changes: a new name the time of the change only...
+        renamed = (
+            await engine.schedules.apply("host", "deployment:9", {**hourly, "name": "renamed"})
+        ).schedule
+        assert renamed.updated_at > first.updated_at and renamed.next_run == first.next_run
+        # ... a new interval the timetable too, from now.
+        now = clock()
+        retimed = (
+            await engine.schedules.apply(
+                "host", "deployment:9", {**hourly, "trigger": {"every_seconds": 1800}}
+            )
+        ).schedule
+        assert retimed.next_run == now.replace(microsecond=0) + timedelta(minutes=30)
+
+
+async def test_a_host_reconciling_more_often_than_the_interval_still_sees_it_fire(
+    db_url: str, tmp_path: Path
+) -> None:
+    seen: list[HandlerContext] = []
+    engine = agentcron.Engine(
+        handler=seen.append,
+        database_url=db_url,
+        data_dir=tmp_path / "data",
+        scheduler_tick_seconds=0.2,
+        log_format="console",
+    )
+    every = record(trigger={"every_seconds": 2}, runner={"type": "handler"})
+    async with engine:
+        deadline = time.monotonic() + 20
+        while not seen:
+            assert time.monotonic() < deadline, "an interval of 2 s never fired"
+            await engine.schedules.reconcile("host", {"deploy:1": every}, scope="deploy:")
+            await asyncio.sleep(0.5)
+    assert seen[0].key == "deploy:1" and seen[0].trigger == "schedule"
 
 
 def schedules_spec() -> Any:

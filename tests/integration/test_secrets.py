@@ -394,6 +394,28 @@ async def test_rotation_with_two_keys(db: Database) -> None:
     assert [info.name for info in await list_secrets(db, "alice")] == ["a", "b"]
 
 
+async def test_replicas_storing_one_new_secret_at_once_store_one(db: Database, db_url: str) -> None:
+    # Two replicas (a database engine each) race to store a name neither has: the one the
+    # unique (owner, name) refuses replaces the other's, and a value of one of them is kept.
+    keyring = Keyring([KEY])
+    other = Database(db_url)
+    try:
+        for round in range(5):
+            name = f"race-{round}"
+            values = [f"value {round}.{n}" for n in range(4)]
+            stored = await asyncio.gather(
+                *(
+                    put_secret(database, "alice", name, value, keyring=keyring)
+                    for database, value in zip([db, other, db, other], values, strict=True)
+                )
+            )
+            assert {info.created_at for info in stored} == {stored[0].created_at}, round
+            assert [info.name for info in await list_secrets(db, "alice")].count(name) == 1
+            assert (await resolve(db, "alice", [name], keyring=keyring))[name] in values
+    finally:
+        await other.dispose()
+
+
 # -- the operator's key -------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from agentcron.core.config import Settings
 from agentcron.core.notify.ssrf import IPAddress
 from agentcron.core.policy import ExecutionPolicy, PolicyConfigError, load_agents
 from agentcron.web.app import create_app
+from agentcron.web.testing import SettableClock
 from tests.chat_server import ChatServer
 from tests.conftest import app_client, issue_key
 from tests.integration.engine_kit import wait_for
@@ -119,6 +121,24 @@ async def test_naming_a_service_variable_is_refused(tenant: httpx.AsyncClient) -
     refused(response, "notify.0.smtp_url_env", "OPENAI_API_KEY")
     allowed = {**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}
     assert (await tenant.post("/api/v1/schedules", json=schedule(allowed))).status_code == 201
+
+
+async def test_a_tenants_unchanged_record_put_again_moves_nothing(
+    tenant_app: FastAPI, tenant: httpx.AsyncClient
+) -> None:
+    # The tenant rules rewrite what a tenant stores (an openai runner gets private_endpoints):
+    # the record put again must still compare equal to what was stored from it.
+    clock = SettableClock()
+    tenant_app.state.schedules.clock = clock
+    mail = {"type": "email", "to": ["a@example.org"], "from": "b@example.org"}
+    runner = {**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}
+    body = schedule(runner, notify=[{**mail, "smtp_url_env": "SHARED_MODEL_KEY"}])
+    first = await tenant.put("/api/v1/schedules/by-key/job", json=body)
+    assert first.status_code == 201, first.text
+    clock.jump_to(clock() + timedelta(minutes=20))
+    again = await tenant.put("/api/v1/schedules/by-key/job", json=body)
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from agentcron.core.triggers import (
     next_fire,
     parse_trigger,
     preview,
+    restated,
     trigger_from_dict,
     trigger_to_dict,
 )
@@ -451,6 +452,62 @@ def test_stored_form_is_json_safe_utc() -> None:
 def test_from_dict_has_no_future_check() -> None:
     old = {"at": "2001-01-01T00:00:00+00:00"}
     assert trigger_from_dict(old) == OneShotTrigger(datetime(2001, 1, 1, tzinfo=UTC))
+
+
+# --------------------------------------------------------------------------------------------
+# A trigger given again
+# --------------------------------------------------------------------------------------------
+
+STORED_INTERVAL = {"every_seconds": 3600, "start_at": "2025-01-01T12:00:30+00:00"}
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        # An interval without start_at: the one filled in at creation.
+        ({"every_seconds": 3600}, STORED_INTERVAL),
+        ({"every_seconds": 3600, "start_at": None}, STORED_INTERVAL),
+        ({"every_seconds": 3600, "start_at": "2025-01-01T20:00:30+08:00"}, STORED_INTERVAL),
+        # The defaults and spellings the stored form settles.
+        ({"cron": " 0 8 * * 1-5 "}, {"cron": "0 8 * * 1-5", "timezone": "UTC"}),
+        # Past times: a one-shot that fired, a bound that has passed.
+        ({"at": "2001-01-01T00:00:00Z"}, {"at": "2001-01-01T00:00:00+00:00"}),
+        (
+            {"every_seconds": 60, "end_at": "2001-01-01T00:00:00+00:00"},
+            {
+                "every_seconds": 60,
+                "start_at": "2000-01-01T00:00:00+00:00",
+                "end_at": "2001-01-01T00:00:00+00:00",
+            },
+        ),
+    ],
+)
+def test_a_trigger_given_again_is_the_stored_one(
+    given: dict[str, Any], stored: dict[str, Any]
+) -> None:
+    assert restated(given, stored) == trigger_from_dict(stored)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"every_seconds": 1800},  # another interval starts now, as a new trigger does
+        {"every_seconds": 3600, "start_at": "2025-01-01T12:00:31+00:00"},
+        {"every_seconds": 3600, "end_at": "2030-01-01T00:00:00+00:00"},
+        {"cron": "0 * * * *"},
+        {"at": "2025-01-01T12:00:30+00:00"},
+        {"every_seconds": "3600"},  # invalid: parse_trigger says why
+        ["every_seconds", 3600],
+    ],
+)
+def test_another_trigger_is_not_the_stored_one(given: Any) -> None:
+    assert restated(given, STORED_INTERVAL) is None
+
+
+def test_an_explicit_dst_policy_is_another_stored_trigger() -> None:
+    # Absent, a policy follows the job kind's default, which may change; given, it is fixed.
+    stored = {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}
+    assert restated({**stored, "dst_gap": "shift"}, stored) is None
 
 
 # --------------------------------------------------------------------------------------------
