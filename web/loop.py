@@ -18,7 +18,6 @@ clocks disagree still agree on what is due and which lease ran out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -367,11 +366,14 @@ class SchedulerLoop:
         busy = engine.tokens.keys() | engine.recording
         idle = [run_id for run_id in engine.held if run_id not in busy]
         queued = [run_id for run_id in idle if run_id not in engine.admitted]
-        with contextlib.suppress(AgentcronError):
+        try:
             await self.ledger.release(queued)
             # Admitted by the claim, stopped before their attempt began: running rows.
             for run_id in [run_id for run_id in idle if run_id in engine.admitted]:
                 await self.ledger.release_for_takeover(run_id)
+        except AgentcronError as exc:
+            # Kept instead: their leases run out and they are taken over, as after a crash.
+            log.warning("runs_not_released", runs=len(idle), error=exc.message)
         if self.engine.tasks:
             _, pending = await asyncio.wait(set(self.engine.tasks), timeout=within)
             if pending:

@@ -19,9 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import Select, func, select
-from sqlalchemy.exc import IntegrityError
 
-from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from agentcron.core.errors import Conflict, InvalidSchedule, NotFound, ScheduleCapacityExceeded
 from agentcron.core.schedules.service import ScheduleCrud
 from agentcron.core.secrets import check_references
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
@@ -92,7 +91,7 @@ class ScheduleService(ScheduleCrud):
         if existing is None:
             try:
                 return Applied(await self.create(spec, owner, trusted=trusted, key=key), True)
-            except IntegrityError:
+            except Conflict:
                 # Another apply of the same key created it first: replace that one.
                 existing = await self._find(owner, key)
                 if existing is None:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from agentcron.core import triggers
+from agentcron.core.errors import Conflict
 from agentcron.core.notify import keep_masked_secrets, validate_channels
 from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from agentcron.core.runners import validate_runner
@@ -88,8 +90,9 @@ class ScheduleCrud(TimetableVerbs):
         ``key``: the host's own key for it (``apply`` sets it; unique per owner).
 
         Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
-        ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
-        active-schedule limit is reached; nothing is written in either case.
+        ``owner`` has not stored included, ``ScheduleCapacityExceeded`` when the
+        active-schedule limit is reached, and ``Conflict`` when another live schedule of
+        ``owner`` has ``key``; nothing is written in any of these cases.
         """
         now = self.clock()
         prepared = self.prepare(spec, trusted=trusted)
@@ -116,13 +119,17 @@ class ScheduleCrud(TimetableVerbs):
             created_at=now,
             updated_at=now,
         )
-        async with self.db.session() as session:
-            # Every secret the configs refer to must be one the owner has stored.
-            await check_references(session, owner, values["runner"], values["notify"])
-            if spec.enabled:
-                await self._check_capacity(session)
-            session.add(schedule)
-            await self._announce(session)
+        try:
+            async with self.db.session(conflicts=key is not None) as session:
+                # Every secret the configs refer to must be one the owner has stored.
+                await check_references(session, owner, values["runner"], values["notify"])
+                if spec.enabled:
+                    await self._check_capacity(session)
+                session.add(schedule)
+                await self._announce(session)
+        except IntegrityError as exc:
+            # The one constraint a new row can break: the owner's key (ux_schedules_owner_key).
+            raise Conflict(f"another schedule has the key {key!r}") from exc
         self._changed()
         return schedule
 

@@ -17,7 +17,12 @@ import httpx
 import pytest
 
 import agentcron
-from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from agentcron.core.errors import (
+    Conflict,
+    InvalidSchedule,
+    NotFound,
+    ScheduleCapacityExceeded,
+)
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.schedules import ScheduleService
 from tests.conftest import app_client, issue_key
@@ -254,6 +259,14 @@ async def test_two_applies_of_one_new_key_make_one_schedule(live_app: Any) -> No
     assert sum(result.created for result in results) == 1
     page = await schedules.list("host")
     assert len(page.items) == 1
+
+
+async def test_creating_a_schedule_under_a_taken_key_is_a_conflict(live_app: Any) -> None:
+    schedules = await service(live_app)
+    first = await schedules.create(schedules_spec(), "host", key="taken")
+    with pytest.raises(Conflict, match="'taken'"):
+        await schedules.create(schedules_spec(), "host", key="taken")
+    assert [item.id for item in (await schedules.list("host")).items] == [first.id]
 
 
 def schedules_spec() -> Any:
