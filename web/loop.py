@@ -160,9 +160,16 @@ class SchedulerLoop:
             retention = self.retention
             self.supervisor.spawn("retention", lambda: self._prune(retention))
 
+    @property
+    def in_progress(self) -> int:
+        """Runs whose agent is executing or whose outcome is being recorded: what ``stop()``
+        waits for, up to the drain timeout (runs still waiting for a slot are given back)."""
+        return len(self.engine.tokens.keys() | self.engine.recording)
+
     async def stop(self) -> None:
         """Stop claiming, let in-flight runs finish up to the drain timeout, then cancel the
         rest and release their leases so another replica continues them at once."""
+        log.info("engine_stopping", runs=self.in_progress, drain_timeout_seconds=self.drain_timeout)
         self._stop.set()
         self.wake()
         if self._loop_task is not None:
