@@ -1,10 +1,10 @@
 """A store that fails reaches a host as ``SchedulerUnavailable``, whatever the failure.
 
 Every verb a host calls (``engine.schedules``, ``engine.runs``, ``Engine.start``) and every
-route of the API and of MCP over them answer a database that refuses them with agentcron's
-``SchedulerUnavailable`` (503 over HTTP, with the documented body), the driver's error kept
-as ``__cause__``: never the driver's exception, and never its text. The loop carries on and
-runs again once the database is back.
+route of the API, MCP and the dashboard over them answer a database that refuses them with
+agentcron's ``SchedulerUnavailable`` (503 over HTTP, with the documented body), the driver's
+error kept as ``__cause__``: never the driver's exception, and never its text. A stop goes on
+without raising. The loop carries on and runs again once the database is back.
 
 The failures are ones no connection-level rule foresaw: PostgreSQL refusing connections to the
 database (``ALLOW_CONNECTIONS false``, SQLSTATE 55000); SQLite finding that its file is not a
@@ -38,8 +38,9 @@ from agentcron.core.specs import BackfillRequest, ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database
 from agentcron.core.storage.database import sqlite_file
 from agentcron.web.app import create_app
+from agentcron.web.dashboard.session import COOKIE
 from tests.conftest import PG_URL, app_client, issue_key
-from tests.faults.test_outage import assert_unavailable_body
+from tests.faults.test_outage import LEAKS, assert_unavailable_body
 from tests.integration.test_library import OWNER, engine_for, finished, owner_from_header
 
 SPEC = ScheduleCreate(
@@ -234,7 +235,7 @@ ROUTES = [
 ]
 
 
-async def test_the_api_and_mcp_answer_a_refusing_store_with_the_503_body(
+async def test_the_api_mcp_and_dashboard_answer_a_refusing_store_with_503(
     db_url: str, tmp_path: Path, settings: Settings
 ) -> None:
     engine = engine_for(db_url, tmp_path, None, disable_scheduler=True)
@@ -275,5 +276,9 @@ async def test_the_api_and_mcp_answer_a_refusing_store_with_the_503_body(
             mcp = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
             accept = {"Accept": "application/json, text/event-stream"}
             assert_unavailable_body(await api.post("/mcp", json=mcp, headers=accept))
+            # And the dashboard, signed in with the same key.
+            page = await api.get("/", headers={"Cookie": f"{COOKIE}={key}"})
+            assert page.status_code == 503, page.text
+            assert not [leak for leak in LEAKS if leak in page.text.lower()], page.text
         # The database is back: the same engine serves again.
         assert (await engine.schedules.get(schedule.id, OWNER)).id == schedule.id
