@@ -109,11 +109,10 @@ async def create_key(
             created_at=clock(),
         )
         try:
-            async with db.session() as session:
+            # A collision is drawn again twice; a third one is a failure like any other.
+            async with db.session(conflicts=attempt < 2) as session:
                 session.add(record)
         except IntegrityError:
-            if attempt == 2:
-                raise
             continue
         log.info("api_key_created", key_id=str(record.id), prefix=prefix, owner=owner, admin=admin)
         return token, record

@@ -36,8 +36,15 @@ def request_for(
     containment: Containment,
     threads: Executor | None = None,
 ) -> RunRequest:
-    """The attempt as its runner sees it, from what the run saved (``run.payload``)."""
+    """The attempt as its runner sees it, from what the run saved (``run.payload``). Its
+    task directory exists once this returns, the data directory above it included: every
+    runner is handed it to keep files in between runs (an ``OSError`` making it is the
+    attempt's transient failure)."""
     payload = run.payload
+    workdir = Path(task.workdir)
+    # Here, not in each runner: a handler or python target is handed the path (no process is
+    # started in it), so only a directory made for it is one it can write to at once.
+    workdir.mkdir(parents=True, exist_ok=True)
     return RunRequest(
         run_id=run.id,
         schedule_id=run.schedule_id,
@@ -46,7 +53,7 @@ def request_for(
         trigger=run.trigger,
         due_at=run.due_at,
         prompt=str(payload["prompt"]),
-        workdir=Path(task.workdir),
+        workdir=workdir,
         timeout_seconds=timeout,
         history=list(task.conversation) if payload.get("mode") == "persistent" else [],
         secrets=secrets,

@@ -18,7 +18,6 @@ clocks disagree still agree on what is due and which lease ran out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -161,9 +160,16 @@ class SchedulerLoop:
             retention = self.retention
             self.supervisor.spawn("retention", lambda: self._prune(retention))
 
+    @property
+    def in_progress(self) -> int:
+        """Runs whose agent is executing or whose outcome is being recorded: what ``stop()``
+        waits for, up to the drain timeout (runs still waiting for a slot are given back)."""
+        return len(self.engine.tokens.keys() | self.engine.recording)
+
     async def stop(self) -> None:
         """Stop claiming, let in-flight runs finish up to the drain timeout, then cancel the
         rest and release their leases so another replica continues them at once."""
+        log.info("engine_stopping", runs=self.in_progress, drain_timeout_seconds=self.drain_timeout)
         self._stop.set()
         self.wake()
         if self._loop_task is not None:
@@ -367,11 +373,14 @@ class SchedulerLoop:
         busy = engine.tokens.keys() | engine.recording
         idle = [run_id for run_id in engine.held if run_id not in busy]
         queued = [run_id for run_id in idle if run_id not in engine.admitted]
-        with contextlib.suppress(AgentcronError):
+        try:
             await self.ledger.release(queued)
             # Admitted by the claim, stopped before their attempt began: running rows.
             for run_id in [run_id for run_id in idle if run_id in engine.admitted]:
                 await self.ledger.release_for_takeover(run_id)
+        except AgentcronError as exc:
+            # Kept instead: their leases run out and they are taken over, as after a crash.
+            log.warning("runs_not_released", runs=len(idle), error=exc.message)
         if self.engine.tasks:
             _, pending = await asyncio.wait(set(self.engine.tasks), timeout=within)
             if pending:

@@ -141,7 +141,7 @@ class RunRequest:
     trigger: str
     due_at: datetime | None
     prompt: str
-    workdir: Path
+    workdir: Path  # the task's directory; the engine makes it before the runner is called
     timeout_seconds: float
     # The task's conversation, oldest first (persistent schedules; empty for isolated ones):
     # {"role": "user" | "assistant", "content": str, "run_id": str}.

@@ -51,7 +51,8 @@ class HandlerContext:
     data: Mapping[str, Any]  # the schedule's ``runner.data`` as saved with this run
     payload: Mapping[str, Any]  # everything saved with the run (prompt, runner, limits)
     cancel: CancelToken = field(repr=False)
-    workdir: str = ""  # the run's task directory (files kept between runs of a persistent task)
+    workdir: str = ""  # the schedule's task directory, made before the call; files kept there
+    # are there for its next runs
 
 
 def context_for(request: RunRequest, cancel: CancelToken) -> HandlerContext:

@@ -66,7 +66,7 @@ async def put_secret(
     for attempt in range(2):
         now = clock()
         try:
-            async with db.session() as session:
+            async with db.session(conflicts=attempt == 0) as session:
                 row = (
                     await session.execute(select(Secret).where(_one(owner, name)).with_for_update())
                 ).scalar_one_or_none()
@@ -85,8 +85,6 @@ async def put_secret(
                     row.ciphertext = ciphertext
                     row.updated_at = now
         except IntegrityError:
-            if attempt == 1:
-                raise
             continue
         log.info("secret_stored", owner=owner, name=name, created=created)
         return _info(row)

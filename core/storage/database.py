@@ -10,7 +10,13 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -21,6 +27,9 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from agentcron.core.errors import SchedulerUnavailable
+from agentcron.core.logging import get_logger
+
+log = get_logger(__name__)
 
 # Execution option that asks SQLite for BEGIN IMMEDIATE: a write transaction takes the write
 # lock up front and waits (busy_timeout) instead of failing on lock upgrade mid-transaction.
@@ -106,8 +115,8 @@ class Database:
     """One async engine and its sessions.
 
     ``session(write=True)`` is a unit of work that commits on success and rolls back on error;
-    on SQLite it begins IMMEDIATE. Connection failures surface as ``SchedulerUnavailable``
-    with the driver exception as ``__cause__``.
+    on SQLite it begins IMMEDIATE. Every failure of the database surfaces as
+    ``SchedulerUnavailable`` with the driver exception as ``__cause__`` (``store_errors``).
     """
 
     def __init__(
@@ -143,10 +152,14 @@ class Database:
             self.engines = (self.engine, self._hot)
 
     @asynccontextmanager
-    async def session(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
-        """A transaction: commit on normal exit, roll back on exception."""
+    async def session(
+        self, *, write: bool = True, conflicts: bool = False
+    ) -> AsyncIterator[AsyncSession]:
+        """A transaction: commit on normal exit, roll back on exception. ``conflicts``: the
+        caller handles a constraint violation itself (a unique name two writers race for), so
+        ``IntegrityError`` reaches it as it is (see ``store_errors``)."""
         maker = self._write if write else self._read
-        with _unavailable_on_failure():
+        with store_errors(conflicts=conflicts):
             async with maker() as session, session.begin():
                 yield session
 
@@ -159,7 +172,7 @@ class Database:
         ``single``: the caller runs exactly one statement, which PostgreSQL then runs as its
         own transaction (autocommit), saving the BEGIN and COMMIT round trips.
         """
-        with _unavailable_on_failure():
+        with store_errors():
             if single and self.capabilities.dialect == "postgresql":
                 async with self._hot.connect() as connection:
                     yield await connection.execution_options(isolation_level="AUTOCOMMIT")
@@ -180,19 +193,44 @@ class Database:
 
 
 @contextmanager
-def _unavailable_on_failure() -> Iterator[None]:
+def store_errors(*, conflicts: bool = False) -> Iterator[None]:
+    """The one rule for failures of the database: every SQLAlchemy or driver error (or
+    ``OSError``) raised in the block becomes ``SchedulerUnavailable`` in agentcron's words,
+    with the driver's error as ``__cause__``, so no host, API response or MCP answer ever gets
+    the driver's exception or text. ``conflicts``: an ``IntegrityError`` is the caller's to
+    handle, and passes unchanged; unexpected, it is a failure like any other.
+
+    A failure that is not the database going away (a statement it refused: a bug, or a
+    constraint nobody expected) is logged with its traceback here, since the answer alone
+    cannot say why."""
     try:
         yield
-    except (DBAPIError, OSError, PoolTimeout) as exc:
-        if isinstance(exc, DBAPIError) and not _is_unavailable(exc):
+    except (SQLAlchemyError, OSError) as exc:
+        if conflicts and isinstance(exc, IntegrityError):
             raise
-        raise SchedulerUnavailable("the database is unavailable") from exc
+        raise unavailable(exc) from exc
 
 
-def _is_unavailable(exc: DBAPIError) -> bool:
-    """Connection-level failures mean "try again later"; integrity and programming errors are
-    bugs or bad input and must not be disguised as an outage."""
-    if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+def unavailable(exc: SQLAlchemyError | OSError) -> SchedulerUnavailable:
+    """``exc`` as the error a caller sees (raise it ``from exc``), per ``store_errors``."""
+    if _is_outage(exc):
+        return SchedulerUnavailable("the database is unavailable")
+    log.error("database_error", error=type(exc).__name__, exc_info=exc)
+    return SchedulerUnavailable("the database could not complete the request")
+
+
+def _is_outage(exc: SQLAlchemyError | OSError) -> bool:
+    """The database cannot be reached or will not serve now: "try again later", and nothing
+    worth a traceback."""
+    if isinstance(exc, OSError | PoolTimeout):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    # No statement: the failure came while connecting (a server that refuses the database,
+    # 55000 "not currently accepting connections", or one that is not there at all).
+    if exc.statement is None or exc.connection_invalidated:
+        return True
+    if isinstance(exc, OperationalError | InterfaceError):
         return True
     # SQLSTATE classes: 08 connection exception, 53 insufficient resources (too many
     # connections), 57P operator intervention (shutdown, "not accepting connections").

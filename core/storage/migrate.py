@@ -4,15 +4,22 @@ plainly when the database a command names is missing or behind the code."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from agentcron.core.errors import SchedulerUnavailable, StartupError
-from agentcron.core.storage.database import Database, ensure_sqlite_dir, sqlite_file
+from agentcron.core.errors import StartupError
+from agentcron.core.storage.database import (
+    Database,
+    ensure_sqlite_dir,
+    sqlite_file,
+    unavailable,
+)
 
 # migrations/ sits beside the core package in the source tree (installed editable by `make`).
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -33,18 +40,26 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at ``url`` to ``revision``. Blocking: call it off the event loop.
 
     A PostgreSQL database that does not exist raises ``StartupError`` saying how to create
-    it; an unreachable server ``SchedulerUnavailable``."""
+    it; any other failure of the database ``SchedulerUnavailable`` (``store_errors``)."""
     if make_url(url).get_backend_name() == "sqlite":
         ensure_sqlite_dir(url)
-    try:
+    with _missing_or_unavailable(url):
         command.upgrade(alembic_config(url), revision)
+
+
+@contextmanager
+def _missing_or_unavailable(url: str) -> Iterator[None]:
+    """``store_errors``, but a PostgreSQL database that does not exist is the ``StartupError``
+    of ``missing_database``."""
+    try:
+        yield
     except DBAPIError as exc:
         missing = missing_database(url, exc)
-        if missing is None:
-            raise
-        raise missing from None
-    except OSError as exc:
-        raise SchedulerUnavailable("the database is unavailable") from exc
+        if missing is not None:
+            raise missing from None
+        raise unavailable(exc) from exc
+    except (SQLAlchemyError, OSError) as exc:
+        raise unavailable(exc) from exc
 
 
 def missing_database(url: str, exc: DBAPIError) -> StartupError | None:
@@ -91,16 +106,9 @@ async def current_revision(db: Database) -> str | None:
     def read(connection: Connection) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
-    try:
+    with _missing_or_unavailable(db.url):
         async with db.engine.connect() as connection:
             return await connection.run_sync(read)
-    except DBAPIError as exc:
-        missing = missing_database(db.url, exc)
-        if missing is not None:
-            raise missing from None
-        raise SchedulerUnavailable("the database is unavailable") from exc
-    except OSError as exc:
-        raise SchedulerUnavailable("the database is unavailable") from exc
 
 
 async def check_schema(db: Database) -> None:

@@ -1,15 +1,17 @@
 """A replica dies or stops mid-run; another continues the same run (docs/design.md, promises 6,
 7, 13).
 
-Real ``agentcron serve`` processes on one PostgreSQL database. The agent is a shell script that
-logs each attempt to a file and behaves differently on its first attempt ($AGENTCRON_ATTEMPT),
-so the log shows which process ran which attempt, and whether anything ran twice.
+Real ``agentcron serve`` processes on one PostgreSQL database (and, for Ctrl-C at a terminal,
+one SQLite file restarted). The agent is a shell script that logs each attempt to a file and
+behaves differently on its first attempt ($AGENTCRON_ATTEMPT), so the log shows which process
+ran which attempt, and whether anything ran twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from sqlalchemy.engine import make_url
 from agentcron.core.storage import Run
 from tests.conftest import PG_URL, bearer
 from tests.e2e.conftest import (
+    AGENTCRON,
     Fleet,
     RunProbe,
     Server,
@@ -292,4 +295,58 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
         await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
         await admin.close()
         fleet.close()  # no server may start the agent again
+        kill_processes_with(marker)
+
+
+@pytest.mark.slow
+async def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(
+    fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
+) -> None:
+    """Ctrl-C at a terminal: the first SIGINT says at once what the stop waits for and for how
+    long; the second ends the process at once (status 130), releasing nothing, and the next
+    start takes the run over, as after a crash (README, "How runs happen")."""
+    marker = f"agentcron-ctrl-c-{uuid.uuid4().hex}"
+    log = tmp_path / "attempts.log"
+    url = f"sqlite+aiosqlite:///{tmp_path / 'agentcron.db'}"
+    probe = probe_factory(url)
+    env = engine_env(url, tmp_path / "data", "ctrl-c-a", DRAIN_TIMEOUT_SECONDS="45")
+    try:
+        await asyncio.to_thread(
+            subprocess.run, [AGENTCRON, "migrate"], env=env, check=True, capture_output=True
+        )
+        key = await asyncio.to_thread(make_key, env)
+        a = await asyncio.to_thread(fleet.start, env, "a")
+        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "60"))
+        run = await wait_for(
+            lambda: running_on(probe, schedule_id, "ctrl-c-a", log), "the run to start"
+        )
+
+        a.process.send_signal(signal.SIGINT)
+        said = "waiting up to 45 s for 1 run in progress to finish"
+        await wait_for(lambda: asyncio.sleep(0, said in a.log()), "the first Ctrl-C to say so", 5)
+        assert "Ctrl-C again to stop at once" in a.log()
+        await wait_for(lambda: asyncio.sleep(0, json_events(a.log(), "engine_stopping")), "drain")
+
+        began = time.monotonic()
+        a.process.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(a.process.wait, 10)
+        took = time.monotonic() - began
+        print(f"\nctrl-c: exited {took:.2f} s after the second SIGINT, status {code}")
+        assert code == 130 and took < 5
+        assert "stopped at once" in a.log()
+        assert "run_released" not in a.log() and "Traceback" not in a.log()
+        await wait_for(lambda: asyncio.sleep(0, not processes_with(marker)), "the agent to die", 5)
+        kept = await probe.run(run.id)  # nothing was given back: the lease is the dead one's
+        assert kept.status == "running" and kept.lease_owner == "ctrl-c-a"
+
+        env_b = dict(env, AGENTCRON_INSTANCE_ID="ctrl-c-b")
+        b = await asyncio.to_thread(fleet.start, env_b, "b")
+        done = await wait_for(lambda: finished(probe, run.id), "the next start to finish it", 40)
+        assert done.status == "succeeded" and done.attempt == 2, (done.status, done.error)
+        assert stop_server(b) in (0, -signal.SIGTERM)
+        lines = attempt_lines(log)
+        assert ("ctrl-c-a", str(run.id), "1", "end") not in lines
+        assert ("ctrl-c-b", str(run.id), "2", "end") in lines
+    finally:
+        fleet.close()
         kill_processes_with(marker)

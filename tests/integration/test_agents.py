@@ -166,6 +166,19 @@ async def test_a_python_schedule_runs_and_stores_its_output(
     assert schedule["last_status"] == "succeeded"
 
 
+async def test_a_python_target_finds_its_task_directory_made_and_kept_between_runs(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    runner = {"type": "python", "target": "tests.agents_fixture:keeps_notes"}
+    schedule_id = await create(client, runner, mode="persistent")
+    first = await run_to_end(client, schedule_id)
+    assert first["status"] == "succeeded", first["error"]
+    assert first["output"] == f"{first['id']}.txt"
+    second = await run_to_end(client, schedule_id)
+    assert second["status"] == "succeeded", second["error"]
+    assert second["output"] == " ".join(sorted([f"{first['id']}.txt", f"{second['id']}.txt"]))
+
+
 async def test_a_python_target_gone_at_run_time_pauses_the_schedule(
     client: httpx.AsyncClient, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -123,6 +123,40 @@ async def test_handler_errors_decide_permanent_or_retried_and_a_replay_says_what
     assert ("transient", 1, retried.id) in calls
 
 
+async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_runs(
+    db_url: str, tmp_path: Path
+) -> None:
+    found: list[list[str]] = []
+
+    def handler(ctx: HandlerContext) -> str:
+        workdir = Path(ctx.workdir)
+        found.append(sorted(path.name for path in workdir.iterdir()))
+        (workdir / f"attempt-{len(found)}.txt").write_text(ctx.prompt)
+        return str(workdir)
+
+    # A data directory nobody made: the engine creates it, as it does for a command agent.
+    engine = engine_for(db_url, tmp_path, handler)
+    assert not (tmp_path / "data").exists()
+    async with engine:
+        spec = ScheduleCreate(
+            name="keeps notes",
+            prompt="note",
+            trigger={"every_seconds": 3600},
+            mode="persistent",
+            runner={"type": "handler"},
+        )
+        schedule = await engine.schedules.create(spec, OWNER)
+        await engine.runs.run_now(schedule.id, OWNER)
+        (first,) = await finished(engine, schedule.id)
+        await engine.runs.run_now(schedule.id, OWNER)
+        runs = await finished(engine, schedule.id, count=2)
+    assert [run.status for run in runs] == ["succeeded", "succeeded"], [r.error for r in runs]
+    assert found == [[], ["attempt-1.txt"]]  # the second run sees what the first one kept
+    workdir = Path(first.output or "")
+    assert workdir == (tmp_path / "data" / "tasks" / OWNER / str(schedule.id)).resolve()
+    assert (workdir / "attempt-2.txt").read_text() == "note"
+
+
 async def test_a_handler_schedule_run_by_an_engine_without_a_handler_is_paused_with_why(
     db_url: str, tmp_path: Path
 ) -> None:

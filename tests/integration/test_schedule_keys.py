@@ -18,7 +18,11 @@ import httpx
 import pytest
 
 import agentcron
-from agentcron.core.errors import InvalidSchedule, NotFound, ScheduleCapacityExceeded
+from agentcron.core.errors import (
+    InvalidSchedule,
+    NotFound,
+    ScheduleCapacityExceeded,
+)
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.schedules import ScheduleService
 from agentcron.web.testing import SettableClock

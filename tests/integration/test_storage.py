@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, StatementError
 
+from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.storage import Database, Run, Schedule
 from tests.factories import schedule_values
 
@@ -70,9 +71,13 @@ async def test_time_order_survives_storage(db: Database) -> None:
 
 
 async def test_naive_datetime_is_refused(db: Database) -> None:
-    with pytest.raises(StatementError, match="aware"):
+    # Refused before it reaches the database; like any failure of the store, it leaves the
+    # session as SchedulerUnavailable with SQLAlchemy's error as the cause.
+    with pytest.raises(SchedulerUnavailable) as refused:
         async with db.session() as session:
             session.add(schedule_row(next_run=datetime(2026, 1, 1)))
+    assert isinstance(refused.value.__cause__, StatementError)
+    assert "aware" in str(refused.value.__cause__)
     async with db.session(write=False) as session:
         assert await session.scalar(select(func.count()).select_from(Schedule)) == 0
 
@@ -85,8 +90,13 @@ async def test_one_run_per_due_time_is_a_constraint(db: Database) -> None:
     async with db.session() as session:
         session.add(run_row(parent.id, due))
     with pytest.raises(IntegrityError):
+        async with db.session(conflicts=True) as session:
+            session.add(run_row(parent.id, due))
+    # Unless the caller says it handles one, a broken constraint is a failure like any other.
+    with pytest.raises(SchedulerUnavailable) as failed:
         async with db.session() as session:
             session.add(run_row(parent.id, due))
+    assert isinstance(failed.value.__cause__, IntegrityError)
     # Manual and replay runs have no due time and may repeat.
     async with db.session() as session:
         session.add_all([run_row(parent.id, None), run_row(parent.id, None)])

@@ -309,8 +309,14 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="the address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="the TCP port to listen on")] = 8000,
 ) -> None:
-    """Serve the HTTP API (and the scheduler loop, unless AGENTCRON_DISABLE_SCHEDULER=1)."""
+    """Serve the HTTP API (and the scheduler loop, unless AGENTCRON_DISABLE_SCHEDULER=1).
+    Ctrl-C drains the runs in progress; a second Ctrl-C stops at once (web.cli.shutdown)."""
+    import contextlib
+
     import uvicorn
+
+    from agentcron.web.app import app_from_env
+    from agentcron.web.cli.shutdown import Server
 
     _configure_logging()
     problem = _preflight()
@@ -319,13 +325,12 @@ def serve(
         sys.stderr.write(f"agentcron: cannot start: {problem}\n")
         raise typer.Exit(2)
 
-    uvicorn.run(
-        "agentcron.web.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        log_config=None,
-    )
+    app = app_from_env()
+    server = Server(uvicorn.Config(app, host=host, port=port, log_config=None), app)
+    # After a graceful stop uvicorn raises the signal that asked for it again; for SIGINT that
+    # is a KeyboardInterrupt, which ``uvicorn.run`` ends quietly too.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
 
 
 def _safe_url(url: str) -> str:
