@@ -202,7 +202,7 @@ class Engine:
         # First: a malformed AGENTCRON_SECRETS_KEY refuses the start (StartupError) before
         # anything is opened.
         self.keyring = Keyring.from_setting(settings.secrets_key)
-        db = Database(settings.database_url, timeout=settings.database_timeout_seconds)
+        db = Database.from_settings(settings)
         self._db = db
         try:
             await self._open(db)
@@ -231,7 +231,7 @@ class Engine:
                 supervisor=self.supervisor,
             )
         if self.migrate:
-            await asyncio.to_thread(upgrade, settings.database_url)
+            await asyncio.to_thread(upgrade, settings.database_url, schema=settings.database_schema)
         try:
             await check_schema(db)
         except SchedulerUnavailable:

@@ -29,12 +29,13 @@ def on_database(work: Callable[[Database], Awaitable[T]]) -> T:
     from agentcron.core.storage import Database
     from agentcron.core.storage.migrate import check_schema, require_database_file
 
-    url = get_settings().database_url
+    settings = get_settings()
+    url = settings.database_url
 
     async def run() -> T:
         # Before Database(): it creates a SQLite file's directory, and connecting the file.
         require_database_file(url)
-        db = Database(url)
+        db = Database.from_settings(settings)
         try:
             await check_schema(db)
             return await work(db)

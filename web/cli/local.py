@@ -54,7 +54,7 @@ def migrate() -> None:
     _configure_logging()
     settings = _settings()
     try:
-        upgrade(settings.database_url)
+        upgrade(settings.database_url, schema=settings.database_schema)
     except StartupError as exc:
         fail(exc.message, 2)
     except SchedulerUnavailable as exc:
@@ -283,7 +283,7 @@ def _preflight() -> str | None:
 
     async def schema() -> None:
         require_database_file(settings.database_url)  # and create no empty file (see there)
-        db = Database(settings.database_url)
+        db = Database.from_settings(settings)
         try:
             await check_schema(db)
         except SchedulerUnavailable:
