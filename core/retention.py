@@ -78,9 +78,7 @@ async def prune_runs(
     keeps: dict[uuid.UUID, _Keep] = {}
     while max_batches is None or report.batches < max_batches:
         async with db.session() as session:
-            if db.capabilities.dialect == "postgresql" and not await session.scalar(
-                select(func.pg_try_advisory_xact_lock(ADVISORY_KEY))
-            ):
+            if not await take_turn(db, session):
                 report.yielded = True
                 return report
             rows = (await session.execute(_candidates(horizon, cursor, policy.batch))).all()
@@ -96,6 +94,14 @@ async def prune_runs(
         cursor = (rows[-1].created_at, rows[-1].id)
         await asyncio.sleep(policy.pause_seconds)
     return report
+
+
+async def take_turn(db: Database, session: AsyncSession) -> bool:
+    """Take this installation's pruning turn for the transaction of ``session`` (True), or
+    say another replica's pass has it (False). SQLite has one engine, whose turn it always is."""
+    if db.capabilities.dialect != "postgresql":
+        return True
+    return bool(await session.scalar(select(func.pg_try_advisory_xact_lock(ADVISORY_KEY))))
 
 
 def _candidates(horizon: datetime, cursor: tuple[datetime, uuid.UUID] | None, limit: int) -> Any:
