@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.storage.scope import scoped
 
 # Replicas on one PostgreSQL database take turns: a batch runs only under this transaction-level
 # advisory lock, and a replica that cannot get it leaves the pass to the one that has it.
@@ -101,7 +102,12 @@ async def take_turn(db: Database, session: AsyncSession) -> bool:
     say another replica's pass has it (False). SQLite has one engine, whose turn it always is."""
     if db.capabilities.dialect != "postgresql":
         return True
-    return bool(await session.scalar(select(func.pg_try_advisory_xact_lock(ADVISORY_KEY))))
+    key: Any = ADVISORY_KEY
+    if db.schema is not None:
+        # Installations in two schemas of one database prune their own tables: their turns
+        # are apart too (core.storage.scope).
+        key = func.hashtextextended(scoped("agentcron_retention", db.schema), 0)
+    return bool(await session.scalar(select(func.pg_try_advisory_xact_lock(key))))
 
 
 def _candidates(horizon: datetime, cursor: tuple[datetime, uuid.UUID] | None, limit: int) -> Any:

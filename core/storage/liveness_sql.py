@@ -24,7 +24,8 @@ from sqlalchemy import (
     true,
 )
 
-LIVENESS_PREFIX = "agentcron:"
+from agentcron.core.storage.scope import scoped
+
 # pg_locks, as much of it as the check reads. A 64-bit advisory key shows there split in two
 # (``classid`` the high half, ``objid`` the low one) with ``objsubid`` 1.
 _PG_LOCKS = table(
@@ -37,14 +38,18 @@ _PG_LOCKS = table(
 )
 
 
-def liveness_key(owner: SQLColumnExpression[Any] | str) -> ColumnElement[int]:
-    """The advisory lock key of ``owner``, computed by the database both when the lock is
-    taken and when it is looked for, so no client-side hash has to agree with it."""
+def liveness_key(owner: SQLColumnExpression[Any] | str, schema: str | None) -> ColumnElement[int]:
+    """The advisory lock key of ``owner`` in the installation of ``schema``
+    (``AGENTCRON_DATABASE_SCHEMA``; None: ``agentcron:<owner>``, as before the setting), so
+    engines of one instance id in two schemas of a database hold two locks. Computed by the
+    database both when the lock is taken and when it is looked for, so no client-side hash has
+    to agree with it."""
     name = literal(owner) if isinstance(owner, str) else owner
-    return func.hashtextextended(literal(LIVENESS_PREFIX) + name, 0, type_=BigInteger)
+    prefix = literal(scoped("agentcron", schema) + ":")
+    return func.hashtextextended(prefix + name, 0, type_=BigInteger)
 
 
-def liveness_held(owner: SQLColumnExpression[Any]) -> ColumnElement[bool]:
+def liveness_held(owner: SQLColumnExpression[Any], schema: str | None) -> ColumnElement[bool]:
     """Whether some session holds ``owner``'s liveness lock now: pg_locks only, no lock taken
     or tried (trying another's would hold it, if only for an instant)."""
     locks = _PG_LOCKS.c
@@ -54,11 +59,11 @@ def liveness_held(owner: SQLColumnExpression[Any]) -> ColumnElement[bool]:
         locks.locktype == "advisory",
         locks.objsubid == 1,
         locks.granted.is_(true()),
-        key == liveness_key(owner),
+        key == liveness_key(owner, schema),
     )
 
 
-def take_liveness(owner: str) -> Select[bool]:
+def take_liveness(owner: str, schema: str | None) -> Select[bool]:
     """Take ``owner``'s liveness lock for the session (True), or say another session holds it
     (False): never waits, so a stuck holder is logged instead of blocking the engine."""
-    return select(func.pg_try_advisory_lock(liveness_key(owner), type_=Boolean))
+    return select(func.pg_try_advisory_lock(liveness_key(owner, schema), type_=Boolean))

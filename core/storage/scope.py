@@ -27,3 +27,10 @@ def connect_args(url: str, schema: str | None) -> dict[str, Any]:
     # names Settings accepts are lower case, so quoting changes nothing else. Only the schema,
     # not "public" after it: a table missing there must not be found among the host's.
     return {"server_settings": {"search_path": f'"{schema}"'}}
+
+
+def scoped(name: str, schema: str | None) -> str:
+    """``name`` (a NOTIFY channel, the name an advisory lock key is hashed from) made this
+    installation's: unchanged without a schema, else ``name@schema``. A schema name holds no
+    ``@`` or ``:``, so no installation's name is another's."""
+    return name if schema is None else f"{name}@{schema}"

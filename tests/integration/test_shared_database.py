@@ -7,14 +7,21 @@ host keeps a ``Task`` model of its own), as a host's would before agentcron arri
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from agentcron.core.clock import utcnow
 from agentcron.core.errors import StartupError
+from agentcron.core.retention import RetentionPolicy, prune_runs, take_turn
 from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Database
+from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage.wakeups import announce_change, listen
 from tests.conftest import _dsn, pg_url_for
+from tests.integration.engine_kit import wait_for
 from tests.integration.test_library import OWNER, engine_for, finished
 
 HOST_TABLES = """
@@ -122,3 +129,74 @@ async def test_in_a_schema_of_its_own_agentcron_runs_beside_the_hosts_tables(
     async with again:
         page = await again.runs.list_runs(schedule.id, OWNER, limit=50)
         assert len(page.items) >= 2
+
+
+async def test_two_installations_in_two_schemas_never_meet(host_url: str, tmp_path: Path) -> None:
+    # The same instance id in both: only the schema tells their locks apart.
+    one, two = (
+        engine_for(
+            host_url,
+            tmp_path / schema,
+            handled,
+            migrate=True,
+            database_schema=schema,
+            instance_id="replica-0",
+        )
+        for schema in ("team_one", "team_two")
+    )
+    async with one, two:
+        # Both hold their liveness lock: neither waits on the other's.
+        for engine in (one, two):
+            assert engine.loop is not None
+            liveness = engine.loop.liveness
+            assert liveness is not None
+            await wait_for(liveness.changed.wait, 10, "the liveness lock")
+            assert liveness.held
+        schedule = await one.schedules.create(SPEC, OWNER)
+        await finished(one, schedule.id, 1)
+        assert (await two.schedules.list(OWNER, limit=50)).items == []
+        assert (await one.schedules.list(OWNER, limit=50)).items != []
+
+
+async def two_schemas(url: str) -> tuple[Database, Database]:
+    """Two installations migrated into schemas ``team_one`` and ``team_two`` of ``url``."""
+    for schema in ("team_one", "team_two"):
+        await asyncio.to_thread(upgrade, url, schema=schema)
+    return Database(url, schema="team_one"), Database(url, schema="team_two")
+
+
+async def test_a_change_in_one_schema_wakes_no_listener_of_another(host_url: str) -> None:
+    one, two = await two_schemas(host_url)
+    woken: list[str] = []
+    stopped = asyncio.Event()
+    listening = asyncio.create_task(
+        listen(two, lambda: woken.append("two"), stopped, asyncio.sleep)
+    )
+    try:
+        await wait_for(lambda: asyncio.sleep(0, woken), 10, "the listener")  # woken on connect
+        woken.clear()
+        async with one.session() as session:
+            await announce_change(one, session)
+        await asyncio.sleep(0.5)
+        assert woken == []
+        async with two.session() as session:
+            await announce_change(two, session)
+        await wait_for(lambda: asyncio.sleep(0, woken), 10, "its own schema's wake-up")
+    finally:
+        stopped.set()
+        await listening
+        await one.dispose()
+        await two.dispose()
+
+
+async def test_retention_takes_turns_only_within_one_schema(host_url: str) -> None:
+    one, two = await two_schemas(host_url)
+    again = Database(host_url, schema="team_one")
+    try:
+        async with one.session() as session:
+            assert await take_turn(one, session)  # team_one's pass is under way
+            assert not (await prune_runs(two, utcnow(), RetentionPolicy())).yielded
+            assert (await prune_runs(again, utcnow(), RetentionPolicy())).yielded
+    finally:
+        for db in (one, two, again):
+            await db.dispose()
