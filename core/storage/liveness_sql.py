@@ -27,14 +27,22 @@ from sqlalchemy import (
 from agentcron.core.storage.scope import scoped
 
 # pg_locks, as much of it as the check reads. A 64-bit advisory key shows there split in two
-# (``classid`` the high half, ``objid`` the low one) with ``objsubid`` 1.
+# (``classid`` the high half, ``objid`` the low one) with ``objsubid`` 1. The view shows the
+# locks of every database of the server; an advisory lock belongs to one (``database``).
 _PG_LOCKS = table(
     "pg_locks",
     column("locktype"),
+    column("database"),
     column("classid"),
     column("objid"),
     column("objsubid"),
     column("granted"),
+)
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+_THIS_DATABASE = (
+    select(_PG_DATABASE.c.oid)
+    .where(_PG_DATABASE.c.datname == func.current_database())
+    .scalar_subquery()
 )
 
 
@@ -50,13 +58,14 @@ def liveness_key(owner: SQLColumnExpression[Any] | str, schema: str | None) -> C
 
 
 def liveness_held(owner: SQLColumnExpression[Any], schema: str | None) -> ColumnElement[bool]:
-    """Whether some session holds ``owner``'s liveness lock now: pg_locks only, no lock taken
-    or tried (trying another's would hold it, if only for an instant)."""
+    """Whether some session of this database holds ``owner``'s liveness lock now: pg_locks
+    only, no lock taken or tried (trying another's would hold it, if only for an instant)."""
     locks = _PG_LOCKS.c
     high = cast(locks.classid, BigInteger).op("<<")(literal(32, Integer))
     key = high.op("|")(cast(locks.objid, BigInteger))
     return exists().where(
         locks.locktype == "advisory",
+        locks.database == _THIS_DATABASE,
         locks.objsubid == 1,
         locks.granted.is_(true()),
         key == liveness_key(owner, schema),
