@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+import agentcron
 from agentcron.core.clock import utcnow
 from agentcron.core.errors import StartupError
 from agentcron.core.retention import RetentionPolicy, prune_runs, take_turn
@@ -20,6 +21,7 @@ from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database
 from agentcron.core.storage.migrate import upgrade
 from agentcron.core.storage.wakeups import announce_change, listen
+from agentcron.web.api.hosting import ConfigurationError
 from tests.conftest import _dsn, pg_url_for
 from tests.integration.engine_kit import wait_for
 from tests.integration.test_library import OWNER, engine_for, finished
@@ -37,11 +39,11 @@ HOST_ROWS = {"runs": [(1, "the host's run")], "tasks": [(1, "the host's task")]}
 async def host_url(empty_pg: str) -> str:
     """A database that already holds the host's own ``runs`` and ``tasks`` (public schema)."""
     url = pg_url_for(empty_pg)
-    await _sql(url, HOST_TABLES)
+    await run_sql(url, HOST_TABLES)
     return url
 
 
-async def _sql(url: str, statement: str) -> None:
+async def run_sql(url: str, statement: str) -> None:
     conn = await asyncpg.connect(_dsn(url), timeout=10)
     try:
         await conn.execute(statement)
@@ -80,6 +82,19 @@ SPEC = ScheduleCreate(
 )
 
 
+@pytest.mark.parametrize("name", ["Jobs", "1jobs", "pg_jobs", "jobs-x", 'x"; DROP', "j" * 44])
+def test_a_schema_name_agentcron_does_not_take_is_refused_naming_the_setting(name: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"^setting database_schema: .* is not a schema"):
+        agentcron.Engine(database_url="postgresql://u@localhost/db", database_schema=name)
+
+
+def test_sqlite_refuses_a_schema_rather_than_ignore_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="^setting database_schema: SQLite has no schemas"):
+        agentcron.Engine(database_url=f"sqlite:///{tmp_path}/x.db", database_schema="jobs")
+    # Empty is unset (AGENTCRON_DATABASE_SCHEMA= in an env file).
+    assert agentcron.Engine(database_url=f"sqlite:///{tmp_path}/x.db", database_schema="")
+
+
 @pytest.mark.parametrize("migrate", [True, False])
 async def test_the_hosts_own_tables_refuse_the_start_naming_them(
     host_url: str, tmp_path: Path, migrate: bool
@@ -99,8 +114,8 @@ async def test_another_tools_migration_stamp_is_not_taken_for_agentcrons(
 ) -> None:
     # The host migrates with Alembic too: its alembic_version holds its own revision.
     url = pg_url_for(empty_pg)
-    await _sql(url, "CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY);")
-    await _sql(url, "INSERT INTO alembic_version VALUES ('a1b2c3d4e5f6');")
+    await run_sql(url, "CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY);")
+    await run_sql(url, "INSERT INTO alembic_version VALUES ('a1b2c3d4e5f6');")
     for migrate in (True, False):
         engine = engine_for(url, tmp_path, handled, migrate=migrate)
         with pytest.raises(StartupError) as refused:
@@ -110,22 +125,24 @@ async def test_another_tools_migration_stamp_is_not_taken_for_agentcrons(
     assert await tables(url, "public") == {"alembic_version"}
 
 
+# "user" is also an SQL keyword: the name is quoted wherever agentcron writes it.
+@pytest.mark.parametrize("schema", ["agentcron", "user"])
 async def test_in_a_schema_of_its_own_agentcron_runs_beside_the_hosts_tables(
-    host_url: str, tmp_path: Path
+    host_url: str, tmp_path: Path, schema: str
 ) -> None:
-    engine = engine_for(host_url, tmp_path, handled, migrate=True, database_schema="agentcron")
+    engine = engine_for(host_url, tmp_path, handled, migrate=True, database_schema=schema)
     async with engine:
         schedule = await engine.schedules.create(SPEC, OWNER)
         runs = await finished(engine, schedule.id, 2)
     assert {run.trigger for run in runs} == {"schedule"}
     assert all(run.status == "succeeded" and run.output == "ok" for run in runs)
     assert {"alembic_version", "schedules", "runs", "tasks", "deliveries"} <= await tables(
-        host_url, "agentcron"
+        host_url, schema
     )
     assert await tables(host_url, "public") == {"runs", "tasks"}
     assert await host_rows(host_url) == HOST_ROWS
     # Started again without migrating: the schema's own stamp says it is at head.
-    again = engine_for(host_url, tmp_path, handled, database_schema="agentcron")
+    again = engine_for(host_url, tmp_path, handled, database_schema=schema)
     async with again:
         page = await again.runs.list_runs(schedule.id, OWNER, limit=50)
         assert len(page.items) >= 2
