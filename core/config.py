@@ -119,8 +119,8 @@ class Settings(BaseSettings):
             # Said rather than ignored: a host that sets it expects its tables kept apart,
             # which on SQLite only a file of agentcron's own does.
             raise ValueError(
-                "SQLite has no schemas: give agentcron a database file of its own"
-                " (database_url) instead"
+                "SQLite has no schemas: set database_url (AGENTCRON_DATABASE_URL) to a"
+                " database file of agentcron's own instead"
             )
         return value
 
