@@ -8,10 +8,12 @@ host keeps a ``Task`` model of its own), as a host's would before agentcron arri
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
 import agentcron
 from agentcron.core.clock import utcnow
@@ -217,3 +219,27 @@ async def test_retention_takes_turns_only_within_one_schema(host_url: str) -> No
     finally:
         for db in (one, two, again):
             await db.dispose()
+
+
+async def test_a_role_that_may_not_create_schemas_is_told_so_and_uses_one_made_for_it(
+    empty_pg: str, tmp_path: Path
+) -> None:
+    role = f"agentcron_role_{uuid.uuid4().hex[:8]}"
+    await run_sql(pg_url_for(empty_pg), f'CREATE ROLE "{role}" LOGIN')
+    try:
+        url = make_url(pg_url_for(empty_pg)).set(username=role).render_as_string(False)
+        engine = engine_for(url, tmp_path, handled, migrate=True, database_schema="jobs")
+        with pytest.raises(StartupError) as refused:
+            await engine.start()
+        message = refused.value.message
+        assert 'cannot create the schema "jobs"' in message and "AUTHORIZATION" in message
+        # An administrator makes it, as the message says: the role migrates into it.
+        await run_sql(pg_url_for(empty_pg), f'CREATE SCHEMA jobs AUTHORIZATION "{role}"')
+        async with engine_for(url, tmp_path, handled, migrate=True, database_schema="jobs"):
+            pass
+        assert "runs" in await tables(url, "jobs")
+    finally:
+        await run_sql(
+            pg_url_for(empty_pg),
+            f'DROP SCHEMA IF EXISTS jobs CASCADE; DROP OWNED BY "{role}"; DROP ROLE "{role}"',
+        )
