@@ -42,8 +42,8 @@ def _configure(connection: Connection) -> None:
 def _run_sync(connection: Connection) -> None:
     schema = _schema()
     if schema is not None:
-        # In the migrations' transaction: a refused or failed migration leaves no schema.
-        ensure_schema(connection, schema)
+        # In the migrations' transaction: a migration that fails leaves no schema behind.
+        ensure_schema(connection, _url(), schema)
     refuse_foreign(connection, _url(), schema)
     _configure(connection)
     with context.begin_transaction():

@@ -1,5 +1,6 @@
 """Apply Alembic migrations from code (``agentcron migrate``, ``make run``, tests), and say
-plainly when the database a command names is missing or behind the code."""
+plainly when the database a command names is missing, behind the code, or already holds
+tables or a migration stamp that are not agentcron's."""
 
 from __future__ import annotations
 
@@ -122,9 +123,10 @@ async def check_schema(db: Database) -> None:
         )
 
 
-def ensure_schema(connection: Connection, schema: str) -> None:
-    """Create ``schema`` unless it exists. One that exists is used as it is, so a role without
-    the database's CREATE privilege can migrate into a schema an administrator made for it."""
+def ensure_schema(connection: Connection, url: str, schema: str) -> None:
+    """Create ``schema`` in the database at ``url`` unless it exists. One that exists is used
+    as it is, so a role without the database's CREATE privilege can migrate into a schema an
+    administrator made for it; one it cannot create raises ``StartupError`` saying so."""
     found = connection.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema})
     if found.first() is not None:
         return
@@ -136,7 +138,7 @@ def ensure_schema(connection: Connection, schema: str) -> None:
             raise
         raise StartupError(
             f'cannot create the schema "{schema}" (database_schema) in'
-            f" {_where(str(connection.engine.url), None)}: this role may not create schemas;"
+            f" {_where(url, None)}: this role may not create schemas;"
             f' have it made with CREATE SCHEMA "{schema}" AUTHORIZATION <this role>'
         ) from None
 
