@@ -10,10 +10,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A schema name that means the same quoted or not (lower case, no keyword quoting needed in a
+# search_path), short enough that the wake-up channel named after it fits PostgreSQL's 63
+# bytes (core.storage.scope), and outside the pg_ names PostgreSQL keeps for itself.
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,42}$")
 # The URL schemes people paste (from `psql`, a cloud console, Heroku-style DATABASE_URLs) name
 # no driver, so SQLAlchemy would pick a synchronous one this project does not install
 # (psycopg) or none at all ("postgres"): they mean the async drivers agentcron ships with.
@@ -47,6 +51,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTCRON_", extra="ignore")
 
     database_url: str = "sqlite+aiosqlite:///./var/agentcron.db"
+    # PostgreSQL: the schema agentcron's tables (and its migration stamp) live in, so that a
+    # host's database with tables of the same names can hold them too. Unset: the
+    # connection's search_path, as before the setting existed.
+    database_schema: str | None = None
     disable_scheduler: bool = False
     scheduler_tick_seconds: float = Field(default=10.0, gt=0, le=3600)
     scheduler_concurrency: int = Field(default=4, ge=1, le=1000)
@@ -96,6 +104,25 @@ class Settings(BaseSettings):
     @classmethod
     def _async_driver(cls, value: str) -> str:
         return normalize_database_url(value)
+
+    @field_validator("database_schema")
+    @classmethod
+    def _schema(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value:
+            return None  # AGENTCRON_DATABASE_SCHEMA= (empty) is unset
+        if not SCHEMA_NAME.match(value) or value.startswith("pg_"):
+            raise ValueError(
+                f"{value!r} is not a schema name agentcron takes: 1 to 43 lower-case letters,"
+                " digits or _, not starting with a digit or pg_"
+            )
+        if str(info.data.get("database_url", "")).startswith("sqlite"):
+            # Said rather than ignored: a host that sets it expects its tables kept apart,
+            # which on SQLite only a file of agentcron's own does.
+            raise ValueError(
+                "SQLite has no schemas: set database_url (AGENTCRON_DATABASE_URL) to a"
+                " database file of agentcron's own instead"
+            )
+        return value
 
     @field_validator("agent_env")
     @classmethod

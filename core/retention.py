@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.storage.scope import scoped
 
 # Replicas on one PostgreSQL database take turns: a batch runs only under this transaction-level
 # advisory lock, and a replica that cannot get it leaves the pass to the one that has it.
@@ -78,9 +79,7 @@ async def prune_runs(
     keeps: dict[uuid.UUID, _Keep] = {}
     while max_batches is None or report.batches < max_batches:
         async with db.session() as session:
-            if db.capabilities.dialect == "postgresql" and not await session.scalar(
-                select(func.pg_try_advisory_xact_lock(ADVISORY_KEY))
-            ):
+            if not await take_turn(db, session):
                 report.yielded = True
                 return report
             rows = (await session.execute(_candidates(horizon, cursor, policy.batch))).all()
@@ -96,6 +95,19 @@ async def prune_runs(
         cursor = (rows[-1].created_at, rows[-1].id)
         await asyncio.sleep(policy.pause_seconds)
     return report
+
+
+async def take_turn(db: Database, session: AsyncSession) -> bool:
+    """Take this installation's pruning turn for the transaction of ``session`` (True), or
+    say another replica's pass has it (False). SQLite has one engine, whose turn it always is."""
+    if db.capabilities.dialect != "postgresql":
+        return True
+    key: Any = ADVISORY_KEY
+    if db.schema is not None:
+        # Installations in two schemas of one database prune their own tables: their turns
+        # are apart too (core.storage.scope).
+        key = func.hashtextextended(scoped("agentcron_retention", db.schema), 0)
+    return bool(await session.scalar(select(func.pg_try_advisory_xact_lock(key))))
 
 
 def _candidates(horizon: datetime, cursor: tuple[datetime, uuid.UUID] | None, limit: int) -> Any:

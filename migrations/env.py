@@ -1,4 +1,5 @@
-"""Alembic environment: async engines, batch mode on SQLite, URL from agentcron settings."""
+"""Alembic environment: async engines, batch mode on SQLite, URL and schema from agentcron
+settings (or from ``core.storage.migrate.alembic_config``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentcron.core.config import get_settings
+from agentcron.core.storage.migrate import ensure_schema, refuse_foreign
 from agentcron.core.storage.models import Base
+from agentcron.core.storage.scope import connect_args
 
 config = context.config
 target_metadata = Base.metadata
@@ -17,6 +20,13 @@ target_metadata = Base.metadata
 
 def _url() -> str:
     return config.attributes.get("url") or get_settings().database_url
+
+
+def _schema() -> str | None:
+    if "schema" in config.attributes:
+        schema: str | None = config.attributes["schema"]
+        return schema
+    return get_settings().database_schema
 
 
 def _configure(connection: Connection) -> None:
@@ -30,13 +40,19 @@ def _configure(connection: Connection) -> None:
 
 
 def _run_sync(connection: Connection) -> None:
+    schema = _schema()
+    if schema is not None:
+        # In the migrations' transaction: a migration that fails leaves no schema behind.
+        ensure_schema(connection, _url(), schema)
+    refuse_foreign(connection, _url(), schema)
     _configure(connection)
     with context.begin_transaction():
         context.run_migrations()
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url())
+    # The connection's search_path is the schema: the tables and alembic_version go there.
+    engine = create_async_engine(_url(), connect_args=connect_args(_url(), _schema()))
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run_sync)

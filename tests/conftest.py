@@ -198,6 +198,19 @@ async def clone_pg(pg_server: PgServer | None) -> str:
 
 
 @pytest.fixture
+async def empty_pg(pg_server: PgServer | None) -> AsyncIterator[str]:
+    """The name of a new, empty PostgreSQL database (not migrated), dropped afterwards."""
+    if pg_server is None:
+        await clone_pg(pg_server)  # skips (or fails under AGENTCRON_REQUIRE_PG=1)
+    name = f"agentcron_nc_{uuid.uuid4().hex[:12]}"
+    await _admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
 async def db(db_url: str) -> AsyncIterator[Database]:
     database = Database(db_url)
     yield database

@@ -90,7 +90,8 @@ def settings_from(settings: Settings | None, overrides: dict[str, Any]) -> Setti
     except ValidationError as exc:
         error = exc.errors()[0]
         name = ".".join(str(part) for part in error["loc"]) or "settings"
-        raise ConfigurationError(f"setting {name}: {error['msg']}") from None
+        message = error["msg"].removeprefix("Value error, ")  # pydantic's, for a ValueError
+        raise ConfigurationError(f"setting {name}: {message}") from None
     scheme = chosen.database_url.partition("://")[0]
     if scheme not in BACKENDS:
         # Said now, not at the first statement: a host picks its scheduler at configure time.
@@ -202,8 +203,7 @@ class Engine:
         # First: a malformed AGENTCRON_SECRETS_KEY refuses the start (StartupError) before
         # anything is opened.
         self.keyring = Keyring.from_setting(settings.secrets_key)
-        db = Database(settings.database_url, timeout=settings.database_timeout_seconds)
-        self._db = db
+        self._db = db = Database.from_settings(settings)
         try:
             await self._open(db)
         except BaseException:
@@ -231,7 +231,7 @@ class Engine:
                 supervisor=self.supervisor,
             )
         if self.migrate:
-            await asyncio.to_thread(upgrade, settings.database_url)
+            await asyncio.to_thread(upgrade, settings.database_url, schema=settings.database_schema)
         try:
             await check_schema(db)
         except SchedulerUnavailable:

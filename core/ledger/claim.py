@@ -153,7 +153,7 @@ class Claiming(LedgerBase):
                         if self.db.capabilities.multi_process
                         else Run.lease_owner.is_not(None)
                     )
-                statement = q.claimable_runs(now, room, sorted(dead), adopt)
+                statement = q.claimable_runs(now, room, sorted(dead), adopt, schema=self.db.schema)
                 found = (await session.execute(statement)).all()
                 if found:
                     ids = [row.id for row in found]
@@ -209,7 +209,7 @@ class Claiming(LedgerBase):
         to run out, in one statement (the idle loop's only one). ``liveness`` (PostgreSQL):
         the same statement also says which other owners hold active runs without their
         liveness lock."""
-        statement = q.next_wakeup(self.owner if liveness else None)
+        statement = q.next_wakeup(self.owner if liveness else None, self.db.schema)
         async with self.db.session(write=False) as session:
             row = (await session.execute(statement)).one()
         *work, deliveries = row[:4]

@@ -93,8 +93,9 @@ class Leases(LedgerBase):
         if predecessors:
             adopt = Run.deliverer == self.owner if self.db.capabilities.multi_process else true()
         async with self.db.session() as session:
+            until = self._lease_until(now)
             statement = q.take_over_deliveries(
-                now, self.owner, self._lease_until(now), limit, sorted(dead), adopt
+                now, self.owner, until, limit, sorted(dead), adopt, schema=self.db.schema
             )
             runs = list((await session.execute(statement)).scalars())
             task_ids = {run.task_id for run in runs if run.task_id is not None}

@@ -26,8 +26,10 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from agentcron.core.config import Settings
 from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.logging import get_logger
+from agentcron.core.storage.scope import connect_args
 
 log = get_logger(__name__)
 
@@ -120,19 +122,29 @@ class Database:
     """
 
     def __init__(
-        self, url: str, *, pool_size: int = 10, timeout: float = DATABASE_TIMEOUT_SECONDS
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 10,
+        timeout: float = DATABASE_TIMEOUT_SECONDS,
     ) -> None:
+        """``schema`` (PostgreSQL, ``AGENTCRON_DATABASE_SCHEMA``): the schema every connection
+        looks in (``core.storage.scope``); None leaves the connection's search_path alone."""
         backend = make_url(url).get_backend_name()
         kwargs: dict[str, Any] = {}
         bounded: dict[str, Any] = {}
+        connect = connect_args(url, schema)
         if backend == "postgresql":
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
             kwargs["isolation_level"] = "READ COMMITTED"
-            bounded = {"connect_args": {"timeout": timeout, "command_timeout": timeout}}
+            connect.update(timeout=timeout, command_timeout=timeout)
+            bounded = {"connect_args": connect}
             kwargs.update(bounded)
         elif backend == "sqlite":
             ensure_sqlite_dir(url)
         self.url = url
+        self.schema = schema
         self.engine = create_async_engine(url, **kwargs)
         self.capabilities = Capabilities.for_dialect(backend)
         if backend == "sqlite":
@@ -150,6 +162,15 @@ class Database:
                 url, pool_size=4, max_overflow=4, isolation_level="READ COMMITTED", **bounded
             )
             self.engines = (self.engine, self._hot)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        """The database ``settings`` name: its URL, schema and statement timeout."""
+        return cls(
+            settings.database_url,
+            schema=settings.database_schema,
+            timeout=settings.database_timeout_seconds,
+        )
 
     @asynccontextmanager
     async def session(

@@ -4,12 +4,13 @@ A lease is a timestamp its holder must keep renewing, so a dead holder is notice
 the lease runs out. A database session is a signal the database itself keeps: when the
 process behind it vanishes (SIGKILL, a crash, the host gone), the kernel closes its socket,
 the server ends the session and releases every lock it held. So each engine takes
-``pg_advisory_lock(hashtextextended('agentcron:' || owner, 0))`` on one dedicated connection
-(outside the pool: a pooled connection is handed back and forth, the lock must stay put), and
-the loop's one idle statement (``queries.next_wakeup``) also reports the owners of active runs
-whose lock nobody holds. ``Suspects`` turns two such sightings at least ``CONFIRM_SECONDS``
-apart into "dead"; the next claim takes that owner's runs over, checking again in the claim
-statement that its lock is still free.
+``pg_advisory_lock(hashtextextended('agentcron:' || owner, 0))`` (``'agentcron@<schema>:'``
+with ``AGENTCRON_DATABASE_SCHEMA``) on one dedicated connection (outside the pool: a pooled
+connection is handed back and forth, the lock must stay put), and the loop's one idle
+statement (``queries.next_wakeup``) also reports the owners of active runs whose lock nobody
+holds. ``Suspects`` turns two such sightings at least ``CONFIRM_SECONDS`` apart into "dead";
+the next claim takes that owner's runs over, checking again in the claim statement that its
+lock is still free.
 
 The cost per replica: one more connection, one lock, and nothing per run. A replica that
 loses its own session (a database restart, a terminated backend) cannot vouch for its runs
@@ -99,6 +100,7 @@ class Liveness:
         self, db: Database, owner: str, on_change: Callable[[bool], None] | None = None
     ) -> None:
         self.owner = owner
+        self.schema = db.schema  # the installation whose lock this is (liveness_key)
         self.on_change = on_change
         self.held = False
         self.changed = asyncio.Event()
@@ -144,7 +146,7 @@ class Liveness:
         # asyncpg reads the socket all the time, so a session the server ended (terminated
         # backend, restart) is known here at once, without a statement to find out.
         raw.driver_connection.add_termination_listener(lambda _conn: lost.set())  # type: ignore[union-attr]
-        while not (await connection.execute(q.take_liveness(self.owner))).scalar():
+        while not (await connection.execute(q.take_liveness(self.owner, self.schema))).scalar():
             # Another session holds this owner's lock: two processes with one instance id,
             # or a predecessor's session the server has not ended yet.
             log.warning("liveness_lock_busy", instance_id=self.owner)

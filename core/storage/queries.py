@@ -92,18 +92,21 @@ def claimable_runs(
     limit: int,
     dead: Sequence[str] = (),
     predecessors: ColumnElement[bool] | None = None,
+    *,
+    schema: str | None,
 ) -> Select[uuid.UUID, str | None]:
     """Runs this instance may take: queued ones (manual, replay, retry whose backoff is over)
     that nobody leases, pending or running ones whose lease expired (a dead replica's), those
     of the ``dead`` owners whose liveness lock is still held by nobody (checked again here, in
     the claim itself: a replica that came back in between keeps its runs), and those matched
-    by ``predecessors`` (a restarted engine's first claim, ``Ledger.claim_due_jobs``)."""
+    by ``predecessors`` (a restarted engine's first claim, ``Ledger.claim_due_jobs``).
+    ``schema``: the installation's (``Database.schema``), whose liveness locks are looked for."""
     taken = [
         and_(Run.lease_owner.is_(None), Run.available_at <= now),
         Run.lease_expires_at < now,
     ]
     if dead:
-        taken.append(and_(Run.lease_owner.in_(list(dead)), ~liveness_held(Run.lease_owner)))
+        taken.append(and_(Run.lease_owner.in_(list(dead)), ~liveness_held(Run.lease_owner, schema)))
     if predecessors is not None:
         taken.append(predecessors)
     return (
@@ -265,7 +268,7 @@ def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
     )
 
 
-def next_wakeup(owner: str | None = None) -> Select[*tuple[Any, ...]]:
+def next_wakeup(owner: str | None, schema: str | None) -> Select[*tuple[Any, ...]]:
     """The earliest instant at which the claim could find work: a schedule's ``next_run``, a
     queued run becoming available, or a lease running out; and, apart, the earliest delivery
     lease (``deliver_until``) to run out. Leases of ``owner`` count too: one that lapses here
@@ -275,8 +278,8 @@ def next_wakeup(owner: str | None = None) -> Select[*tuple[Any, ...]]:
 
     With ``owner`` (liveness on, PostgreSQL) two more columns: how many other owners hold
     active runs or are making deliveries, and which of them hold no liveness lock (an array,
-    NULL for none). The distinct owners come first, so pg_locks is read once per owner, not
-    once per run."""
+    NULL for none, looked for among the locks of ``schema``'s installation). The distinct
+    owners come first, so pg_locks is read once per owner, not once per run."""
     first_due = (
         select(func.min(Schedule.next_run))
         .where(Schedule.enabled.is_(True), Schedule.deleted_at.is_(None))
@@ -313,7 +316,7 @@ def next_wakeup(owner: str | None = None) -> Select[*tuple[Any, ...]]:
     watched = select(func.count()).select_from(others).scalar_subquery()
     lockless = (
         select(func.array_agg(others.c.owner))
-        .where(~liveness_held(others.c.owner))
+        .where(~liveness_held(others.c.owner, schema))
         .scalar_subquery()
     )
     return select(first_due, first_queued, first_expiry, first_delivery, watched, lockless).add_cte(
@@ -350,16 +353,19 @@ def take_over_deliveries(
     limit: int,
     dead: Sequence[str] = (),
     predecessors: ColumnElement[bool] | None = None,
+    *,
+    schema: str | None,
 ) -> Update:
     """Lease to ``owner`` up to ``limit`` finished runs whose deliveries nobody is making, oldest
     first; returns the runs. Taken: those whose delivery lease ran out (their deliverer died or
     was stopped), those of the ``dead`` deliverers whose liveness lock nobody holds (checked
     again here, as the claim does), and those matched by ``predecessors`` (a restarted
-    engine's first look). The rows are locked with ``SKIP LOCKED``, so two replicas
-    recovering at once take different runs (on SQLite the write transaction serialises them)."""
+    engine's first look); ``schema`` as for ``claimable_runs``. The rows are locked with
+    ``SKIP LOCKED``, so two replicas recovering at once take different runs (on SQLite the
+    write transaction serialises them)."""
     taken = [Run.deliver_until < now]
     if dead:
-        taken.append(and_(Run.deliverer.in_(list(dead)), ~liveness_held(Run.deliverer)))
+        taken.append(and_(Run.deliverer.in_(list(dead)), ~liveness_held(Run.deliverer, schema)))
     if predecessors is not None:
         taken.append(predecessors)
     orphaned = (

@@ -18,17 +18,25 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from agentcron.core.logging import get_logger
 from agentcron.core.storage.database import Database
+from agentcron.core.storage.scope import scoped
 
 log = get_logger(__name__)
 
 WAKE_CHANNEL = "agentcron_schedules"
-_NOTIFY = select(func.pg_notify(WAKE_CHANNEL, ""))
+
+
+def wake_channel(db: Database) -> str:
+    """The channel of ``db``'s installation: ``agentcron_schedules``, or with a schema
+    (``AGENTCRON_DATABASE_SCHEMA``) ``agentcron_schedules@<schema>``, so that an installation
+    in another schema of the same database is never woken by this one's changes. At most 63
+    bytes, PostgreSQL's limit (the schema name's length is bounded for it)."""
+    return scoped(WAKE_CHANNEL, db.schema)
 
 
 async def announce_change(db: Database, session: AsyncSession | AsyncConnection) -> None:
     """Tell other replicas, on commit of ``session``, that the timetable changed."""
     if db.capabilities.listen_notify:
-        await session.execute(_NOTIFY)
+        await session.execute(select(func.pg_notify(wake_channel(db), "")))
 
 
 async def listen(
@@ -49,7 +57,7 @@ async def listen(
             conn = await asyncpg.connect(dsn, timeout=10)
             lost = asyncio.Event()
             conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-            await conn.add_listener(WAKE_CHANNEL, lambda *_args: on_wake())
+            await conn.add_listener(wake_channel(db), lambda *_args: on_wake())
             backoff = 1.0
             on_wake()
             stop = asyncio.ensure_future(stopped.wait())

@@ -8,7 +8,6 @@ import os
 import sqlite3
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
 
 from tests.conftest import PG_URL, PgServer, clone_pg
-from tests.e2e.conftest import AGENTCRON, _pg_admin, start_server
+from tests.e2e.conftest import AGENTCRON, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -47,19 +46,6 @@ def server_url(database: str, scheme: str) -> str:
     """A URL of ``database`` on the test PostgreSQL server, spelled with ``scheme``."""
     url = make_url(PG_URL).set(database=database)
     return f"{scheme}://{url.render_as_string(hide_password=False).split('://', 1)[1]}"
-
-
-@pytest.fixture
-async def empty_pg(pg_server: PgServer | None) -> AsyncIterator[str]:
-    """The name of a new, empty PostgreSQL database (not migrated), dropped afterwards."""
-    if pg_server is None:
-        await clone_pg(pg_server)  # skips (or fails under AGENTCRON_REQUIRE_PG=1)
-    name = f"agentcron_nc_{uuid.uuid4().hex[:12]}"
-    await _pg_admin(f'CREATE DATABASE "{name}"')
-    try:
-        yield name
-    finally:
-        await _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # -- 1. the URL spellings people paste ---------------------------------------------------------

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import AGENTCRON, Fleet, Server, free_port, json_events
+from tests.conftest import pg_url_for
+from tests.e2e.conftest import AGENTCRON, Fleet, Server, free_port, json_events, make_key
+from tests.integration.test_shared_database import (
+    HOST_ROWS,
+    HOST_TABLES,
+    host_rows,
+    run_sql,
+    tables,
+)
 
 
 def serve_until_exit(env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -77,3 +86,58 @@ async def test_a_sandbox_without_bubblewrap_is_refused(server_env: dict[str, str
     assert "apt-get install bubblewrap" in refusal[0]
     assert "AGENTCRON_SANDBOX=none" in refusal[0]
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def migrate(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTCRON, "migrate"], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one ``agentcron:`` line a refused command printed (and no traceback)."""
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert len(refusal) == 1, done.stderr
+    return refusal[0]
+
+
+@pytest.mark.slow
+async def test_a_hosts_database_is_refused_then_served_from_a_schema_of_agentcrons_own(
+    empty_pg: str, server_env: dict[str, str], fleet: Fleet
+) -> None:
+    url = pg_url_for(empty_pg)
+    await run_sql(url, HOST_TABLES)  # the host's own runs and tasks
+    env = dict(server_env, AGENTCRON_DATABASE_URL=url)
+    for command in (migrate, serve_until_exit):
+        refused = await asyncio.to_thread(command, env)
+        line = one_line(refused)
+        assert "runs, tasks" in line and "AGENTCRON_DATABASE_SCHEMA" in line, line
+
+    bad = one_line(await asyncio.to_thread(migrate, dict(env, AGENTCRON_DATABASE_SCHEMA="Jobs")))
+    assert "AGENTCRON_DATABASE_SCHEMA" in bad and "'Jobs'" in bad, bad
+
+    env["AGENTCRON_DATABASE_SCHEMA"] = "agentcron"
+    migrated = await asyncio.to_thread(migrate, env)
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    key = await asyncio.to_thread(make_key, env)
+    server = await asyncio.to_thread(fleet.start, env, "schema")
+    body = {
+        "name": "in a schema",
+        "prompt": "hello",
+        "trigger": {"every_seconds": 1},
+        "runner": {"type": "command", "argv": ["cat"]},
+    }
+    async with httpx.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {key}"}) as http:
+        created = await http.post(f"{server.url}/api/v1/schedules", json=body)
+        assert created.status_code == 201, created.text
+        history = f"{server.url}/api/v1/schedules/{created.json()['id']}/runs"
+        deadline, runs = time.monotonic() + 60, []
+        while not any(run["status"] == "succeeded" for run in runs):
+            assert time.monotonic() < deadline, runs
+            await asyncio.sleep(0.2)
+            runs = (await http.get(history)).json()["items"]
+    assert {"schedules", "runs", "tasks", "alembic_version"} <= await tables(url, "agentcron")
+    assert await tables(url, "public") == {"runs", "tasks"}
+    assert await host_rows(url) == HOST_ROWS

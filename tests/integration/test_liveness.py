@@ -26,6 +26,7 @@ from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage import Database, Run
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
 from agentcron.web.loop import SchedulerLoop
+from tests.conftest import PgServer, clone_pg
 from tests.integration.engine_kit import (
     HOURLY,
     MakeEngine,
@@ -63,6 +64,31 @@ async def holder_pid(db: Database, owner: str) -> int | None:
     async with db.session(write=False) as session:
         pid = (await session.execute(statement, {"o": owner})).scalar()
     return int(pid) if pid is not None else None
+
+
+@pg_only
+async def test_the_same_owners_lock_in_another_database_does_not_vouch_for_its_runs(
+    db: Database, fake: FakeRunnerType, pg_server: PgServer | None
+) -> None:
+    # Two installations on one server, one database each, whose engines share an instance id
+    # (replica-0 in both): pg_locks shows both databases' locks, an advisory lock is one's.
+    elsewhere = Database(await clone_pg(pg_server))
+    clock = DatabaseClock()
+    await clock.measure(db)
+    holder = Ledger(db, owner=f"replica-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
+    other = Ledger(db, owner="other", lease_seconds=30, clock=clock)
+    liveness = Liveness(elsewhere, holder.owner)
+    keeping = asyncio.create_task(liveness.keep())
+    try:
+        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+        await running_under(db, holder, fake.config())  # its engine here is gone
+        assert (await other.next_wakeup(liveness=True)).lockless == {holder.owner}
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+        await elsewhere.dispose()
+        assert pg_server is not None
+        await pg_server.give_back(elsewhere.url)
 
 
 @pg_only

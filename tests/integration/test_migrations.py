@@ -10,8 +10,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage import Database
+from agentcron.core.storage.migrate import current_revision, head_revision, upgrade
 from agentcron.core.storage.models import Base
+from tests.conftest import pg_url_for
 
 
 def _diff(connection: Connection) -> list[Any]:
@@ -51,3 +53,24 @@ async def test_upgrade_creates_the_sqlite_directory(tmp_path: Any) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'not' / 'yet' / 'agentcron.db'}"
     await asyncio.to_thread(upgrade, url)
     assert (tmp_path / "not" / "yet" / "agentcron.db").exists()
+
+
+async def test_upgrade_into_a_schema_matches_models_and_keeps_its_stamp_there(
+    empty_pg: str,
+) -> None:
+    # AGENTCRON_DATABASE_SCHEMA: the schema is made, and everything of agentcron's is in it.
+    url = pg_url_for(empty_pg)
+    await asyncio.to_thread(upgrade, url, schema="agentcron")
+    db, plain = Database(url, schema="agentcron"), Database(url)
+    try:
+        async with db.engine.connect() as conn:
+            assert await conn.run_sync(_diff) == []
+            assert {"schedules", "runs", "tasks", "deliveries", "alembic_version"} <= (
+                await conn.run_sync(_tables)
+            )
+        assert await current_revision(db) == head_revision()
+        async with plain.engine.connect() as conn:  # the connection's own search_path: nothing
+            assert await conn.run_sync(_tables) == set()
+    finally:
+        await db.dispose()
+        await plain.dispose()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import typer
 
 if TYPE_CHECKING:
+    from agentcron.core.config import Settings
     from agentcron.core.storage import Database
 
 T = TypeVar("T")
@@ -24,17 +25,17 @@ def on_database(work: Callable[[Database], Awaitable[T]]) -> T:
     status 1. Other errors of ``work`` propagate to the caller."""
     import asyncio
 
-    from agentcron.core.config import get_settings
     from agentcron.core.errors import SchedulerUnavailable, StartupError
     from agentcron.core.storage import Database
     from agentcron.core.storage.migrate import check_schema, require_database_file
 
-    url = get_settings().database_url
+    settings = read_settings()
+    url = settings.database_url
 
     async def run() -> T:
         # Before Database(): it creates a SQLite file's directory, and connecting the file.
         require_database_file(url)
-        db = Database(url)
+        db = Database.from_settings(settings)
         try:
             await check_schema(db)
             return await work(db)
@@ -47,6 +48,21 @@ def on_database(work: Callable[[Database], Awaitable[T]]) -> T:
         fail(exc.message, 2)
     except SchedulerUnavailable as exc:
         fail(unreachable(url, exc), 1)
+
+
+def read_settings() -> Settings:
+    """The service's settings (``AGENTCRON_*``). A bad value ends the command with one line
+    naming its variable, and status 2, as ``serve`` refuses a configuration that cannot work."""
+    from pydantic import ValidationError
+
+    from agentcron.core.config import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = "AGENTCRON_" + "_".join(str(part) for part in error["loc"]).upper()
+        fail(f"{name}: {error['msg'].removeprefix('Value error, ')}", 2)
 
 
 def unreachable(url: str, exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agentcron.web.cli.database import fail, on_database, unreachable
+from agentcron.web.cli.database import fail, on_database, read_settings, unreachable
 
 # ``core`` is imported inside each command: the HTTP commands registered beside these never
 # need it, and should start without loading settings, logging or SQLAlchemy.
@@ -19,18 +19,11 @@ if TYPE_CHECKING:
 
     import structlog
 
-    from agentcron.core.config import Settings
     from agentcron.core.storage import ApiKey, Database
 
 keys = typer.Typer(
     help="API keys on the server's database: create, list, revoke.", no_args_is_help=True
 )
-
-
-def _settings() -> Settings:
-    from agentcron.core import config
-
-    return config.get_settings()
 
 
 def _log() -> structlog.stdlib.BoundLogger:
@@ -42,7 +35,7 @@ def _log() -> structlog.stdlib.BoundLogger:
 def _configure_logging() -> None:
     from agentcron.core.logging import configure_logging
 
-    settings = _settings()
+    settings = read_settings()
     configure_logging(settings.log_format, settings.log_level)
 
 
@@ -52,14 +45,19 @@ def migrate() -> None:
     from agentcron.core.storage.migrate import head_revision, upgrade
 
     _configure_logging()
-    settings = _settings()
+    settings = read_settings()
     try:
-        upgrade(settings.database_url)
+        upgrade(settings.database_url, schema=settings.database_schema)
     except StartupError as exc:
         fail(exc.message, 2)
     except SchedulerUnavailable as exc:
         fail(unreachable(settings.database_url, exc), 1)
-    _log().info("migrated", database_url=_safe_url(settings.database_url), revision=head_revision())
+    _log().info(
+        "migrated",
+        database_url=_safe_url(settings.database_url),
+        database_schema=settings.database_schema,
+        revision=head_revision(),
+    )
 
 
 EXAMPLE_NAME = "example: hello agent"
@@ -244,7 +242,7 @@ def secrets_rotate() -> None:
 
     _configure_logging()
     try:
-        keyring = Keyring.from_setting(_settings().secrets_key)
+        keyring = Keyring.from_setting(read_settings().secrets_key)
     except StartupError as exc:
         fail(exc.message, 2)
     if keyring is None:
@@ -275,7 +273,7 @@ def _preflight() -> str | None:
     from agentcron.core.storage.lock import EngineLock
     from agentcron.core.storage.migrate import check_schema, require_database_file
 
-    settings = _settings()
+    settings = read_settings()
     try:
         Keyring.from_setting(settings.secrets_key)
     except StartupError as exc:
@@ -283,7 +281,7 @@ def _preflight() -> str | None:
 
     async def schema() -> None:
         require_database_file(settings.database_url)  # and create no empty file (see there)
-        db = Database(settings.database_url)
+        db = Database.from_settings(settings)
         try:
             await check_schema(db)
         except SchedulerUnavailable:
