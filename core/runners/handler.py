@@ -8,9 +8,11 @@ each run, and handed back as ``ctx.data``: what the host needs to find its own r
 deployment id, a target), as given and never rewritten by a later edit for runs that exist.
 
 The callable gets a ``HandlerContext``; sync callables run in a worker thread, async ones on
-the loop. Its return value is the run's output (a string, ``None``, or a ``RunOutcome``). It
-raises ``RunPermanentError`` for a failure that retrying cannot help; any other exception is
-transient and retried while the schedule's attempts remain. It should watch ``ctx.cancel``
+the loop. A string it returns is the run's output; a mapping (a JSON object of at most
+``RESULT_LIMIT`` bytes: the session it opened, say) is the run's ``result``, kept on the run and
+read back with it; ``None`` is neither; a ``RunOutcome`` may carry both. It raises
+``RunPermanentError`` for a failure that retrying cannot help; any other exception is transient
+and retried while the schedule's attempts remain. It should watch ``ctx.cancel``
 (timeout, cancel, shutdown) and make its effects idempotent by ``ctx.run_id``: after a crash
 the same run is continued, with a higher ``attempt``.
 """
@@ -31,9 +33,8 @@ from agentcron.core.runners.python import call_target
 FIELDS = frozenset({"type", "data"})
 DATA_LIMIT = 16_384  # bytes of JSON: a key to the host's record, not the record itself
 
-Handler = Callable[
-    ["HandlerContext"], "str | RunOutcome | None | Awaitable[str | RunOutcome | None]"
-]
+Returned = str | RunOutcome | Mapping[str, Any] | None
+Handler = Callable[["HandlerContext"], "Returned | Awaitable[Returned]"]
 
 
 @dataclass(frozen=True)
