@@ -101,7 +101,7 @@ class HandlerRunnerType:
     def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Return ``{"type": "handler"}`` plus ``data`` when given; ``InvalidSchedule`` on
         ``runner.<key>`` for an unknown key and on ``runner.data`` when it is not a JSON object
-        or is over ``DATA_LIMIT`` bytes."""
+        (NaN and the infinities included) or is over ``DATA_LIMIT`` bytes."""
         unknown = set(config) - FIELDS
         if unknown:
             key = sorted(unknown)[0]
@@ -112,9 +112,12 @@ class HandlerRunnerType:
         if not isinstance(data, dict):
             raise InvalidSchedule("data must be a JSON object", field="runner.data")
         try:
-            size = len(json.dumps(data, separators=(",", ":")).encode())
-        except (TypeError, ValueError):
-            raise InvalidSchedule("data must be a JSON object", field="runner.data") from None
+            # NaN and the infinities are not JSON: PostgreSQL refuses them, SQLite keeps them.
+            size = len(json.dumps(data, separators=(",", ":"), allow_nan=False).encode())
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidSchedule(
+                f"data must be a JSON object: {exc}", field="runner.data"
+            ) from None
         if size > DATA_LIMIT:
             raise InvalidSchedule(
                 f"data is {size} bytes of JSON; at most {DATA_LIMIT} (keep a key to your record,"
