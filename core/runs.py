@@ -223,6 +223,7 @@ def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
         "finished_at": run.finished_at,
         "error": run.error,
         "output": run.output,
+        "result": run.result,
         "deliveries": [
             {
                 "index": d.index,

@@ -113,6 +113,11 @@ def returns_number(ctx: RunContext) -> int:
     return 1234
 
 
+def returns_mapping(ctx: RunContext) -> dict[str, Any]:
+    """A JSON object: the run's result, not its output."""
+    return {"session_id": f"s-{ctx.request.run_id}", "turns": 2}
+
+
 def returns_outcome(ctx: RunContext) -> RunOutcome:
     run_id = str(ctx.request.run_id)
     return RunOutcome(

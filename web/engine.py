@@ -38,7 +38,7 @@ from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
 from agentcron.core.logging import logs_at
 from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken, checked_outcome
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring, load, referenced_secrets
@@ -257,7 +257,7 @@ class RunEngine(Slots):
             )
             # Awaited in place, not as a task of its own: a thread's return reaches this line a
             # loop turn later.
-            verdict.outcome = await runner.run(request, token)
+            verdict.outcome = checked_outcome(await runner.run(request, token))
         except TargetUnavailable as exc:
             verdict.error, verdict.unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:
@@ -298,7 +298,8 @@ class RunEngine(Slots):
             return
         payload = run.payload
         if verdict.outcome is not None and verdict.error is None:
-            if verdict.batch and not verdict.outcome.turns:
+            # A result is a JSON column the batch's statement does not carry: written alone.
+            if verdict.batch and not verdict.outcome.turns and verdict.outcome.result is None:
                 recorded = await self.results.submit(
                     Outcome(run, RunStatus.SUCCEEDED, output=verdict.outcome.output)
                 )
@@ -309,6 +310,7 @@ class RunEngine(Slots):
                 RunStatus.SUCCEEDED,
                 output=verdict.outcome.output,
                 turns=verdict.outcome.turns,
+                result=verdict.outcome.result,
             )
         elif verdict.transient and run.attempt < int(payload["max_attempts"]):
             policy = RetryPolicy(max_attempts=int(payload["max_attempts"]), base=self.retry_base)

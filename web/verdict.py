@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from agentcron.core.runners import RunOutcome
-from agentcron.core.secrets import redact
+from agentcron.core.secrets import redact, redact_json
 from agentcron.core.storage import Run
 from agentcron.web.delivery import run_log
 
@@ -47,8 +47,8 @@ class Verdict:
 
 def redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:
     """Replace every resolved secret value in what the attempt will record (its output, its
-    turns, its error) before it is recorded or logged: an agent that prints its key must not
-    leak it through the API, a delivery or a log line."""
+    turns, its result, its error) before it is recorded or logged: an agent that prints its
+    key must not leak it through the API, a delivery or a log line."""
     verdict.error = redact(verdict.error, secrets)
     outcome = verdict.outcome
     if outcome is not None:
@@ -60,4 +60,5 @@ def redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:
                 else turn
                 for turn in outcome.turns
             ],
+            result=redact_json(outcome.result, secrets),
         )

@@ -214,6 +214,7 @@ class Attempts(Leases):
         retry_when: datetime | None = None,
         turns: Sequence[Mapping[str, Any]] = (),
         pause_schedule: bool = False,
+        result: Mapping[str, Any] | None = None,
     ) -> Run | None:
         """Record the outcome of the attempt this instance ran, on its own.
 
@@ -224,7 +225,8 @@ class Attempts(Leases):
         successful chat turn) are appended to the task's conversation in the same transaction,
         except those of a run id already there, so a resumed run never adds its turn twice.
         ``pause_schedule`` pauses the schedule with ``error`` as its note (its runner can no
-        longer work). A run that ends gets its delivery lease (``deliver_until``) if a notify
+        longer work). ``result``, a JSON object ``checked_outcome`` let through, is kept on the
+        run. A run that ends gets its delivery lease (``deliver_until``) if a notify
         channel applies. Returns None if the lease was lost meanwhile.
         """
         now = self.clock()
@@ -239,6 +241,8 @@ class Attempts(Leases):
             schedule = await session.get(Schedule, run.schedule_id, with_for_update=True)
             run.output = output_excerpt(output) if output is not None else run.output
             run.error = error_excerpt(error)
+            if result is not None:  # else left NULL, not a JSON null
+                run.result = dict(result)
             if run.task_id is not None:
                 await session.execute(
                     update(Task)

@@ -255,6 +255,7 @@ class MemoryRunStore:
         retry_when: datetime | None = None,
         turns: Sequence[Mapping[str, Any]] = (),
         pause_schedule: bool = False,
+        result: Mapping[str, Any] | None = None,
     ) -> Run | None:
         now = await self._enter("finish_attempt")
         run = self._running(run_id)
@@ -262,6 +263,8 @@ class MemoryRunStore:
             return None
         run.output = output if output is not None else run.output
         run.error = error
+        if result is not None:
+            run.result = dict(result)
         if retry_when is not None:
             apply(run, retry_at(retry_when))
             return _copy(run)

@@ -81,12 +81,14 @@ class RunStore(Protocol):
         retry_when: datetime | None = None,
         turns: Sequence[Mapping[str, Any]] = (),
         pause_schedule: bool = False,
+        result: Mapping[str, Any] | None = None,
     ) -> Run | None:
         """Record the outcome of our ``running`` attempt, alone: the run ends with ``status``
         (or, with ``retry_when``, is ``pending`` for anyone at that time), the task's run lock
         is released, chat ``turns`` are appended once per run id, the schedule's ``last_*``
         and failure streak follow, the circuit breaker trips at ``pause_after_failures``, and
-        a delivery lease is set if a channel applies. None: the run is not ours any more."""
+        a delivery lease is set if a channel applies; a ``result`` (checked already) is kept
+        on the run. None: the run is not ours any more."""
 
     async def record_batch(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
         """``finish_attempt`` for plain outcomes (no retry, turns or pause), many at once:

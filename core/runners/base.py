@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -11,7 +12,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.containment import Containment
+
+RESULT_LIMIT = 16_384  # bytes of JSON: what the host needs to find its own work (a session id)
 
 
 class TransientRunError(Exception):
@@ -171,11 +175,41 @@ class RunOutcome:
     ``output`` is the excerpt kept on the run. ``turns`` are appended to the task's
     conversation in the same transaction that records the success, each carrying the
     ``run_id``; turns of a run id already in the conversation are not appended again, so a
-    resumed run never adds the same turn twice.
+    resumed run never adds the same turn twice. ``result`` is a JSON object kept on the run
+    as given (what the host needs to find the work it started: a session id, say), at most
+    ``RESULT_LIMIT`` bytes; ``checked_outcome`` holds it to that before it is recorded.
     """
 
-    output: str
+    output: str = ""
     turns: Sequence[Mapping[str, Any]] = ()
+    result: Mapping[str, Any] | None = None
+
+
+def checked_outcome(outcome: RunOutcome) -> RunOutcome:
+    """``outcome`` with its ``result`` in the form the run keeps (a copy decoded from its
+    JSON: keys as strings, tuples as lists), or as is without one.
+
+    Raises ``RunPermanentError`` saying why when the result is not a JSON object (a list, a
+    value JSON cannot hold, NaN or an infinity) or is over ``RESULT_LIMIT`` bytes of compact
+    JSON: the attempt's work is done, so another attempt would only do it again.
+    """
+    result = outcome.result
+    if result is None:
+        return outcome
+    why = "the run's result is not a JSON object"
+    if not isinstance(result, Mapping):
+        raise RunPermanentError(f"{why}: it is a {type(result).__name__}")
+    try:
+        text = json.dumps(dict(result), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise RunPermanentError(f"{why}: {exc}") from None
+    size = len(text.encode())
+    if size > RESULT_LIMIT:
+        raise RunPermanentError(
+            f"the run's result is {size} bytes of JSON; at most {RESULT_LIMIT} (keep a reference"
+            " to your record, not the record)"
+        )
+    return RunOutcome(output=outcome.output, turns=outcome.turns, result=json.loads(text))
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,11 @@ each run, and handed back as ``ctx.data``: what the host needs to find its own r
 deployment id, a target), as given and never rewritten by a later edit for runs that exist.
 
 The callable gets a ``HandlerContext``; sync callables run in a worker thread, async ones on
-the loop. Its return value is the run's output (a string, ``None``, or a ``RunOutcome``). It
-raises ``RunPermanentError`` for a failure that retrying cannot help; any other exception is
-transient and retried while the schedule's attempts remain. It should watch ``ctx.cancel``
+the loop. A string it returns is the run's output; a mapping (a JSON object of at most
+``RESULT_LIMIT`` bytes: the session it opened, say) is the run's ``result``, kept on the run and
+read back with it; ``None`` is neither; a ``RunOutcome`` may carry both. It raises
+``RunPermanentError`` for a failure that retrying cannot help; any other exception is transient
+and retried while the schedule's attempts remain. It should watch ``ctx.cancel``
 (timeout, cancel, shutdown) and make its effects idempotent by ``ctx.run_id``: after a crash
 the same run is continued, with a higher ``attempt``.
 """
@@ -31,9 +33,8 @@ from agentcron.core.runners.python import call_target
 FIELDS = frozenset({"type", "data"})
 DATA_LIMIT = 16_384  # bytes of JSON: a key to the host's record, not the record itself
 
-Handler = Callable[
-    ["HandlerContext"], "str | RunOutcome | None | Awaitable[str | RunOutcome | None]"
-]
+Returned = str | RunOutcome | Mapping[str, Any] | None
+Handler = Callable[["HandlerContext"], "Returned | Awaitable[Returned]"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class HandlerRunnerType:
     def validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Return ``{"type": "handler"}`` plus ``data`` when given; ``InvalidSchedule`` on
         ``runner.<key>`` for an unknown key and on ``runner.data`` when it is not a JSON object
-        or is over ``DATA_LIMIT`` bytes."""
+        (NaN and the infinities included) or is over ``DATA_LIMIT`` bytes."""
         unknown = set(config) - FIELDS
         if unknown:
             key = sorted(unknown)[0]
@@ -112,9 +113,12 @@ class HandlerRunnerType:
         if not isinstance(data, dict):
             raise InvalidSchedule("data must be a JSON object", field="runner.data")
         try:
-            size = len(json.dumps(data, separators=(",", ":")).encode())
-        except (TypeError, ValueError):
-            raise InvalidSchedule("data must be a JSON object", field="runner.data") from None
+            # NaN and the infinities are not JSON: PostgreSQL refuses them, SQLite keeps them.
+            size = len(json.dumps(data, separators=(",", ":"), allow_nan=False).encode())
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidSchedule(
+                f"data must be a JSON object: {exc}", field="runner.data"
+            ) from None
         if size > DATA_LIMIT:
             raise InvalidSchedule(
                 f"data is {size} bytes of JSON; at most {DATA_LIMIT} (keep a key to your record,"

@@ -29,6 +29,7 @@ imported that is a dictionary lookup, and a module uninstalled since (seen after
 is noticed at once.
 
 Return value: a ``RunOutcome`` is used as is; a ``str`` becomes the output; ``None`` an empty
+output; a mapping (a ``dict``) the run's ``result``, a JSON object kept as given, with an empty
 output; anything else ``str(value)``. ``RunPermanentError`` (and its ``TargetUnavailable``)
 and ``TransientRunError`` raised by the target propagate; any other exception becomes a
 ``TransientRunError`` naming its type and message. If the target cannot be resolved at run
@@ -165,6 +166,8 @@ def _outcome(value: object) -> RunOutcome:
         return RunOutcome(output="")
     if isinstance(value, str):
         return RunOutcome(output=value)
+    if isinstance(value, Mapping):
+        return RunOutcome(result=value)  # the engine checks it (``checked_outcome``)
     return RunOutcome(output=str(value))
 
 

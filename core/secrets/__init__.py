@@ -25,7 +25,7 @@ service's user (a ``command`` or ``python`` agent included) can read it.
 - ``keyring``: ``Keyring``, the operator's keys and the token format above;
 - ``store``: put, list, delete and re-encrypt the stored secrets;
 - ``resolution``: ``load`` and ``resolve``, the values of one attempt or delivery;
-- ``redaction``: ``redact``, the values taken out of what is recorded.
+- ``redaction``: ``redact`` and ``redact_json``, the values taken out of what is recorded.
 """
 
 from __future__ import annotations
@@ -37,7 +37,12 @@ from agentcron.core.secrets.keyring import (
     SecretUnreadable,
     generate_key,
 )
-from agentcron.core.secrets.redaction import MIN_FRAGMENT_CHARS, MIN_REDACTED_CHARS, redact
+from agentcron.core.secrets.redaction import (
+    MIN_FRAGMENT_CHARS,
+    MIN_REDACTED_CHARS,
+    redact,
+    redact_json,
+)
 from agentcron.core.secrets.references import (
     MAX_VALUE_BYTES,
     NAME_KEYS,
@@ -81,6 +86,7 @@ __all__ = [
     "load",
     "put_secret",
     "redact",
+    "redact_json",
     "reencrypt_all",
     "reference_name",
     "referenced_secrets",

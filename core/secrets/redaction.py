@@ -1,13 +1,15 @@
-"""Redaction: resolved secret values replaced by ``[secret:NAME]`` in a run's output and errors.
+"""Redaction: resolved secret values replaced by ``[secret:NAME]`` in a run's output, result
+and errors.
 
 It owns ``redact``: whole values, longest first, and the leading fragment a tail cut leaves of
-a value; values too short to redact without mangling the text are left alone.
+a value; values too short to redact without mangling the text are left alone. ``redact_json``
+does the same to every string of a JSON value (a run's result).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import overload
+from typing import Any, overload
 
 # Shorter values are not redacted from output: replacing every "abc" in a text would mangle it
 # and would tell a reader the value anyway.
@@ -58,3 +60,17 @@ def _redact_leading_fragment(text: str, name: str, value: str) -> str:
             return f"[secret:{name}]" + text[len(fragment) :]
         start = value.find(head, start + 1)
     return text
+
+
+def redact_json(value: Any, secrets: Mapping[str, str]) -> Any:
+    """A JSON value with ``redact`` applied to every string in it, the keys of its objects
+    included; numbers, booleans and null as they are."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, Mapping):
+        return {
+            redact(str(key), secrets): redact_json(item, secrets) for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_json(item, secrets) for item in value]
+    return value

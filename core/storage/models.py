@@ -164,6 +164,9 @@ class Run(Base):
     dst_rule: Mapped[str | None] = mapped_column(String(16))
     started_by: Mapped[str | None] = mapped_column(String(200))
     covers_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # What the runner returned besides its output (a handler's JSON object: the session it
+    # opened, say), as given; NULL when it returned none (``RunOutcome.result``).
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
 
     __table_args__ = (
         UniqueConstraint("schedule_id", "due_at"),

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+import uuid
 from collections.abc import Coroutine
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -25,6 +27,7 @@ from agentcron.testing import (
     Store,
     fire_engine_due_times,
     settle_engine,
+    until,
 )
 from tests.examples import ASTRABOX, PROVIDER_GROUP, load_entry_point
 from tests.faults.conftest import through
@@ -216,6 +219,160 @@ async def test_a_change_past_the_capacity_is_refused_and_the_previous_one_stays(
         await provider.stop()
 
 
+async def ended(provider: Any, deployment_id: str, count: int = 1) -> list[Any]:
+    """The deployment's runs, newest first, once ``count`` of them exist and all have ended."""
+
+    async def done() -> list[Any]:
+        runs = await provider.list_runs(deployment_id)
+        over = all(run.status not in ("pending", "running") for run in runs)
+        return runs if len(runs) >= count and over else []
+
+    result: list[Any] = await until(done, f"the runs of {deployment_id} to end", within=15)
+    return result
+
+
+async def test_get_reads_one_schedule_back_as_the_provider_holds_it(store: Store) -> None:
+    provider = configured(store)
+    await provider.start(nothing)
+    try:
+        zone = "Asia/Shanghai"
+        target = {"agent": "a1"}
+        await provider.apply(hourly("d1", cron="30 9 * * *", timezone=zone, target=target))
+        held = await provider.get("d1")
+        assert (held.deployment_id, held.state, held.cron, held.timezone) == (
+            "d1",
+            "active",
+            "30 9 * * *",
+            zone,
+        )
+        assert (held.name, held.prompt, dict(held.target)) == ("d1", "p", target)
+        local = held.next_due_at.astimezone(ZoneInfo(zone))
+        assert (local.hour, local.minute, local.second) == (9, 30, 0)
+        assert datetime.now(UTC) < held.next_due_at <= datetime.now(UTC) + timedelta(days=1)
+        await provider.apply(hourly("d1", cron="30 9 * * *", timezone=zone, enabled=False))
+        paused = await provider.get("d1")
+        assert (paused.state, paused.next_due_at, paused.cron) == ("paused", None, "30 9 * * *")
+        with pytest.raises(box.DeploymentNotFound):
+            await provider.get("never-applied")
+        await provider.delete("d1")
+        with pytest.raises(box.DeploymentNotFound):
+            await provider.get("d1")
+    finally:
+        await provider.stop()
+
+
+async def test_a_run_keeps_its_saved_input_and_what_the_handler_returned(store: Store) -> None:
+    """The console's run row: the input the run started with, even after the record is
+    edited, and the session the platform's handler opened for it."""
+
+    async def opens_a_session(call: Any) -> dict[str, Any]:
+        return {"session_id": f"session-{call.run_id}", "target": dict(call.target)}
+
+    provider = configured(store)
+    await provider.start(opens_a_session)
+    try:
+        await provider.apply(hourly("d1", prompt="first", target={"agent": "a1"}))
+        queued = await provider.run_now("d1")
+        assert (queued.prompt, dict(queued.target), queued.result) == (
+            "first",
+            {"agent": "a1"},
+            None,
+        )
+        (run,) = await ended(provider, "d1")
+        await provider.apply(hourly("d1", prompt="second", target={"agent": "a2"}))
+        edited = await provider.run_now("d1")
+        newest, first = await ended(provider, "d1", count=2)
+        assert (first.run_id, first.status, first.error) == (run.run_id, "succeeded", None)
+        assert (first.prompt, dict(first.target)) == ("first", {"agent": "a1"})
+        assert first.result == {"session_id": f"session-{run.run_id}", "target": {"agent": "a1"}}
+        assert first.started_at is not None and first.finished_at is not None
+        assert first.created_at <= first.started_at <= first.finished_at
+        assert (newest.run_id, newest.prompt, dict(newest.target)) == (
+            edited.run_id,
+            "second",
+            {"agent": "a2"},
+        )
+        assert newest.result == {
+            "session_id": f"session-{edited.run_id}",
+            "target": {"agent": "a2"},
+        }
+        assert await provider.get_run("d1", run.run_id) == first
+        await provider.apply(hourly("d2"))
+        with pytest.raises(box.RunNotFound):
+            await provider.get_run("d2", run.run_id)  # another deployment's run
+        with pytest.raises(box.RunNotFound):
+            await provider.get_run("d1", "not-a-run-id")
+    finally:
+        await provider.stop()
+
+
+async def test_a_failed_run_shows_its_error_and_when_it_finished(store: Store) -> None:
+    async def archived(call: Any) -> None:
+        raise box.PermanentFailure("the agent is archived")
+
+    provider = configured(store)
+    await provider.start(archived)
+    try:
+        await provider.apply(hourly("d1"))
+        await provider.run_now("d1")
+        (run,) = await ended(provider, "d1")
+        assert (run.status, run.error, run.result) == ("failed", "the agent is archived", None)
+        assert run.finished_at is not None and run.started_at is not None
+        assert run.started_at <= run.finished_at
+    finally:
+        await provider.stop()
+
+
+async def test_a_handler_return_a_run_cannot_keep_fails_it_saying_why(store: Store) -> None:
+    """The handler's work is done, so the run is not retried; its error says what to fix."""
+
+    calls: list[tuple[str, int]] = []
+
+    async def returns(call: Any) -> Any:
+        calls.append((call.deployment_id, call.attempt))
+        return {"text": "session-1", "big": {"blob": "x" * 20_000}}[call.target["returns"]]
+
+    provider = configured(store)
+    await provider.start(returns)
+    try:
+        errors = {}
+        for returns_what in ("text", "big"):
+            await provider.apply(hourly(returns_what, target={"returns": returns_what}))
+            await provider.run_now(returns_what)
+            (run,) = await ended(provider, returns_what)
+            assert (run.status, run.result) == ("failed", None)
+            errors[returns_what] = run.error
+        assert errors == {
+            "text": "the handler returned a str; it returns None or a mapping (the run's result)",
+            "big": "the run's result is 20011 bytes of JSON; at most 16384 (keep a reference to"
+            " your record, not the record)",
+        }
+        assert calls == [("text", 1), ("big", 1)]  # ATTEMPTS allows retries: none was made
+    finally:
+        await provider.stop()
+
+
+async def test_a_record_marked_deleted_removes_its_schedule(store: Store) -> None:
+    provider = configured(store)
+    await provider.start(nothing)
+    try:
+        await provider.reconcile([hourly("d1"), hourly("d2"), hourly("d3")])
+        run = await provider.run_now("d1")
+        await ended(provider, "d1")
+        await provider.apply(hourly("d1", deleted=True))
+        with pytest.raises(box.DeploymentNotFound):
+            await provider.get("d1")
+        assert (await provider.get_run("d1", run.run_id)).status == "succeeded"  # still readable
+        # A deleted record is not checked as a schedule: its cron may be anything.
+        await provider.reconcile([hourly("d2", cron="gone", deleted=True), hourly("d3")])
+        with pytest.raises(box.DeploymentNotFound):
+            await provider.get("d2")
+        assert (await provider.get("d3")).state == "active"
+        await provider.apply(hourly("never-applied", deleted=True))  # nothing to delete: fine
+    finally:
+        await provider.stop()
+
+
 @pytest.mark.parametrize("backend", ["postgresql"])
 async def test_a_failing_execution_store_is_execution_unavailable_then_recovers(
     db_url: str, tmp_path: Path
@@ -233,8 +390,11 @@ async def test_a_failing_execution_store_is_execution_unavailable_then_recovers(
             calls = {
                 "apply": lambda: provider.apply(hourly("d2")),
                 "delete": lambda: provider.delete("d1"),
+                "apply deleted": lambda: provider.apply(hourly("d1", deleted=True)),
                 "reconcile": lambda: provider.reconcile([hourly("d1")]),
+                "get": lambda: provider.get("d1"),
                 "list_runs": lambda: provider.list_runs("d1"),
+                "get_run": lambda: provider.get_run("d1", str(uuid.uuid4())),
                 "run_now": lambda: provider.run_now("d1"),
             }
             for name, call in calls.items():
@@ -247,6 +407,8 @@ async def test_a_failing_execution_store_is_execution_unavailable_then_recovers(
             run = await answered("run_now after the restore", provider.run_now("d1"))
             runs = await answered("list_runs after the restore", provider.list_runs("d1"))
             assert [r.run_id for r in runs] == [run.run_id]
+            got = await answered("get_run after the restore", provider.get_run("d1", run.run_id))
+            assert got.run_id == run.run_id
         finally:
             proxy.restore()
             await answered("stop", provider.stop(), within=60)

@@ -7,6 +7,7 @@ with the message at its field and nothing written; posts from another site are r
 
 from __future__ import annotations
 
+import html
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -16,13 +17,14 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
 from agentcron.core.keys import create_key, revoke_key
 from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Schedule
+from agentcron.core.storage import Run, Schedule
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
 
 ORIGIN = "http://agentcron"
@@ -439,6 +441,22 @@ async def test_the_run_history_shows_the_timeline(live_app: FastAPI) -> None:
     assert "occurrence skipped" in page
     assert "by bob" in page and "by alice" in page
     assert f'data-run="{skipped.id}"' in page
+
+
+async def test_the_run_history_shows_what_a_handler_returned(live_app: FastAPI) -> None:
+    # A handler's JSON object is the run's result, not its output: shown beside it, escaped.
+    key = await new_key(live_app, "alice")
+    schedule = await make_schedule(live_app, "alice")
+    run = await ledger(live_app).run_now(schedule.id, "alice")
+    result = {"session_id": "<b>s-81</b>"}
+    async with live_app.state.db.session() as session:
+        await session.execute(update(Run).where(Run.id == run.id).values(result=result))
+    async with browser(live_app, key) as http:
+        page = (await http.get(f"/schedules/{schedule.id}")).text
+    assert "<b>s-81</b>" not in page
+    row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
+    assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
+    assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
 
 
 async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAPI) -> None:

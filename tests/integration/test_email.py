@@ -215,7 +215,11 @@ def channel(*to: str) -> dict[str, Any]:
 
 
 def request(
-    *to: str, output: str | None = OUTPUT, status: str = "succeeded", index: int = 0
+    *to: str,
+    output: str | None = OUTPUT,
+    status: str = "succeeded",
+    index: int = 0,
+    result: dict[str, Any] | None = None,
 ) -> DeliveryRequest:
     run_id, schedule_id = uuid.uuid4(), uuid.uuid4()
     finished = datetime(2025, 3, 3, 8, 0, 7, tzinfo=UTC)
@@ -229,6 +233,7 @@ def request(
         "finished_at": finished,
         "error": "exit 3: <boom>" if status == "failed" else None,
         "output": output,
+        "result": result,
     }
     body = delivery_body(view, schedule_id, "morning <digest>")
     return DeliveryRequest(f"{run_id}.{index}", channel(*to), body, Path("/nonexistent"))
@@ -345,6 +350,20 @@ async def test_a_failed_run_shows_its_error_and_no_output(
     text, page = parts(mail)
     assert "Error:       exit 3: <boom>" in text and "(no output)" in text
     assert "exit 3: &lt;boom&gt;" in page and "(no output)" in page
+
+
+async def test_a_runs_result_is_a_row_of_its_own_when_it_has_one(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server()
+    monkeypatch.setenv(ENV, server.url("smtp"))
+    await EmailNotifier().deliver(request(output="", result={"session_id": "<s-81>"}))
+    await EmailNotifier().deliver(request())
+    with_result, without = (parts(mail.message) for mail in server.mailbox.messages)
+    text, page = with_result
+    assert 'Result:      {"session_id": "<s-81>"}' in text and "(no output)" in text
+    assert "{&quot;session_id&quot;: &quot;&lt;s-81&gt;&quot;}" in page
+    assert "Result:" not in without[0] and "Result" not in without[1]
 
 
 # -- TLS and AUTH -------------------------------------------------------------------------

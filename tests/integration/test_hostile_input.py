@@ -463,6 +463,23 @@ async def test_hostile_numbers_are_refused_naming_the_field(
     assert await rows(db) == EMPTY
 
 
+async def test_numbers_json_cannot_hold_in_a_handlers_data_are_refused(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    # Python's parser takes NaN and Infinity; PostgreSQL's JSON refuses them, so they are
+    # refused where they are given, as they would be on any database.
+    existing = await create(client, runner={"type": "handler", "data": {"n": 1}})
+    for raw in ("NaN", "Infinity", "-Infinity"):
+        runner = f'{{"type": "handler", "data": {{"n": 1, "deep": [{{"x": {raw}}}]}}}}'
+        response = await client.post(API, content=with_value("runner", runner), headers=JSON)
+        assert_error(response, 422, "runner.data")
+        patch = f'{{"runner": {runner}}}'.encode()
+        response = await client.patch(f"{API}/{existing['id']}", content=patch, headers=JSON)
+        assert_error(response, 422, "runner.data")
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
 EXTREME_INSTANTS = [
     "0001-01-01T00:00:00+14:00",  # before year 1 in UTC
     "0001-01-01T00:00:00-14:00",

@@ -19,11 +19,13 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, Header, HTTPException
+from sqlalchemy import select
 
 import agentcron
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage import Run
 
 OWNER = "host-tenant"
 LIBRARY_MD = (Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text()
@@ -229,6 +231,107 @@ async def test_the_router_under_the_hosts_prefix_and_auth(db_url: str, tmp_path:
         assert run.status_code == 202, run.text
         runs = await finished(engine, uuid.UUID(schedule_id))
         assert runs[0].status == "succeeded" and runs[0].output == "ok"
+
+
+async def test_what_a_handler_returns_is_kept_on_the_run_and_read_back(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A mapping returned (or a ``RunOutcome``'s ``result``) is the run's ``result``, read back
+    by the library and over HTTP; a string is the ``output`` as it always was."""
+
+    def handler(ctx: HandlerContext) -> Any:
+        returns = ctx.data["returns"]
+        if returns == "mapping":
+            return {"session_id": f"s-{ctx.run_id}", "turns": 2, "tags": ["a"]}
+        if returns == "outcome":
+            return agentcron.RunOutcome(output="opened a session", result={"session_id": "s-1"})
+        return "plain text"
+
+    engine = engine_for(db_url, tmp_path, handler)
+    app = FastAPI()
+    engine.install(app, prefix="/scheduling", principal=owner_from_header)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        engine,
+        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
+    ):
+        ran: dict[str, uuid.UUID] = {}
+        for returns in ("mapping", "outcome", "text"):
+            spec = ScheduleCreate(
+                name=returns,
+                prompt="p",
+                trigger={"every_seconds": 3600},
+                runner={"type": "handler", "data": {"returns": returns}},
+            )
+            made = await engine.schedules.create(spec, OWNER)
+            await engine.runs.run_now(made.id, OWNER)
+            (run,) = await finished(engine, made.id)
+            assert run.status == "succeeded", run.error
+            ran[returns] = run.id
+        seen = {}
+        for returns, run_id in ran.items():
+            run, _ = await engine.runs.get_run(run_id, OWNER)
+            answer = await http.get(f"/scheduling/api/v1/runs/{run_id}", headers={"X-User": OWNER})
+            assert answer.status_code == 200, answer.text
+            assert (answer.json()["output"], answer.json()["result"]) == (run.output, run.result)
+            listed = await http.get(
+                f"/scheduling/api/v1/schedules/{run.schedule_id}/runs", headers={"X-User": OWNER}
+            )
+            assert [item["result"] for item in listed.json()["items"]] == [run.result]
+            seen[returns] = (run.output, run.result)
+        async with engine.db.session(write=False) as session:
+            unset = select(Run.id).where(Run.result.is_(None))  # SQL NULL, not a JSON null
+            assert list(await session.scalars(unset)) == [ran["text"]]
+    mapping = ran["mapping"]
+    assert seen == {
+        "mapping": ("", {"session_id": f"s-{mapping}", "turns": 2, "tags": ["a"]}),
+        "outcome": ("opened a session", {"session_id": "s-1"}),
+        "text": ("plain text", None),
+    }
+
+
+async def test_a_result_that_is_not_a_small_json_object_fails_the_run_saying_why(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The handler's work is done, so the run is not retried; its error says what to fix."""
+
+    def handler(ctx: HandlerContext) -> Any:
+        returns = ctx.data["returns"]
+        if returns == "large":
+            return {"blob": "x" * 20_000}
+        if returns == "nan":
+            return {"score": float("nan")}
+        if returns == "set":
+            return {"tags": {"a"}}
+        return agentcron.RunOutcome(output="", result=["not", "an", "object"])  # type: ignore[arg-type]
+
+    engine = engine_for(db_url, tmp_path, handler)
+    errors = {}
+    async with engine:
+        for returns in ("large", "nan", "set", "list"):
+            spec = ScheduleCreate(
+                name=returns,
+                prompt="p",
+                trigger={"every_seconds": 3600},
+                max_attempts=3,
+                runner={"type": "handler", "data": {"returns": returns}},
+            )
+            made = await engine.schedules.create(spec, OWNER)
+            await engine.runs.run_now(made.id, OWNER)
+            (run,) = await finished(engine, made.id)
+            assert (run.status, run.attempt, run.result) == ("failed", 1, None), returns
+            errors[returns] = run.error
+    assert errors["large"] == (
+        "the run's result is 20011 bytes of JSON; at most 16384 (keep a reference to your"
+        " record, not the record)"
+    )
+    assert (errors["nan"] or "").startswith(
+        "the run's result is not a JSON object: Out of range float values are not JSON compliant"
+    )
+    assert errors["set"] == (
+        "the run's result is not a JSON object: Object of type set is not JSON serializable"
+    )
+    assert errors["list"] == "the run's result is not a JSON object: it is a list"
 
 
 async def test_settings_are_checked_when_the_engine_is_built(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from agentcron.core.errors import InvalidSchedule, StartupError
 from agentcron.core.logging import configure_logging, get_logger
 from agentcron.core.notify import masked_channels, validate_channels
-from agentcron.core.runners import RunRequest, validate_runner
+from agentcron.core.runners import RunOutcome, RunRequest, validate_runner
 from agentcron.core.runners.command import CommandRunnerType
 from agentcron.core.secrets import (
     Keyring,
@@ -24,9 +24,12 @@ from agentcron.core.secrets import (
     check_name,
     check_value,
     redact,
+    redact_json,
     referenced_secrets,
     secret_references,
 )
+from agentcron.core.storage import Run
+from agentcron.web.verdict import Verdict, redact_verdict
 
 K1, K2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 VALUE = "sk-live-4f9a1c0e8b7d6a5f"
@@ -228,6 +231,25 @@ def test_the_start_of_a_tail_cut_through_a_value_is_redacted() -> None:
     assert redact(text, {"openai": VALUE}) == "[secret:openai]\nrest of the output"
     # Too short a fragment to mean anything is left alone.
     assert redact(VALUE[-5:] + " more", {"openai": VALUE}) == VALUE[-5:] + " more"
+
+
+def test_every_string_of_a_result_is_redacted_keys_included() -> None:
+    result = {"auth": f"Bearer {VALUE}", VALUE: [1, VALUE, {"ok": True}], "n": None}
+    assert redact_json(result, {"openai": VALUE}) == {
+        "auth": "Bearer [secret:openai]",
+        "[secret:openai]": [1, "[secret:openai]", {"ok": True}],
+        "n": None,
+    }
+    assert redact_json(None, {"openai": VALUE}) is None
+
+
+def test_an_attempts_result_is_redacted_before_it_is_recorded() -> None:
+    verdict = Verdict(Run(), "/nonexistent", 10.0, "engine", uuid.uuid4(), batch=False)
+    verdict.outcome = RunOutcome(output=VALUE, result={"session": "s-1", "token": VALUE})
+    redact_verdict(verdict, {"openai": VALUE})
+    assert verdict.outcome is not None
+    assert verdict.outcome.output == "[secret:openai]"
+    assert verdict.outcome.result == {"session": "s-1", "token": "[secret:openai]"}
 
 
 # -- logs ---------------------------------------------------------------------------------------

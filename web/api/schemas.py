@@ -133,6 +133,11 @@ class RunOut(BaseModel):
     finished_at: datetime | None
     error: str | None
     output: str | None
+    result: dict[str, Any] | None = Field(
+        description="the JSON object a host's handler (or a python target) returned, as given: "
+        "what it needs to find the work the run started, a session id say; null when it "
+        "returned none"
+    )
     deliveries: list[DeliveryOut]
 
 

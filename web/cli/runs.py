@@ -66,13 +66,16 @@ POLL_SECONDS = 0.5
 
 
 def show_run(run: dict[str, Any]) -> None:
-    """Print one run: its fields, its deliveries, then its output and error text whole."""
+    """Print one run: its fields, its deliveries, then its output, result (as indented JSON)
+    and error whole."""
     out = render.console()
     render.emit(out, render.run_detail(run))
     if run["deliveries"]:
         out.print()
         render.emit(out, render.deliveries_table(run["deliveries"]))
-    for label, text in (("output", run["output"]), ("error", run["error"])):
+    result = run.get("result")  # absent from a service older than the field
+    shown = json.dumps(result, indent=2, ensure_ascii=False) if result is not None else None
+    for label, text in (("output", run["output"]), ("result", shown), ("error", run["error"])):
         if text:
             out.print()
             out.print(Text(f"{label}:", style="bold"))

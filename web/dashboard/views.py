@@ -6,6 +6,7 @@ Times are shown in the schedule's own zone (a cron trigger's zone, else UTC) ins
 
 from __future__ import annotations
 
+import json
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,6 +105,12 @@ def last_line(text: str | None, limit: int = 90) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def as_json(value: Any, indent: int | None = None) -> str:
+    """A run's result as JSON text (escaped by the template like any text): one line, or
+    indented by ``indent``."""
+    return json.dumps(value, indent=indent, ensure_ascii=False)
+
+
 def badge(status: str | None) -> Markup:
     """A status badge; its class colours it (see dashboard.css)."""
     if not status:
@@ -161,7 +168,12 @@ def shell_words(argv: list[str]) -> str:
 
 
 env.filters.update(
-    when=when, excerpt=excerpt, badge=badge, last_line=last_line, shell_words=shell_words
+    when=when,
+    excerpt=excerpt,
+    badge=badge,
+    last_line=last_line,
+    shell_words=shell_words,
+    as_json=as_json,
 )
 env.globals.update(
     duration=duration,

@@ -290,7 +290,7 @@ TOOLS: tuple[ApiTool, ...] = (
         title="List a schedule's runs",
         description="A schedule's run history: every run of every trigger (its timetable, "
         "run_now, replays), each with status (pending, running, succeeded, failed, timed_out, "
-        "skipped, cancelled), due_at, started_at, finished_at, output and error. "
+        "skipped, cancelled), due_at, started_at, finished_at, output, result and error. "
         "status, trigger and origin keep only runs with one of the values listed; skipped: "
         f"false leaves out due times that did not run. {_PAGE} {_TIMES}\n"
         'Example: {"schedule_id": "3f0c6a2e-5d3b-4e7f-9a41-0c2b7d8e9f10", "limit": 5, '
@@ -306,7 +306,8 @@ TOOLS: tuple[ApiTool, ...] = (
         name="get_run",
         title="Get a run",
         description="One run: its status, attempt, times, its whole output (what the agent "
-        "wrote) and error, and its deliveries (each notify channel's status). A run is "
+        "wrote), its result (the JSON object a host's handler returned, or null) and error, "
+        "and its deliveries (each notify channel's status). A run is "
         "finished when status is succeeded, failed, timed_out, skipped or cancelled. "
         f"{_TIMES}\n"
         'Example: {"run_id": "5b1e2c3d-4f5a-6b7c-8d9e-0f1a2b3c4d5e"}',

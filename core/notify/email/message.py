@@ -8,6 +8,7 @@ same message, header values folded to one line and every value escaped in the HT
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -53,7 +54,7 @@ def _rows(schedule: Mapping[str, Any], run: Mapping[str, Any]) -> list[tuple[str
             return "-"
         return value.isoformat() if isinstance(value, datetime) else str(value)
 
-    return [
+    rows = [
         ("Schedule", show(schedule.get("name"))),
         ("Schedule id", show(schedule.get("id"))),
         ("Run id", show(run.get("id"))),
@@ -64,6 +65,9 @@ def _rows(schedule: Mapping[str, Any], run: Mapping[str, Any]) -> list[tuple[str
         ("Attempt", show(run.get("attempt"))),
         ("Error", show(run.get("error"))),
     ]
+    if run.get("result") is not None:  # a host handler's JSON object: a row only when given
+        rows.append(("Result", json.dumps(run["result"], ensure_ascii=False)))
+    return rows
 
 
 def _text_part(rows: list[tuple[str, str]], output: Any) -> str:

@@ -2,15 +2,25 @@
 
 The platform owns its deployment records (id, name, prompt, 5-field cron, IANA zone, enabled)
 and hands them over: all of them at start (``reconcile``), then the one that changed
-(``apply``, ``delete``). Each becomes the schedule keyed ``deployment:{id}`` of one owner, run
-through the platform's handler (a ``handler`` runner whose saved data is the deployment id and
-its target, as given). agentcron owns the firing, the run ledger, retries and recovery.
+(``apply``, ``delete``; a record marked ``deleted`` is deleted). Each becomes the schedule keyed
+``deployment:{id}`` of one owner, run through the platform's handler (a ``handler`` runner
+whose saved data is the deployment id and its target, as given). agentcron owns the firing, the
+run ledger, retries and recovery.
+
+The platform's console reads back what the provider holds: one deployment's schedule
+(``get``: its state, cron, zone and next due time), and its runs (``list_runs``, ``get_run``),
+each with its due time, trigger, status, the prompt and target it was started with (an edit of
+the record since changes neither), what the handler returned for it (a mapping such as
+``{"session_id": ...}``: the session the run opened), its error and when it started and
+finished.
 
 The platform sees errors by class, with messages of its own words: ``InvalidSchedule``,
 ``ScheduleCapacityExceeded``, ``ProviderUnavailable`` (not usable here, or not started),
 ``ExecutionUnavailable`` (the execution store is failing), ``DeploymentNotFound`` and
 ``RunNotFound``. Its handler raises ``PermanentFailure`` for a failure that retrying cannot
-help; any other exception is retried (``ATTEMPTS`` in all, from 1 s, doubling).
+help; any other exception is retried (``ATTEMPTS`` in all, from 1 s, doubling). It returns
+None or a mapping of JSON values, at most 16 KB of JSON, kept as the run's ``result``; any other
+value, or a bigger mapping, fails the run (not retried) with the reason as its ``error``.
 """
 
 from __future__ import annotations
@@ -84,6 +94,7 @@ class DeploymentRecord:
     timezone: str  # IANA
     enabled: bool = True
     target: Mapping[str, Any] = field(default_factory=dict)  # saved with each run, as given
+    deleted: bool = False  # the platform deleted it: its schedule is deleted (as ``delete``)
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,20 @@ class ScheduledCall:
 
 
 @dataclass(frozen=True)
+class DeploymentSchedule:
+    """One deployment's schedule as the provider holds it."""
+
+    deployment_id: str
+    state: str  # "active", or "paused" (the record is disabled, or the scheduler paused it)
+    cron: str
+    timezone: str
+    next_due_at: datetime | None  # None while paused
+    name: str
+    prompt: str
+    target: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class DeploymentRun:
     run_id: str
     deployment_id: str
@@ -114,6 +139,12 @@ class DeploymentRun:
     due_at: datetime | None
     replayed_from_run_id: str | None
     created_at: datetime
+    prompt: str  # the input it was started with, as saved then: a later edit changes neither
+    target: Mapping[str, Any]
+    started_at: datetime | None
+    finished_at: datetime | None  # when it reached its final status
+    error: str | None
+    result: Mapping[str, Any] | None  # what the handler returned: the session it opened, say
 
 
 @dataclass(frozen=True)
@@ -123,7 +154,8 @@ class ProviderProperties:
     pause_visibility_seconds: float
 
 
-Handler = Callable[[ScheduledCall], Awaitable[None] | None]
+Returned = Mapping[str, Any] | None
+Handler = Callable[[ScheduledCall], Awaitable[Returned] | Returned]
 
 
 def sql_url_of(backend: Any) -> str | None:
@@ -171,7 +203,14 @@ async def translated() -> AsyncIterator[None]:
         raise ExecutionUnavailable() from None
 
 
+def target_of(runner: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The deployment's target in a ``handler`` runner's saved data."""
+    target: Mapping[str, Any] = (runner.get("data") or {}).get("target") or {}
+    return target
+
+
 def run_of(run: Any, deployment_id: str) -> DeploymentRun:
+    saved = run.payload  # what the run was created with: edits of the schedule leave it be
     return DeploymentRun(
         run_id=str(run.id),
         deployment_id=deployment_id,
@@ -180,6 +219,25 @@ def run_of(run: Any, deployment_id: str) -> DeploymentRun:
         due_at=run.due_at,
         replayed_from_run_id=str(run.replay_of) if run.replay_of else None,
         created_at=run.created_at,
+        prompt=saved.get("prompt", ""),
+        target=target_of(saved.get("runner") or {}),
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        error=run.error,
+        result=run.result,
+    )
+
+
+def schedule_of(schedule: Any, deployment_id: str) -> DeploymentSchedule:
+    return DeploymentSchedule(
+        deployment_id=deployment_id,
+        state="active" if schedule.enabled else "paused",
+        cron=schedule.trigger["cron"],
+        timezone=schedule.trigger["timezone"],
+        next_due_at=schedule.next_run,
+        name=schedule.name,
+        prompt=schedule.prompt,
+        target=target_of(schedule.runner),
     )
 
 
@@ -233,7 +291,7 @@ class AgentcronProvider:
         """Begin dispatching to ``handler``; runs a lost process left are continued."""
         engine = self.engine
 
-        async def run(ctx: agentcron.HandlerContext) -> None:
+        async def run(ctx: agentcron.HandlerContext) -> agentcron.RunOutcome:
             call = ScheduledCall(
                 run_id=str(ctx.run_id),
                 deployment_id=str(ctx.data.get("deployment_id")),
@@ -246,11 +304,17 @@ class AgentcronProvider:
             )
             try:
                 if inspect.iscoroutinefunction(handler):
-                    await handler(call)
+                    returned = await handler(call)
                 else:
-                    await asyncio.to_thread(handler, call)
+                    returned = await asyncio.to_thread(handler, call)
             except PermanentFailure as exc:
                 raise agentcron.RunPermanentError(str(exc)) from exc
+            if returned is not None and not isinstance(returned, Mapping):
+                raise agentcron.RunPermanentError(
+                    f"the handler returned a {type(returned).__name__}; it returns None or a"
+                    " mapping (the run's result)"
+                )
+            return agentcron.RunOutcome(result=returned)
 
         engine.handler = run
         try:
@@ -274,10 +338,14 @@ class AgentcronProvider:
 
     async def reconcile(self, records: Iterable[DeploymentRecord]) -> None:
         """Make the schedules exactly ``records``: apply each (disabled ones kept paused),
-        delete this provider's schedules no record names. One invalid record applies none."""
+        delete this provider's schedules no record names or whose record is marked deleted.
+        One invalid record applies none (a deleted one is not checked)."""
         engine = self._ready()
         specs: dict[str, dict[str, Any]] = {}
         for record in records:
+            if record.deleted:
+                specs.pop(key_of(record.id), None)  # named by no spec: reconcile deletes it
+                continue
             try:
                 specs[key_of(record.id)] = spec_of(record)
             except InvalidSchedule:
@@ -293,18 +361,34 @@ class AgentcronProvider:
 
     async def apply(self, record: DeploymentRecord) -> None:
         """Create or replace the deployment's schedule (same run history). An invalid change,
-        or one past the capacity, is refused and the previous definition stays in force."""
+        or one past the capacity, is refused and the previous definition stays in force. A
+        record marked deleted is ``delete``."""
+        if record.deleted:
+            await self.delete(record.id)
+            return
         engine = self._ready()
         spec = spec_of(record)
         async with translated():
             await engine.schedules.apply(OWNER, key_of(record.id), spec)
 
     async def delete(self, deployment_id: str) -> None:
-        """Stop the deployment's schedule; its runs stay readable. Unknown: nothing happens."""
+        """Stop the deployment's schedule; its runs stay readable (``get_run``). Unknown:
+        nothing happens."""
         engine = self._ready()
         async with translated():
             with suppress(agentcron.NotFound):
                 await engine.schedules.delete_by_key(OWNER, key_of(deployment_id))
+
+    async def get(self, deployment_id: str) -> DeploymentSchedule:
+        """The deployment's schedule as the provider holds it; ``DeploymentNotFound`` when it
+        has none (never applied, or deleted)."""
+        engine = self._ready()
+        async with translated():
+            try:
+                schedule = await engine.schedules.get_by_key(OWNER, key_of(deployment_id))
+            except agentcron.NotFound:
+                raise DeploymentNotFound() from None
+        return schedule_of(schedule, deployment_id)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -319,6 +403,19 @@ class AgentcronProvider:
                 return []
             page = await engine.runs.list_runs(schedule.id, OWNER, limit=limit)
         return [run_of(run, deployment_id) for run, _ in page.items]
+
+    async def get_run(self, deployment_id: str, run_id: str) -> DeploymentRun:
+        """One of the deployment's runs, also once the deployment is deleted; a run that is
+        not this deployment's is ``RunNotFound``."""
+        engine = self._ready()
+        async with translated():
+            try:
+                run, _ = await engine.runs.get_run(run_id, OWNER)
+            except agentcron.NotFound:
+                raise RunNotFound() from None
+        if run.payload.get("key") != key_of(deployment_id):
+            raise RunNotFound()
+        return run_of(run, deployment_id)
 
     async def run_now(self, deployment_id: str) -> DeploymentRun:
         """Queue a run; returns once its record is saved."""
@@ -354,6 +451,7 @@ __all__ = [
     "DeploymentNotFound",
     "DeploymentRecord",
     "DeploymentRun",
+    "DeploymentSchedule",
     "ExecutionUnavailable",
     "InvalidSchedule",
     "PermanentFailure",
