@@ -19,6 +19,7 @@ from agentcron.core.errors import (
     AgentcronError,
     Conflict,
     InvalidSchedule,
+    MalformedInput,
     NotFound,
     RunPermanentError,
     ScheduleCapacityExceeded,
@@ -88,7 +89,11 @@ async def agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
         log.warning("scheduler_unavailable", error=exc.message)
     field = getattr(exc, "field", None)
     headers = _HEADERS.get(status)
-    return JSONResponse(error_body(type(exc).__name__, exc.message, field), status, headers=headers)
+    type_, message = type(exc).__name__, exc.message
+    if isinstance(exc, MalformedInput):
+        # Worded as every other malformed request is (``_validation_error``).
+        type_, message = "ValidationError", f"{field}: {message}" if field else message
+    return JSONResponse(error_body(type_, message, field), status, headers=headers)
 
 
 def _not_json(request: Request, errors: Sequence[Mapping[str, Any]]) -> str | None:
