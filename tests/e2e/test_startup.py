@@ -4,6 +4,7 @@ cannot work is refused at start, with a message that says what to change."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 from pathlib import Path
 
@@ -77,3 +78,37 @@ async def test_a_sandbox_without_bubblewrap_is_refused(server_env: dict[str, str
     assert "apt-get install bubblewrap" in refusal[0]
     assert "AGENTCRON_SANDBOX=none" in refusal[0]
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [("127.0.0.1", "is in use"), ("192.0.2.1", "cannot be listened on")],  # TEST-NET-1
+)
+async def test_a_port_it_cannot_listen_on_is_refused_before_anything_starts(
+    tmp_path: Path, server_env: dict[str, str], host: str, why: str
+) -> None:
+    migrate = [AGENTCRON, "migrate"]
+    await asyncio.to_thread(
+        subprocess.run, migrate, env=server_env, check=True, capture_output=True
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [AGENTCRON, "serve", "--host", host, "--port", str(port)],
+            env=server_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert len(refusal) == 1, done.stderr
+    assert refusal[0].startswith(f"agentcron: cannot start: port {port} on {host} {why}: "), refusal
+    assert "--port" in refusal[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    # Refused before the engine started: it claimed nothing and ran nothing.
+    assert not json_events(done.stderr, "engine_started")

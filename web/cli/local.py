@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -315,17 +317,49 @@ def serve(
     _configure_logging()
     problem = _preflight()
     if problem is not None:
-        _log().error("startup_refused", reason=problem)
-        sys.stderr.write(f"agentcron: cannot start: {problem}\n")
-        raise typer.Exit(2)
-
-    uvicorn.run(
-        "agentcron.web.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        log_config=None,
+        _refuse(problem)
+    # Bound here, before the app starts: a port it cannot have stops the start before the
+    # engine claims a run (uvicorn binds after the app's start-up, and exits with status 3).
+    sock = _listen(host, port)
+    config = uvicorn.Config(
+        "agentcron.web.app:app_from_env", factory=True, host=host, port=port, log_config=None
     )
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    except SystemExit:
+        if server.started:
+            raise
+        # uvicorn's own exit when the app's start-up failed: it logged why.
+    finally:
+        sock.close()
+    if not server.started:
+        _refuse("the application's start-up failed (the log lines above say why)")
+
+
+def _refuse(problem: str) -> NoReturn:
+    _log().error("startup_refused", reason=problem)
+    fail(f"cannot start: {problem}", 2)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` as uvicorn binds one (``SO_REUSEADDR``; IPv6
+    for an address with a colon), or ``_refuse`` saying why it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            _refuse(
+                f"port {port} on {host} is in use: another process listens there; stop it, "
+                "or choose another port with --port"
+            )
+        reason = exc.strerror or str(exc)
+        _refuse(f"port {port} on {host} cannot be listened on: {reason}; check --host and --port")
+    return sock
 
 
 def _safe_url(url: str) -> str:
