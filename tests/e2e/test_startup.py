@@ -112,3 +112,22 @@ async def test_a_port_it_cannot_listen_on_is_refused_before_anything_starts(
     assert "Traceback" not in done.stdout + done.stderr
     # Refused before the engine started: it claimed nothing and ran nothing.
     assert not json_events(done.stderr, "engine_started")
+
+
+@pytest.mark.slow
+async def test_an_app_start_up_that_fails_is_one_line_and_status_2(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    # A data directory that is a file passes the checks made before the app starts, and fails
+    # the app's own start-up (its task directories cannot be made there).
+    (tmp_path / "not-a-directory").write_text("")
+    env = dict(server_env, AGENTCRON_DATA_DIR=str(tmp_path / "not-a-directory"))
+    migrate = [AGENTCRON, "migrate"]
+    await asyncio.to_thread(subprocess.run, migrate, env=env, check=True, capture_output=True)
+    done = await asyncio.to_thread(serve_until_exit, env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert refusal == [
+        "agentcron: cannot start: the application's start-up failed (the log lines above say why)"
+    ], done.stderr
+    assert "Not a directory" in done.stderr  # the log says why
