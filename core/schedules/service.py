@@ -34,7 +34,7 @@ from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 
 # Fields whose change makes an update recompute the schedule's warnings.
-WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner"})
+WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner", "notify"})
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ class ScheduleCrud(TimetableVerbs):
             now,
             runner=values["runner"],
             workdir=self._workdir(owner, schedule_id),
+            notify=values["notify"],
         )
         schedule = Schedule(
             **values,
@@ -214,6 +215,7 @@ class ScheduleCrud(TimetableVerbs):
                     now,
                     runner=schedule.runner,
                     workdir=self._workdir(schedule.owner, schedule.id),
+                    notify=schedule.notify,
                 )
             if timetable_changed:
                 schedule.next_run = (
