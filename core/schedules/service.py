@@ -165,7 +165,8 @@ class ScheduleCrud(TimetableVerbs):
         trusted: bool = True,
     ) -> Schedule:
         """Replace each named field; recompute ``next_run`` if the timetable or state changed,
-        and the warnings if the trigger, ``timeout_seconds``, ``overlap`` or the runner did.
+        and the warnings if the trigger, ``timeout_seconds``, ``overlap``, the runner or the
+        notify channels did.
         ``trusted`` false checks a changed runner or notify list against the tenant rules."""
         changes = patch.changes()
         now = self.clock()
