@@ -327,6 +327,8 @@ def serve(
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: uvicorn shut down gracefully, then re-raised it (as uvicorn.run, exit 0)
     except SystemExit:
         if server.started:
             raise
