@@ -28,6 +28,13 @@ class InvalidSchedule(AgentcronError):
         self.field = field
 
 
+class MalformedInput(InvalidSchedule):
+    """A parameter that is not of the form it takes, which only agentcron can tell (a cursor
+    it did not hand out, a page size out of bounds): a malformed request, not refused content.
+    A library caller catches it as ``InvalidSchedule``; the API answers it as it answers what
+    the request's schema refuses, ``422 ValidationError``, its message led by the field."""
+
+
 class NotFound(AgentcronError):
     """The named object does not exist (or is not visible to the caller)."""
 

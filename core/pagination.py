@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from agentcron.core.errors import InvalidSchedule
+from agentcron.core.errors import MalformedInput
 
 T = TypeVar("T")
 MAX_LIMIT = 500
+NOT_A_CURSOR = "not a cursor this API returned"
 
 
 @dataclass(frozen=True)
@@ -30,19 +31,19 @@ def encode_cursor(created_at: datetime, id: uuid.UUID) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """The position a cursor names; ``InvalidSchedule(field="cursor")`` if it is not ours."""
+    """The position a cursor names; ``MalformedInput(field="cursor")`` if it is not ours."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created, id = json.loads(raw)
         position = datetime.fromisoformat(created), uuid.UUID(id)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise InvalidSchedule("cursor is not a cursor this API returned", field="cursor") from None
+        raise MalformedInput(NOT_A_CURSOR, field="cursor") from None
     if position[0].tzinfo is None:
-        raise InvalidSchedule("cursor is not a cursor this API returned", field="cursor")
+        raise MalformedInput(NOT_A_CURSOR, field="cursor")
     return position
 
 
 def check_limit(limit: int) -> int:
     if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidSchedule(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
+        raise MalformedInput(f"must be between 1 and {MAX_LIMIT}", field="limit")
     return limit

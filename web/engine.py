@@ -38,7 +38,7 @@ from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
 from agentcron.core.logging import logs_at
 from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runners.base import CancelToken, checked_outcome
+from agentcron.core.runners.base import AttemptStopped, CancelToken, checked_outcome
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring, load, referenced_secrets
@@ -262,6 +262,7 @@ class RunEngine(Slots):
             verdict.error, verdict.unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:
             verdict.error = exc.message
+            verdict.partial = exc.output if isinstance(exc, AttemptStopped) else None
         except asyncio.CancelledError:
             # The deadline's hard stop (a runner that ignored its token), or a cancel the token
             # had already announced (a drain that ran out); any other is not ours to absorb.
@@ -358,19 +359,20 @@ class RunEngine(Slots):
                 with contextlib.suppress(Exception):
                     await self.ledger.release_for_takeover(run.id)
             return
+        # A stopped run keeps what its agent had printed (docs/design.md, promise 8).
+        printed = verdict.partial
         if reason == "timeout":
-            # The attempt's half-finished output is not saved, so channels that ask for
-            # timed_out runs get the record without it (docs/design.md, promise 8).
             error = f"timed out after {verdict.timeout:g} s"
             if verdict.batch:
-                finished = await self.results.submit(Outcome(run, RunStatus.TIMED_OUT, error=error))
+                outcome = Outcome(run, RunStatus.TIMED_OUT, output=printed, error=error)
+                finished = await self.results.submit(outcome)
             else:
                 finished = await self.ledger.finish_attempt(
-                    run.id, RunStatus.TIMED_OUT, error=error
+                    run.id, RunStatus.TIMED_OUT, output=printed, error=error
                 )
             await self._finished(finished, verdict)
             return
-        finished = await self.ledger.finish_attempt(run.id, RunStatus.CANCELLED)
+        finished = await self.ledger.finish_attempt(run.id, RunStatus.CANCELLED, output=printed)
         if finished is not None:
             self.metrics.ended(finished.status, finished.trigger)
             bound.info("run_finished", status=finished.status)

@@ -35,6 +35,7 @@ class Verdict:
     transient: bool = False
     unavailable: bool = False  # the runner can no longer work at all: pause the schedule
     cancelled: str | None = None  # the cancel token's reason, if it was cancelled
+    partial: str | None = None  # what a stopped attempt's agent had written (``AttemptStopped``)
 
     @cached_property
     def bound(self) -> Any:
@@ -50,6 +51,7 @@ def redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:
     turns, its result, its error) before it is recorded or logged: an agent that prints its
     key must not leak it through the API, a delivery or a log line."""
     verdict.error = redact(verdict.error, secrets)
+    verdict.partial = redact(verdict.partial, secrets)
     outcome = verdict.outcome
     if outcome is not None:
         verdict.outcome = RunOutcome(

@@ -14,6 +14,7 @@ from typing import Any
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.plugins import load_entry_points
 from agentcron.core.runners.base import (
+    AttemptStopped,
     CancelToken,
     RunContext,
     Runner,
@@ -79,6 +80,7 @@ register_runner_type(OpenAIRunnerType())
 register_runner_type(PythonRunnerType())
 
 __all__ = [
+    "AttemptStopped",
     "CancelToken",
     "RunContext",
     "RunOutcome",

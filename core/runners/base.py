@@ -22,6 +22,16 @@ class TransientRunError(Exception):
     """An attempt failed in a way another attempt may not (retried while attempts remain)."""
 
 
+class AttemptStopped(RunPermanentError):
+    """Raised by a runner that stopped because its cancel token was set, with ``output``:
+    what its agent had written by then (None when nothing), which the run keeps as its output
+    when it ends ``cancelled`` or ``timed_out``."""
+
+    def __init__(self, message: str, output: str | None = None) -> None:
+        super().__init__(message)
+        self.output = output
+
+
 class CancelToken:
     """A cooperative cancel signal handed to a runner for one attempt.
 
@@ -231,8 +241,9 @@ class Runner(Protocol):
       cannot help (bad configuration, target gone, input rejected); any other exception is
       transient and the engine retries while attempts remain.
     - It watches ``cancel`` and stops promptly once it is set (timeout, user cancel, shutdown);
-      the engine records the run as ``timed_out`` or ``cancelled`` and delivers nothing. With
-      ``cancel.at_once`` it stops by force, without a grace period, if it can.
+      the engine records the run as ``timed_out`` or ``cancelled``, with the output an
+      ``AttemptStopped`` it raised carries. With ``cancel.at_once`` it stops by force, without
+      a grace period, if it can.
     - ``suspendable`` (optional, default false): it freezes its work while
       ``cancel.suspended`` and thaws it on ``resume``. The engine then suspends rather than
       cancels an attempt whose lease it cannot confirm in time; an unsuspendable one is

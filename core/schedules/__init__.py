@@ -7,6 +7,7 @@ run late.
 
 - ``views``: ids, the one owner-visible loader, the public shape of a schedule;
 - ``plans``: pure previews and resume/backfill plans;
+- ``variables``: the warning for a service variable a runner or channel names that is unset;
 - ``service``: CRUD, with the timetable verbs of ``timetable``;
 - ``keyed``: ``ScheduleService``, which adds the verbs by the host's own key.
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import islice
@@ -17,6 +17,7 @@ from agentcron.core import triggers
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.logging import get_logger
 from agentcron.core.runners.command.preflight import command_warnings
+from agentcron.core.schedules.variables import variable_warnings
 from agentcron.core.specs import (
     BackfillRequest,
     reject_nul,
@@ -68,10 +69,13 @@ def safe_warnings(
     *,
     runner: Mapping[str, Any] | None = None,
     workdir: Path | None = None,
+    notify: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, str]]:
     """``schedule_warnings``, then the ``runner``'s (``command_warnings``: a program not
-    found, judged from ``workdir``, where its runs start), which must never cost a user the
-    write: a failure there is a bug to log, and the schedule is saved without those warnings."""
+    found, judged from ``workdir``, where its runs start), then the variables the runner and
+    the ``notify`` channels name that the service's environment lacks (``variable_warnings``).
+    None must ever cost a user the write: a failure there is a bug to log, and the schedule is
+    saved without those warnings."""
     found: list[dict[str, str]] = []
     try:
         found += schedule_warnings(
@@ -84,6 +88,10 @@ def safe_warnings(
             found += command_warnings(runner, workdir)
         except Exception:
             log.exception("command_warnings_failed", runner_type=runner.get("type"))
+        try:
+            found += variable_warnings(runner, notify)
+        except Exception:
+            log.exception("variable_warnings_failed", runner_type=runner.get("type"))
     return found
 
 

@@ -36,7 +36,7 @@ from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 
 # Fields whose change makes an update recompute the schedule's warnings, and its next_run.
-WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner"})
+WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner", "notify"})
 TIMETABLE_INPUTS = frozenset({"trigger", "enabled", "max_runs"})
 
 
@@ -129,6 +129,7 @@ class ScheduleCrud(TimetableVerbs):
             now,
             runner=values["runner"],
             workdir=self._workdir(owner, schedule_id),
+            notify=values["notify"],
         )
         enabled = values["enabled"]
         schedule = Schedule(
@@ -187,7 +188,8 @@ class ScheduleCrud(TimetableVerbs):
         trusted: bool = True,
     ) -> Schedule:
         """Replace each named field; recompute ``next_run`` if the timetable or state changed,
-        and the warnings if the trigger, ``timeout_seconds``, ``overlap`` or the runner did.
+        and the warnings if the trigger, ``timeout_seconds``, ``overlap``, the runner or the
+        notify channels did.
         A field named with the value it has is no change: an update that changes nothing
         writes nothing, ``updated_at`` included. ``trusted`` false checks a changed runner or
         notify list against the tenant rules."""
@@ -255,6 +257,7 @@ class ScheduleCrud(TimetableVerbs):
                 now,
                 runner=schedule.runner,
                 workdir=self._workdir(schedule.owner, schedule.id),
+                notify=schedule.notify,
             )
         if TIMETABLE_INPUTS & changes.keys():
             schedule.next_run = (

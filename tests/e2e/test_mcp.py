@@ -244,6 +244,62 @@ async def test_bad_input_comes_back_as_the_apis_message_and_field(
         assert "bad" not in names
 
 
+def enumerated(schema: dict[str, Any]) -> dict[str, tuple[list[Any], bool]]:
+    """The properties of an input schema that list their values (``enum``), each with its
+    values and whether it takes a list of them (an array whose items are enumerated)."""
+    found: dict[str, tuple[list[Any], bool]] = {}
+    for name, prop in schema["properties"].items():
+        for part in prop.get("anyOf", [prop]):
+            if "enum" in part:
+                found[name] = (part["enum"], False)
+            elif "enum" in part.get("items", {}):
+                found[name] = (part["items"]["enum"], True)
+    return found
+
+
+async def rest_get(service: Service, path: str, params: dict[str, Any]) -> Any:
+    async with httpx.AsyncClient(
+        timeout=10, headers={"Authorization": f"Bearer {service.key}"}
+    ) as http:
+        answer = await http.get(f"{service.server.url}{path}", params=params)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+async def test_every_value_a_tool_lists_is_accepted_as_rest_accepts_it(
+    connect: Connect, service: Service
+) -> None:
+    # What a tool's schema offers a model must be what the API takes: each listed value, sent
+    # alone, is accepted, and a filter of list_runs keeps exactly what REST's keeps.
+    listing = {tool.name: enumerated(tool.definition().input_schema) for tool in TOOLS}
+    calls = {"list_runs", "create_schedule", "update_schedule", "resume_schedule"}
+    assert {name for name, found in listing.items() if found} == calls
+    async with connect(service.key) as client:
+        created = await ok(client, "create_schedule", schedule("enumerated"))
+        ids = {"schedule_id": created["id"]}
+        await wait_finished(client, (await ok(client, "run_now", ids))["id"])
+        await ok(client, "pause_schedule", ids)
+        base = {
+            "list_runs": ids,
+            "create_schedule": schedule("enumerated value"),
+            "update_schedule": ids,
+            "resume_schedule": {**ids, "dry_run": True},
+        }
+        for name in sorted(calls):
+            for field, (values, many) in listing[name].items():
+                for value in values:
+                    arguments = {**base[name], field: [value] if many else value}
+                    answer = await ok(client, name, arguments)
+                    if name == "create_schedule":
+                        await ok(client, "delete_schedule", {"schedule_id": answer["id"]})
+                    if name == "list_runs":
+                        path = f"/api/v1/schedules/{created['id']}/runs"
+                        assert answer == await rest_get(service, path, {field: value}), arguments
+        manual = await ok(client, "list_runs", {**ids, "trigger": ["manual"]})
+        assert [run["trigger"] for run in manual["items"]] == ["manual"]
+        await ok(client, "delete_schedule", ids)
+
+
 async def test_another_owner_sees_nothing_of_the_first_owners(
     connect: Connect, service: Service
 ) -> None:

@@ -154,6 +154,10 @@ def test_readme_chat_digest_example_is_accepted_and_says_what_its_runs_need(
     # The `export` in the block sets the reader's shell, not the service's environment: a run
     # fails at once, with the sentence the README quotes.
     assert "DIGEST_API_KEY" not in os.environ, "the test needs a service without the key"
+    # Said at once, as the README says, and saved all the same.
+    assert [(w["code"], w["field"]) for w in created["warnings"]] == [
+        ("variable_not_set", "runner.api_key_env")
+    ]
     run = finished_run(server, created["id"])
     assert run["status"] == "failed", run
     assert "environment variable DIGEST_API_KEY (runner.api_key_env) is not set" in run["error"]
@@ -172,5 +176,14 @@ def test_the_started_service_settles_its_heap_and_sigterm_stops_it_cleanly(
     assert settled["young_threshold"] == YOUNG_THRESHOLD, settled
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says why.
     assert server.stop() in (0, -signal.SIGTERM)
+    assert "service_stopped" in server.log()
+    assert "Traceback" not in server.log()
+
+
+def test_ctrl_c_stops_the_service_cleanly_with_status_0(server: Server) -> None:
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(timeout=30) == 0, server.log()[-4000:]
+    server.log_file.close()
     assert "service_stopped" in server.log()
     assert "Traceback" not in server.log()

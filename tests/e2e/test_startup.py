@@ -4,6 +4,7 @@ cannot work is refused at start, with a message that says what to change."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -141,3 +142,56 @@ async def test_a_hosts_database_is_refused_then_served_from_a_schema_of_agentcro
     assert {"schedules", "runs", "tasks", "alembic_version"} <= await tables(url, "agentcron")
     assert await tables(url, "public") == {"runs", "tasks"}
     assert await host_rows(url) == HOST_ROWS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [("127.0.0.1", "is in use"), ("192.0.2.1", "cannot be listened on")],  # TEST-NET-1
+)
+async def test_a_port_it_cannot_listen_on_is_refused_before_anything_starts(
+    tmp_path: Path, server_env: dict[str, str], host: str, why: str
+) -> None:
+    migrate = [AGENTCRON, "migrate"]
+    await asyncio.to_thread(
+        subprocess.run, migrate, env=server_env, check=True, capture_output=True
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [AGENTCRON, "serve", "--host", host, "--port", str(port)],
+            env=server_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert len(refusal) == 1, done.stderr
+    assert refusal[0].startswith(f"agentcron: cannot start: port {port} on {host} {why}: "), refusal
+    assert "--port" in refusal[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    # Refused before the engine started: it claimed nothing and ran nothing.
+    assert not json_events(done.stderr, "engine_started")
+
+
+@pytest.mark.slow
+async def test_an_app_start_up_that_fails_is_one_line_and_status_2(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    # A data directory that is a file passes the checks made before the app starts, and fails
+    # the app's own start-up (its task directories cannot be made there).
+    (tmp_path / "not-a-directory").write_text("")
+    env = dict(server_env, AGENTCRON_DATA_DIR=str(tmp_path / "not-a-directory"))
+    migrate = [AGENTCRON, "migrate"]
+    await asyncio.to_thread(subprocess.run, migrate, env=env, check=True, capture_output=True)
+    done = await asyncio.to_thread(serve_until_exit, env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert refusal == [
+        "agentcron: cannot start: the application's start-up failed (the log lines above say why)"
+    ], done.stderr
+    assert "Not a directory" in done.stderr  # the log says why

@@ -179,3 +179,39 @@ def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_an_editable_install_warns_of_nothing_and_imports_the_checkout(tmp_path: Path) -> None:
+    # What `make install` does in a fresh clone, into a venv of its own: the build backend
+    # has nothing to warn about (its warnings reach the user's terminal through pip).
+    source = tmp_path / "clone"
+    shutil.copytree(REPO, source, symlinks=True, ignore=UNPACKAGED)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-deps",
+            "-e",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "BuildBackendWarning" not in done.stderr, done.stderr
+    where = subprocess.run(
+        [python, "-c", "import agentcron; print(agentcron.__file__)"],
+        cwd=tmp_path,  # not the clone: the install, not the working directory, finds it
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert where == str(source / "agentcron" / "__init__.py")

@@ -99,6 +99,50 @@ async def test_a_runner_edit_recomputes_the_warning(client: httpx.AsyncClient) -
     assert codes(edited.json()) == ["command_not_found"]
 
 
+# -- a variable of the service that is not set -------------------------------------------------
+
+KEY_VAR, SMTP_VAR = "AGENTCRON_TEST_LLM_KEY", "AGENTCRON_TEST_SMTP_URL"
+CHAT = {
+    "type": "openai",
+    "base_url": "https://llm.example.org/v1",
+    "model": "m",
+    "api_key_env": KEY_VAR,
+}
+MAIL = {
+    "type": "email",
+    "to": ["ops@example.org"],
+    "smtp_url_env": SMTP_VAR,
+    "from": "a@example.org",
+}
+
+
+async def test_a_key_or_smtp_variable_not_set_is_saved_with_a_warning(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KEY_VAR, raising=False)
+    monkeypatch.setenv(SMTP_VAR, "  ")  # blank is not set: the delivery reads it as unset
+    schedule = await create(client, {**body(CHAT), "notify": [MAIL]})
+    key, smtp = schedule["warnings"]
+    assert (key["code"], key["field"]) == ("variable_not_set", "runner.api_key_env")
+    assert key["message"].startswith(
+        f"{KEY_VAR} is not set in the service's environment: every run fails"
+    )
+    assert (smtp["code"], smtp["field"]) == ("variable_not_set", "notify.0.smtp_url_env")
+    assert smtp["message"].startswith(
+        f"{SMTP_VAR} is not set in the service's environment: every delivery to this channel"
+    )
+    again = await client.get(f"/api/v1/schedules/{schedule['id']}")
+    assert codes(again.json()) == ["variable_not_set", "variable_not_set"]
+
+    # Set later, as the warning says: an edit of the runner or of the channels looks again.
+    monkeypatch.setenv(KEY_VAR, "sk-test")
+    url = f"/api/v1/schedules/{schedule['id']}"
+    edited = (await client.patch(url, json={"runner": CHAT})).json()
+    assert [warning["field"] for warning in edited["warnings"]] == ["notify.0.smtp_url_env"]
+    monkeypatch.setenv(SMTP_VAR, "smtp://mail.example.org:25")
+    assert codes((await client.patch(url, json={"notify": [MAIL]})).json()) == []
+
+
 # -- an interval below a minute -----------------------------------------------------------------
 
 

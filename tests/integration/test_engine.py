@@ -104,7 +104,7 @@ async def test_timeout_stops_the_process_group_and_delivers_nothing(engine: Engi
     run = await wait_status(engine.db, queued.id, "timed_out", "succeeded", "failed", within=8)
     assert run.status == "timed_out"
     assert run.error == "timed out after 1 s"
-    assert run.output is None  # half-finished output is not kept as the result
+    assert run.output is None  # it wrote nothing on stdout (its pids went to files)
 
     for name in ("leader.pid", "child.pid"):
         pid = int((workdir / name).read_text())
@@ -403,6 +403,47 @@ async def test_cancel_a_running_run_locally_and_through_the_heartbeat(
         assert (ended.reason, ended.error) == ("cancel_requested", "cancelled on request")
         assert ended.lease_owner is None and ended.finished_at is not None
     assert sorted(runner.cancelled) == sorted([(here.id, "cancel"), (elsewhere.id, "cancel")])
+
+
+# A real agent that prints two lines, says so in a file, then works on (at once done when a
+# run of its schedule printed already: the run that replaces it under cancel_other).
+PRINTS_THEN_WORKS = {
+    "type": "command",
+    "argv": [
+        "sh",
+        "-c",
+        "[ -e printed ] && exit 0; echo step one; echo step two; touch printed; sleep 30",
+    ],
+}
+
+
+@pytest.mark.parametrize("stopped_by", ["cancel", "cancel_other", "timeout"])
+async def test_a_stopped_run_keeps_what_its_agent_printed(
+    make_engine: MakeEngine, stopped_by: str
+) -> None:
+    engine = make_engine(lease=ROOMY_LEASE)
+    fields: dict[str, Any] = {"overlap": "cancel_other"} if stopped_by == "cancel_other" else {}
+    if stopped_by == "timeout":
+        fields["timeout_seconds"] = 2
+    schedule = await engine.create(spec(PRINTS_THEN_WORKS, HOURLY, **fields))
+    first = await engine.run_now(schedule.id)
+    printed = engine.workdir(schedule) / "printed"
+
+    async def has_printed() -> bool:
+        return printed.exists()
+
+    await wait_for(has_printed, 10, "the agent printed its lines")
+    if stopped_by == "cancel":
+        await engine.runs.cancel(first.id, None)  # what POST /api/v1/runs/{id}/cancel does
+        engine.loop.cancel_local(first.id)
+    elif stopped_by == "cancel_other":
+        await engine.run_now(schedule.id)
+    ended = await wait_status(engine.db, first.id, "cancelled", "timed_out", "succeeded", within=10)
+    assert ended.status == ("timed_out" if stopped_by == "timeout" else "cancelled")
+    assert ended.output == "step one\nstep two\n"
+    assert ended.error == (
+        "timed out after 2 s" if stopped_by == "timeout" else "cancelled on request"
+    )
 
 
 # -- leases -------------------------------------------------------------------------------

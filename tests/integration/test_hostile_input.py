@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -21,6 +22,7 @@ import pytest
 from sqlalchemy import func, select
 
 from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
+from tests.integration.test_api_doc import openapi
 
 API = "/api/v1/schedules"
 RUNNER = {"type": "command", "argv": ["cat"]}
@@ -283,8 +285,42 @@ async def test_valid_json_under_a_wrong_content_type_is_refused(
         ):
             with subtests.test(content_type=content_type, method=method, path=path):
                 response = await client.request(method, path, content=valid, headers=headers)
-                error = assert_error(response, (400, 415))
+                error = assert_error(response, 415)
                 assert error["type"] == "ValidationError"
+    assert await rows(db) == ONE_SCHEDULE
+    await unchanged(client, existing)
+
+
+def body_operations(some_id: str) -> list[tuple[str, str]]:
+    """Every operation of the OpenAPI document that takes a request body, its path ids filled."""
+    return [
+        (method.upper(), re.sub(r"\{[^}]+\}", some_id, path))
+        for path, operations in openapi()["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation
+    ]
+
+
+async def test_a_body_without_a_json_content_type_is_a_415_naming_it(
+    client: httpx.AsyncClient, db: Database, subtests: pytest.Subtests
+) -> None:
+    existing = await create(client)
+    operations = body_operations(existing["id"])
+    assert len(operations) >= 10  # create, preview, by-key, update, pause, resume, ... secrets
+    for content_type, said in (("text/plain", "text/plain"), (None, "none")):
+        headers = {} if content_type is None else {"content-type": content_type}
+        for method, path in operations:
+            with subtests.test(content_type=content_type, method=method, path=path):
+                response = await client.request(
+                    method, path, content=b'{"name": "x"}', headers=headers
+                )
+                error = assert_error(response, 415)
+                assert error["type"] == "ValidationError"
+                assert error["message"] == (
+                    "the request body must be JSON sent with Content-Type: application/json "
+                    f"(the Content-Type was {said})"
+                )
+                assert error["field"] is None
     assert await rows(db) == ONE_SCHEDULE
     await unchanged(client, existing)
 
@@ -563,7 +599,10 @@ async def test_hostile_pagination_is_refused_naming_the_field(
         for limit in BAD_LIMITS:
             assert_error(await client.get(path, params={"limit": limit}), 422, "limit")
         for cursor in BAD_CURSORS:
-            assert_error(await client.get(path, params={"cursor": cursor}), 422, "cursor")
+            # A malformed query parameter, as a limit out of range is: not a refused schedule.
+            error = assert_error(await client.get(path, params={"cursor": cursor}), 422, "cursor")
+            assert error["type"] == "ValidationError", (cursor, error)
+            assert error["message"].startswith("cursor: "), error
         assert (await client.get(path, params={"limit": 500})).status_code == 200
     assert await rows(db) == ONE_SCHEDULE
 

@@ -121,7 +121,7 @@ async def test_history_rejects_bad_limits_and_cursors(client: httpx.AsyncClient)
     url = f"{API}/schedules/{schedule['id']}/runs"
     assert_error(await client.get(url, params={"limit": 0}), 422, "ValidationError")
     assert_error(await client.get(url, params={"limit": 501}), 422, "ValidationError")
-    body = assert_error(await client.get(url, params={"cursor": "garbage"}), 422, "InvalidSchedule")
+    body = assert_error(await client.get(url, params={"cursor": "garbage"}), 422, "ValidationError")
     assert body["error"]["field"] == "cursor"
 
 

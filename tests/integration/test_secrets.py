@@ -475,6 +475,31 @@ async def test_a_secret_deleted_since_fails_the_run_naming_it(engine_app: FastAP
         assert after["enabled"] is False and "agent-token" in after["paused_note"]
 
 
+async def test_a_cancelled_run_keeps_what_its_agent_printed_with_secrets_redacted(
+    engine_app: FastAPI, settings: Settings
+) -> None:
+    value = fresh_value("token")
+    async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
+        assert (await put(http, "agent-token", value)).status_code == 200
+        runner = command(
+            'echo "working with $TOKEN"; touch printed; sleep 30',
+            {"TOKEN": {"secret": "agent-token"}},
+        )
+        schedule = await created(http, schedule_body(runner))
+        queued = await run_now(http, schedule["id"])
+        printed = settings.data_dir / "tasks" / "alice" / schedule["id"] / "printed"
+        deadline = time.monotonic() + 20
+        while not printed.exists():
+            assert time.monotonic() < deadline, "the agent did not print"
+            await asyncio.sleep(0.05)
+        cancelled = await http.post(f"{API}/runs/{queued['id']}/cancel")
+        assert cancelled.status_code == 202, cancelled.text
+        run = await finished(http, queued["id"])
+    assert (run["status"], run["error"]) == ("cancelled", "cancelled on request")
+    assert run["output"] == "working with [secret:agent-token]\n"
+    assert_absent(value, run)
+
+
 async def test_openai_runner_sends_the_stored_key_and_its_echo_is_redacted(
     engine_app: FastAPI,
 ) -> None:

@@ -6,7 +6,7 @@ never reach a response: unexpected exceptions are logged and answered with a gen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,6 +19,7 @@ from agentcron.core.errors import (
     AgentcronError,
     Conflict,
     InvalidSchedule,
+    MalformedInput,
     NotFound,
     RunPermanentError,
     ScheduleCapacityExceeded,
@@ -88,13 +89,36 @@ async def agentcron_error(_request: Request, exc: Exception) -> JSONResponse:
         log.warning("scheduler_unavailable", error=exc.message)
     field = getattr(exc, "field", None)
     headers = _HEADERS.get(status)
-    return JSONResponse(error_body(type(exc).__name__, exc.message, field), status, headers=headers)
+    type_, message = type(exc).__name__, exc.message
+    if isinstance(exc, MalformedInput):
+        # Worded as every other malformed request is (``_validation_error``).
+        type_, message = "ValidationError", f"{field}: {message}" if field else message
+    return JSONResponse(error_body(type_, message, field), status, headers=headers)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+def _not_json(request: Request, errors: Sequence[Mapping[str, Any]]) -> str | None:
+    """The media type (``none`` when absent) a body was sent with that kept it from being read
+    as JSON; None if it was read. FastAPI reads a body as JSON only under ``application/json``
+    (or ``application/*+json``) and hands any other non-empty body to validation as its bytes,
+    so an error about the body whose input is bytes is one of those."""
+    for error in errors:
+        if tuple(error.get("loc", ()))[:1] == ("body",) and isinstance(error.get("input"), bytes):
+            sent = request.headers.get("content-type", "").split(";")[0].strip()
+            return sent[:100] or "none"
+    return None
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    sent_as = _not_json(request, errors)
+    if sent_as is not None:
+        message = (
+            "the request body must be JSON sent with Content-Type: application/json "
+            f"(the Content-Type was {sent_as})"
+        )
+        return JSONResponse(error_body("ValidationError", message), 415)
     if first.get("type") in ("json_invalid", "model_attributes_type") or (
         first.get("type") == "missing" and tuple(first.get("loc", ())) == ("body",)
     ):

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -309,8 +311,6 @@ def serve(
 ) -> None:
     """Serve the HTTP API (and the scheduler loop, unless AGENTCRON_DISABLE_SCHEDULER=1).
     Ctrl-C drains the runs in progress; a second Ctrl-C stops at once (web.cli.shutdown)."""
-    import contextlib
-
     import uvicorn
 
     from agentcron.web.app import app_from_env
@@ -319,16 +319,49 @@ def serve(
     _configure_logging()
     problem = _preflight()
     if problem is not None:
-        _log().error("startup_refused", reason=problem)
-        sys.stderr.write(f"agentcron: cannot start: {problem}\n")
-        raise typer.Exit(2)
-
+        _refuse(problem)
+    # Bound here, before the app starts: a port it cannot have stops the start before the
+    # engine claims a run (uvicorn binds after the app's start-up, and exits with status 3).
+    sock = _listen(host, port)
     app = app_from_env()
     server = Server(uvicorn.Config(app, host=host, port=port, log_config=None), app)
-    # After a graceful stop uvicorn raises the signal that asked for it again; for SIGINT that
-    # is a KeyboardInterrupt, which ``uvicorn.run`` ends quietly too.
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: uvicorn shut down gracefully, then re-raised it (as uvicorn.run, exit 0)
+    except SystemExit:
+        if server.started:
+            raise
+        # uvicorn's own exit when the app's start-up failed: it logged why.
+    finally:
+        sock.close()
+    if not server.started:
+        _refuse("the application's start-up failed (the log lines above say why)")
+
+
+def _refuse(problem: str) -> NoReturn:
+    _log().error("startup_refused", reason=problem)
+    fail(f"cannot start: {problem}", 2)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` as uvicorn binds one (``SO_REUSEADDR``; IPv6
+    for an address with a colon), or ``_refuse`` saying why it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            _refuse(
+                f"port {port} on {host} is in use: another process listens there; stop it, "
+                "or choose another port with --port"
+            )
+        reason = exc.strerror or str(exc)
+        _refuse(f"port {port} on {host} cannot be listened on: {reason}; check --host and --port")
+    return sock
 
 
 def _safe_url(url: str) -> str:

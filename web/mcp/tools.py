@@ -59,6 +59,10 @@ class RunId(_Ids):
     )
 
 
+def _query_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 @dataclass(frozen=True)
 class ApiTool:
     """An MCP tool that is one request to the REST API (docs/api.md)."""
@@ -116,11 +120,15 @@ class ApiTool:
         rest = {key: value for key, value in arguments.items() if key not in ids}
         return self.path.format(**ids), ids, rest
 
-    def query_params(self, rest: dict[str, Any]) -> dict[str, str]:
-        """``rest`` as a query string carries it: text as it is, anything else as JSON, for the
-        API to accept or refuse as it would from any client; a null is an absent parameter."""
+    def query_params(self, rest: dict[str, Any]) -> dict[str, str | list[str]]:
+        """``rest`` as a query string carries it, for the API to accept or refuse as it would
+        from any client: a list repeats its name (``?status=failed&status=timed_out``, the
+        API's form of "any of"), text goes as it is, anything else as JSON (``false``, ``20``);
+        a null is an absent parameter."""
         return {
-            key: value if isinstance(value, str) else json.dumps(value)
+            key: [_query_value(item) for item in value]
+            if isinstance(value, list)
+            else _query_value(value)
             for key, value in rest.items()
             if value is not None
         }

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from agentcron.core.errors import RunPermanentError, TargetUnavailable
-from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.base import (
+    AttemptStopped,
+    CancelToken,
+    RunOutcome,
+    RunRequest,
+    TransientRunError,
+)
 from agentcron.core.runners.command.process import (
     Group,
     Tail,
@@ -219,7 +225,9 @@ class CommandRunner:
 
         code = proc.returncode
         if cancel.cancelled:
-            raise RunPermanentError(f"cancelled ({cancel.reason}); the process was stopped")
+            raise AttemptStopped(
+                f"cancelled ({cancel.reason}); the process was stopped", stdout.text() or None
+            )
         if sandbox is not None and code is not None and code - 128 in signal.valid_signals():
             code = 128 - code  # bwrap's 128 + n: the agent died of signal n
         if code == 0:
