@@ -160,8 +160,21 @@ def shell_words(argv: list[str]) -> str:
     return shlex.join(str(word) for word in argv)
 
 
+def breakable(text: object) -> Markup:
+    """``text`` escaped, with a line break allowed after each ``/``: a zone
+    (``America/Argentina/Buenos_Aires``), a path or a URL then wraps at its slashes in a narrow
+    column, where the browser would otherwise cut it mid-word or widen the column past the
+    screen. Copying the text copies it unchanged."""
+    return Markup(str(Markup.escape(str(text))).replace("/", "/<wbr>"))
+
+
 env.filters.update(
-    when=when, excerpt=excerpt, badge=badge, last_line=last_line, shell_words=shell_words
+    when=when,
+    excerpt=excerpt,
+    badge=badge,
+    last_line=last_line,
+    shell_words=shell_words,
+    breakable=breakable,
 )
 env.globals.update(
     duration=duration,
