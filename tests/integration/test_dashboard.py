@@ -7,10 +7,12 @@ with the message at its field and nothing written; posts from another site are r
 
 from __future__ import annotations
 
+import html
 import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,8 +24,9 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Schedule
+from agentcron.core.storage import Database, Schedule
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
+from tests.integration.test_runs_api import runs_of_a_restart
 
 ORIGIN = "http://agentcron"
 FORM: dict[str, str] = {
@@ -457,3 +460,22 @@ async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAP
     assert 'data-code="dst_gap"' in page and "does not occur in America/New_York" in page
     assert "pauses after 3 failures in a row" in page
     assert "0 of at most 10 due times taken" in page and "up to 30 s late" in page
+
+
+async def test_a_batch_of_runs_pages_in_due_time_order(
+    live_app: FastAPI, client: httpx.AsyncClient, db: Database, tmp_path: Path
+) -> None:
+    """Issue 38: the run history of a schedule whose runs a claim wrote at once after a
+    restart is in the API's order on every page, and in the live fragment."""
+    schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
+    seen: list[str] = []
+    async with browser(live_app, await new_key(live_app, "local")) as http:
+        fragment = (await http.get(f"/ui/schedules/{schedule_id}/runs")).text
+        assert re.findall(r'data-run="([^"]+)"', fragment) == expected[:25]
+        path: str | None = f"/schedules/{schedule_id}"
+        while path is not None:
+            page = (await http.get(path)).text
+            seen += re.findall(r'data-run="([^"]+)"', page)
+            older = re.search(r'href="([^"]+)">Older runs', page)
+            path = html.unescape(older.group(1)) if older else None
+    assert seen == expected
