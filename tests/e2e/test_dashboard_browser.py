@@ -307,7 +307,9 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
     for width, height in ((1280, 800), (390, 844)):
         await page.set_viewport_size({"width": width, "height": height})
         await page.goto(f"{server.url}/")
-        await expect(page.locator("tr[data-schedule] .badge-succeeded")).to_have_count(2)
+        await expect(page.locator("tr[data-schedule] .badge-succeeded")).to_have_count(
+            2, timeout=30_000
+        )
         await expect(page.locator(".viewer-time").first).to_be_visible()
         await inside(page, "tr[data-schedule] .actions button")
         for schedule in (digest, feed):

@@ -12,6 +12,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -479,3 +480,79 @@ async def test_a_batch_of_runs_pages_in_due_time_order(
             older = re.search(r'href="([^"]+)">Older runs', page)
             path = html.unescape(older.group(1)) if older else None
     assert seen == expected
+
+
+# -- where the timetable ends ----------------------------------------------------------------
+
+
+def upcoming_card(page: str) -> str:
+    """The schedule page's card of next due times."""
+    match = re.search(r'<section class="card" id="upcoming">(.*?)</section>', page, re.S)
+    assert match, "no card of next due times"
+    return match.group(1)
+
+
+def due_times(fragment: str) -> list[str]:
+    """The due times listed (not the times a note names)."""
+    return re.findall(r'<li><time datetime="([^"]+)"', fragment)
+
+
+def utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+async def test_the_next_due_times_stop_where_the_timetable_ends(
+    live_app: FastAPI, db: Database, tmp_path: Path
+) -> None:
+    """Issue 38: the card of next due times lists only those max_runs and end_at leave, says
+    where the timetable ends, and once nothing is left says it ended (the list and the page
+    say "ended", not "enabled"); the edit form's preview counts the due times already taken."""
+    key = await new_key(live_app, "alice")
+    engine = Ledger(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
+    hour = timedelta(hours=1)
+    capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
+    assert capped.next_run is not None
+    first = capped.next_run
+    ending = await make_schedule(
+        live_app,
+        "alice",
+        name="campaign",
+        trigger={"every_seconds": 3600, "end_at": (first + 2.5 * hour).isoformat()},
+        misfire_grace_seconds=86_400,
+    )
+    async with browser(live_app, key) as http:
+        # end_at leaves three due times.
+        card = upcoming_card((await http.get(f"/schedules/{ending.id}")).text)
+        assert due_times(card) == [utc(first + k * hour) for k in range(3)]
+        assert "Then the timetable ends: no due time after" in card
+
+        # Two of the three due times taken: one is left.
+        await engine.claim_due_jobs(first + hour, 500)
+        card = upcoming_card((await http.get(f"/schedules/{capped.id}")).text)
+        assert due_times(card) == [utc(first + 2 * hour)]
+        assert "Then the timetable ends: at most 3 due times (max runs), 2 of them taken." in card
+        form = (await http.get(f"/schedules/{capped.id}/edit")).text
+        assert f'data-preview="/ui/preview?schedule={capped.id}"' in form
+        edit = await http.post(
+            f"/ui/preview?schedule={capped.id}",
+            data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"},
+        )
+        assert len(due_times(edit.text)) == 1 and "(max runs), 2 of them taken" in edit.text
+        new = await http.post(
+            "/ui/preview", data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"}
+        )
+        assert len(due_times(new.text)) == 3
+
+        # Every due time taken, or past the end: the timetable ended.
+        await engine.claim_due_jobs(first + 3 * hour, 500)
+        for schedule, why in (
+            (capped, "at most 3 due times (max runs), 3 of them taken"),
+            (ending, "no due time after"),
+        ):
+            page = (await http.get(f"/schedules/{schedule.id}")).text
+            card = upcoming_card(page)
+            assert due_times(card) == [] and "The timetable has ended: " + why in card, card
+            assert '<span class="pill ended">ended</span>' in page
+            assert '<span class="pill on">enabled</span>' not in page
+        listed = (await http.get("/")).text
+        assert listed.count('<span class="pill ended">ended</span>') == 2

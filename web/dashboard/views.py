@@ -112,6 +112,16 @@ def badge(status: str | None) -> Markup:
     return Markup('<span class="badge badge-{}">{}</span>').format(status, label)
 
 
+def state_pill(schedule: dict[str, Any]) -> Markup:
+    """``paused``, ``ended`` (enabled, but its timetable runs nothing more: a fired one-shot,
+    every due time max runs allows taken, past its end) or ``enabled``, as a pill."""
+    if not schedule["enabled"]:
+        return Markup('<span class="pill off">paused</span>')
+    if schedule["next_run"] is None:
+        return Markup('<span class="pill ended">ended</span>')
+    return Markup('<span class="pill on">enabled</span>')
+
+
 def attrs(**pairs: Any) -> Markup:
     """HTML attributes, escaped; a False or None value leaves its attribute out."""
     parts = []
@@ -178,6 +188,7 @@ env.filters.update(
 )
 env.globals.update(
     duration=duration,
+    state_pill=state_pill,
     attrs=attrs,
     zone_of=zone_of,
     trigger_notes=trigger_notes,
