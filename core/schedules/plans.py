@@ -277,7 +277,7 @@ def upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetim
         if found is not None and found == due and due > now:
             return due
     following = "none" if found is None else triggers.in_zone(trigger, found).isoformat()
-    read = "" if len(candidates) == 1 and _has_offset(due_at) else f", read in {zone}"
+    read = "" if len(candidates) == 1 and _has_offset(due_at) else f", read in {zone},"
     raise InvalidSchedule(
         f"{due_at}{read} is not a due time of this schedule (the next one from there: {following})",
         field="due_at",
