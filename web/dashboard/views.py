@@ -10,14 +10,14 @@ import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import available_timezones
 
 import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from agentcron.core.triggers import CronTrigger, IntervalTrigger, trigger_from_dict
+from agentcron.core.triggers import CronTrigger, IntervalTrigger, clock_time, trigger_from_dict
 
 TEMPLATES = Path(__file__).with_name("templates")
 OUTPUT_PREVIEW_CHARS = 2000
@@ -50,25 +50,10 @@ def when(moment: datetime | None, zone: str = "UTC", viewer_time: bool = True) -
         return Markup('<span class="muted">—</span>')
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    there = moment.astimezone(ZoneInfo(zone))
-    text = there.strftime("%Y-%m-%d %H:%M:%S ") + offset_label(there)
+    text = clock_time(moment, zone)
     iso = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
     extra = Markup("") if viewer_time else Markup(' data-local="no"')
     return Markup('<time datetime="{}" data-zone="{}"{}>{}</time>').format(iso, zone, extra, text)
-
-
-def offset_label(there: datetime) -> str:
-    """``UTC``, or the numeric offset (``+08:00``, ``+05:45``) of an aware local time.
-
-    Not the zone's abbreviation: "CST" is China's and the US's, and many zones have none
-    (tzdata writes "+04"); an offset reads the same everywhere."""
-    offset = there.utcoffset()
-    if offset is None or there.tzname() == "UTC":
-        return "UTC"
-    minutes = int(offset.total_seconds() // 60)
-    sign = "-" if minutes < 0 else "+"
-    hours, rest = divmod(abs(minutes), 60)
-    return f"{sign}{hours:02d}:{rest:02d}"
 
 
 def duration(started: datetime | None, finished: datetime | None) -> str:
