@@ -23,9 +23,10 @@ from fastapi import FastAPI
 from agentcron.core.keys import create_key, revoke_key
 from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules import ScheduleService, schedule_view
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Schedule
+from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
 from tests.integration.test_runs_api import runs_of_a_restart
 
@@ -556,3 +557,36 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
             assert '<span class="pill on">enabled</span>' not in page
         listed = (await http.get("/")).text
         assert listed.count('<span class="pill ended">ended</span>') == 2
+
+
+async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI) -> None:
+    """Issue 38: a new interval counts from saving, but an edit keeps the grid of the stored
+    start (the form shows it under Not before), and the hint says so."""
+    key = await new_key(live_app, "alice")
+    # Every hour on a grid that began 17 minutes ago (as if created then).
+    start = (datetime.now(UTC) - timedelta(minutes=17)).replace(microsecond=0)
+    trigger = {"every_seconds": 3600, "start_at": start.isoformat()}
+    stored = await make_schedule(live_app, "alice", trigger=trigger)
+    async with browser(live_app, key) as http:
+        new = (await http.get("/schedules/new")).text
+        assert "The first run is one interval after saving" in new
+        edit = (await http.get(f"/schedules/{stored.id}/edit")).text
+        assert "after saving" not in edit
+        assert "The runs keep their grid, counted from Not before" in edit
+        # As it says: every half hour instead, still on the grid of the stored start.
+        form = ScheduleForm.from_view(schedule_view(stored)).values
+        saved = await http.post(
+            f"/schedules/{stored.id}/edit", data={**form, "every_seconds": "1800"}
+        )
+        assert saved.status_code == 303, saved.text
+        after = await service(live_app).get(stored.id, None)
+        assert after.next_run is not None
+        assert (after.next_run - start) % timedelta(seconds=1800) == timedelta(0)
+        # Not before blanked: counted from saving, the first run one interval later.
+        blank = {**form, "every_seconds": "1800", "start_at": ""}
+        saved = await http.post(f"/schedules/{stored.id}/edit", data=blank)
+        assert saved.status_code == 303, saved.text
+    recounted = await service(live_app).get(stored.id, None)
+    saved_at = datetime.fromisoformat(recounted.trigger["start_at"])
+    assert saved_at >= start + timedelta(minutes=17)
+    assert recounted.next_run == saved_at + timedelta(seconds=1800)
