@@ -1,4 +1,5 @@
-"""Opaque keyset cursors for lists ordered newest created first (ties by id)."""
+"""Opaque keyset cursors: a cursor holds every key its list is sorted by, ending with the id
+that breaks the last ties, so the next page starts exactly after the last row of this one."""
 
 from __future__ import annotations
 
@@ -25,20 +26,35 @@ class Page(Generic[T]):
     next_cursor: str | None
 
 
-def encode_cursor(created_at: datetime, id: uuid.UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(id)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_cursor(*position: datetime | uuid.UUID) -> str:
+    """The cursor of ``position``: the sort keys of a page's last row, instants then its id."""
+    keys = [str(key) if isinstance(key, uuid.UUID) else key.isoformat() for key in position]
+    return base64.urlsafe_b64encode(json.dumps(keys).encode()).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """The position a cursor names; ``MalformedInput(field="cursor")`` if it is not ours."""
+    """The position a cursor of a list sorted by (created_at, id) names;
+    ``MalformedInput(field="cursor")`` if it is not ours."""
+    (created,), id = _position(cursor, 1)
+    return created, id
+
+
+def decode_run_cursor(cursor: str) -> tuple[datetime, datetime, uuid.UUID]:
+    """The position a cursor of the run history (``core.runs``: created_at, due time, id)
+    names; ``MalformedInput(field="cursor")`` if it is not ours."""
+    (created, due), id = _position(cursor, 2)
+    return created, due, id
+
+
+def _position(cursor: str, instants: int) -> tuple[list[datetime], uuid.UUID]:
+    """``instants`` aware datetimes and an id, as ``encode_cursor`` wrote them."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, id = json.loads(raw)
-        position = datetime.fromisoformat(created), uuid.UUID(id)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        *times, id = json.loads(raw)
+        position = [datetime.fromisoformat(time) for time in times], uuid.UUID(id)
+    except (binascii.Error, ValueError, TypeError, AttributeError, UnicodeDecodeError):
         raise MalformedInput(NOT_A_CURSOR, field="cursor") from None
-    if position[0].tzinfo is None:
+    if len(position[0]) != instants or any(time.tzinfo is None for time in position[0]):
         raise MalformedInput(NOT_A_CURSOR, field="cursor")
     return position
 

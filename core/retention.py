@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentcron.core.runs import HISTORY_ORDER
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage import Database, Run, Schedule, Task
 from agentcron.core.storage.scope import scoped
@@ -51,18 +52,21 @@ class PruneReport:
 @dataclass(frozen=True)
 class _Keep:
     """What one schedule protects: runs newer than ``horizon``, at or after the ``keep_last``-th
-    newest (``floor``), and its latest run."""
+    newest in the history's order (``floor``, ``core.runs.HISTORY_ORDER``: the runs the
+    history lists first), and its latest run."""
 
     horizon: datetime
-    floor: tuple[datetime, uuid.UUID] | None  # None: fewer than keep_last runs, keep them all
+    # None: fewer than keep_last runs, keep them all.
+    floor: tuple[datetime, datetime, uuid.UUID] | None
     latest: uuid.UUID | None
 
-    def allows(self, created_at: datetime, run_id: uuid.UUID) -> bool:
+    def allows(self, row: Any) -> bool:
+        """``row`` (a candidate: id, created_at, due_at) may go."""
         return (
-            created_at < self.horizon
+            row.created_at < self.horizon
             and self.floor is not None
-            and (created_at, run_id) < self.floor
-            and run_id != self.latest
+            and (row.created_at, row.due_at or row.created_at, row.id) < self.floor
+            and row.id != self.latest
         )
 
 
@@ -85,7 +89,7 @@ async def prune_runs(
             rows = (await session.execute(_candidates(horizon, cursor, policy.batch))).all()
             for schedule_id in {row.schedule_id for row in rows} - keeps.keys():
                 keeps[schedule_id] = await _keep(session, schedule_id, now, policy)
-            doomed = [row for row in rows if keeps[row.schedule_id].allows(row.created_at, row.id)]
+            doomed = [row for row in rows if keeps[row.schedule_id].allows(row)]
             if doomed:
                 await _delete(session, doomed, report)
         report.batches += 1
@@ -115,7 +119,9 @@ def _candidates(horizon: datetime, cursor: tuple[datetime, uuid.UUID] | None, li
 
     The cursor moves past protected runs too, so a pass ends even when the oldest rows are all
     kept (a schedule's last 100 runs, years old)."""
-    statement = select(Run.id, Run.schedule_id, Run.created_at).where(Run.created_at < horizon)
+    statement = select(Run.id, Run.schedule_id, Run.created_at, Run.due_at).where(
+        Run.created_at < horizon
+    )
     if cursor is not None:
         # A row-value comparison, which both databases answer as a range of ix_runs_created_at;
         # the equivalent OR of two conditions made PostgreSQL rescan from the start each batch.
@@ -132,20 +138,20 @@ async def _keep(
         )
     ).first()
     days = policy.days if found is None or found.retention_days is None else found.retention_days
-    # The keep_last-th newest run: one probe of ix_runs_schedule_created, however long the
-    # schedule's history.
+    # The keep_last-th newest run: one probe of ix_runs_schedule_created (its newest keep_last
+    # entries, sorted within a created_at), however long the schedule's history.
     floor = (
         await session.execute(
-            select(Run.created_at, Run.id)
+            select(*HISTORY_ORDER)
             .where(Run.schedule_id == schedule_id)
-            .order_by(Run.created_at.desc(), Run.id.desc())
+            .order_by(*(key.desc() for key in HISTORY_ORDER))
             .offset(policy.keep_last - 1)
             .limit(1)
         )
     ).first()
     return _Keep(
         horizon=now - timedelta(days=days),
-        floor=None if floor is None else (floor.created_at, floor.id),
+        floor=None if floor is None else (floor[0], floor[1], floor[2]),
         latest=None if found is None else found.last_run_id,
     )
 

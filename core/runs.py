@@ -8,18 +8,46 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import Conflict, NotFound
-from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
+from agentcron.core.pagination import Page, check_limit, decode_run_cursor, encode_cursor
 from agentcron.core.schedules import load_schedule, parse_id
 from agentcron.core.states import TERMINAL, RunStatus
 from agentcron.core.storage import Database, Delivery, Run, Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import QUEUED_ORIGINS, promote_next, run_payload
 from agentcron.core.transitions import apply, cancelled
+
+# The run history's order, newest first: by when a run was written; runs written at once (the
+# due times a claim writes after a restart, a backfill, a resume's catch-up share one created_at)
+# by due time, a run without one (manual, replay) counting as due when it was queued; then by
+# id, so the order is total and a cursor holding the three keys resumes exactly after its row.
+# ix_runs_schedule_created gives the first key; the rows of one created_at are sorted after.
+due_or_queued = func.coalesce(Run.due_at, Run.created_at)
+HISTORY_ORDER = (Run.created_at, due_or_queued, Run.id)
+
+
+def history_position(run: Run) -> tuple[datetime, datetime, uuid.UUID]:
+    """The keys of ``HISTORY_ORDER`` of ``run``."""
+    return run.created_at, run.due_at or run.created_at, run.id
+
+
+def after_in_history(
+    created: datetime, due: datetime, id: uuid.UUID
+) -> tuple[ColumnElement[bool], ...]:
+    """The runs listed after the position (``created``, ``due``, ``id``), newest first. The
+    bound on created_at alone is implied by the rest; it is there for the index."""
+    return (
+        Run.created_at <= created,
+        or_(
+            Run.created_at < created,
+            and_(Run.created_at == created, due_or_queued < due),
+            and_(Run.created_at == created, due_or_queued == due, Run.id < id),
+        ),
+    )
 
 
 @dataclass
@@ -109,9 +137,10 @@ class RunService:
         origin: Collection[str] | None = None,
         skipped: bool = True,
     ) -> Page[tuple[Run, list[Delivery]]]:
-        """Runs of a schedule newest first (ties by id) across every trigger, or only those
-        in one of ``status``, of one of ``trigger`` / ``origin``; ``skipped`` false leaves the
-        skipped rows out. A cursor pages through the same filters it was returned for."""
+        """Runs of a schedule newest first (``HISTORY_ORDER``) across every trigger, or only
+        those in one of ``status``, of one of ``trigger`` / ``origin``; ``skipped`` false
+        leaves the skipped rows out. A cursor pages through the same filters it was returned
+        for, each run once however many share a created_at."""
         check_limit(limit)
         async with self.db.session(write=False) as session:
             schedule = await load_schedule(session, schedule_id, owner)
@@ -125,16 +154,13 @@ class RunService:
             if not skipped:
                 query = query.where(Run.status != RunStatus.SKIPPED)
             if cursor is not None:
-                created, id = decode_cursor(cursor)
-                query = query.where(
-                    (Run.created_at < created) | ((Run.created_at == created) & (Run.id < id))
-                )
-            query = query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1)
+                query = query.where(*after_in_history(*decode_run_cursor(cursor)))
+            query = query.order_by(*(key.desc() for key in HISTORY_ORDER)).limit(limit + 1)
             runs = list((await session.execute(query)).scalars())
             more = len(runs) > limit
             runs = runs[:limit]
             deliveries = await _deliveries(session, [run.id for run in runs])
-        next_cursor = encode_cursor(runs[-1].created_at, runs[-1].id) if more else None
+        next_cursor = encode_cursor(*history_position(runs[-1])) if more else None
         return Page([(run, deliveries.get(run.id, [])) for run in runs], next_cursor)
 
     async def count_runs(self, schedule_id: uuid.UUID) -> dict[str, int]:

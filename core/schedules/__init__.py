@@ -22,9 +22,11 @@ from agentcron.core.schedules.plans import (
     BackfillPlan,
     Preview,
     ResumePlan,
+    Upcoming,
     check_preview_after,
     preview,
     resume_plan,
+    upcoming,
 )
 from agentcron.core.schedules.service import WARNING_INPUTS
 from agentcron.core.schedules.views import load_schedule, parse_id, schedule_view
@@ -40,6 +42,7 @@ __all__ = [
     "Reconciled",
     "ResumePlan",
     "ScheduleService",
+    "Upcoming",
     "check_key",
     "check_preview_after",
     "load_schedule",
@@ -47,4 +50,5 @@ __all__ = [
     "preview",
     "resume_plan",
     "schedule_view",
+    "upcoming",
 ]

@@ -61,6 +61,47 @@ def exhausted(schedule: Schedule) -> bool:
     return schedule.max_runs is not None and (schedule.scheduled_runs or 0) >= schedule.max_runs
 
 
+@dataclass(frozen=True)
+class Upcoming:
+    """The due times a stored schedule's timetable still holds, and where it stops.
+
+    ``end`` says why ``due`` holds fewer than were asked for: ``max_runs`` (it allows no more),
+    ``end_at`` (none after it), ``once`` (a one-shot's only time), ``none`` (nothing is due any
+    more, for another reason: the engine took it off the timetable); None when the list is
+    full. ``ended``: nothing is left at all."""
+
+    due: list[datetime]
+    end: str | None
+
+    @property
+    def ended(self) -> bool:
+        return not self.due
+
+
+def upcoming(schedule: Schedule, now: datetime, count: int) -> Upcoming:
+    """Up to ``count`` due times of ``schedule``: from its ``next_run`` on (from ``now`` while
+    it is paused, as a resume would), no more than its ``max_runs`` leaves and none after its
+    ``end_at``. An enabled schedule without a ``next_run`` has none: the engine runs no more of
+    its timetable (a fired one-shot, the last due time taken or past the end)."""
+    trigger = triggers.trigger_from_dict(schedule.trigger)
+    left = None
+    if schedule.max_runs is not None:
+        left = max(0, schedule.max_runs - (schedule.scheduled_runs or 0))
+    wanted = count if left is None else min(count, left)
+    due: list[datetime] = []
+    if not schedule.enabled:
+        due = triggers.preview(trigger, now, wanted)
+    elif schedule.next_run is not None:
+        due = triggers.preview(trigger, schedule.next_run - timedelta(microseconds=1), wanted)
+    if len(due) == left:
+        return Upcoming(due, "max_runs")
+    if len(due) == count:
+        return Upcoming(due, None)
+    if isinstance(trigger, triggers.OneShotTrigger):
+        return Upcoming(due, "once")
+    return Upcoming(due, "none" if trigger.end_at is None else "end_at")
+
+
 def safe_warnings(
     trigger: triggers.Trigger,
     overlap: str,
@@ -244,7 +285,7 @@ def upcoming_due_time(schedule: Schedule, due_at: str, now: datetime) -> datetim
         if found is not None and found == due and due > now:
             return due
     following = "none" if found is None else triggers.in_zone(trigger, found).isoformat()
-    read = "" if len(candidates) == 1 and _has_offset(due_at) else f", read in {zone}"
+    read = "" if len(candidates) == 1 and _has_offset(due_at) else f", read in {zone},"
     raise InvalidSchedule(
         f"{due_at}{read} is not a due time of this schedule (the next one from there: {following})",
         field="due_at",

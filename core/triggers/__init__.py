@@ -39,7 +39,7 @@ from itertools import islice
 from zoneinfo import ZoneInfo
 
 from agentcron.core.triggers.cron import is_wildcard_job
-from agentcron.core.triggers.describe import describe
+from agentcron.core.triggers.describe import clock_time, describe, offset_label
 from agentcron.core.triggers.kinds import (
     GAP_POLICIES,
     KIND_KEYS,
@@ -67,12 +67,14 @@ __all__ = [
     "OneShotTrigger",
     "REPEAT_POLICIES",
     "Trigger",
+    "clock_time",
     "describe",
     "dst_rule",
     "fire_times",
     "in_zone",
     "is_wildcard_job",
     "next_fire",
+    "offset_label",
     "parse_trigger",
     "preview",
     "restated",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final
+from zoneinfo import ZoneInfo
 
 from agentcron.core.triggers.cron import Cron, parse_cron
 from agentcron.core.triggers.kinds import CronTrigger, IntervalTrigger, Trigger
@@ -206,21 +207,45 @@ def describe(trigger: Trigger) -> str:
     the month, months, @macros) read naturally, followed by the zone; rarer shapes fall back to
     ``Cron '<expr>' (<zone>)``. A DST policy other than the job kind's default is appended
     ("At 02:30, America/New_York; times in a DST gap are skipped"). Intervals read
-    "Every 90 seconds", one-shots "Once at <ISO UTC>". Raises ``InvalidSchedule`` for an
-    invalid cron expression.
+    "Every 90 seconds", one-shots "Once at 2026-12-01 09:00:00 UTC". Bounds follow
+    (", from ..., until ..."). Every time reads as the schedule's pages show times: on the
+    trigger's own clock (a cron trigger's zone, else UTC), labelled with its offset
+    (``clock_time``). Raises ``InvalidSchedule`` for an invalid cron expression.
     """
     if isinstance(trigger, CronTrigger):
-        return _describe_cron(trigger) + _bounds(trigger.start_at, trigger.end_at)
+        zone = trigger.timezone
+        return _describe_cron(trigger) + _bounds(trigger.start_at, trigger.end_at, zone)
     if isinstance(trigger, IntervalTrigger):
-        return _describe_interval(trigger.every_seconds) + _bounds(None, trigger.end_at)
-    return f"Once at {trigger.at.astimezone(UTC).isoformat()}"
+        return _describe_interval(trigger.every_seconds) + _bounds(None, trigger.end_at, "UTC")
+    return f"Once at {clock_time(trigger.at, 'UTC')}"
 
 
-def _bounds(start_at: datetime | None, end_at: datetime | None) -> str:
-    """ ", from <UTC> until <UTC>" for the bounds that are set."""
+def _bounds(start_at: datetime | None, end_at: datetime | None, zone: str) -> str:
+    """ ", from <time> until <time>" for the bounds that are set, on ``zone``'s clock."""
     text = ""
     if start_at is not None:
-        text += f", from {start_at.astimezone(UTC).isoformat()}"
+        text += f", from {clock_time(start_at, zone)}"
     if end_at is not None:
-        text += f", until {end_at.astimezone(UTC).isoformat()}"
+        text += f", until {clock_time(end_at, zone)}"
     return text
+
+
+def clock_time(moment: datetime, zone: str) -> str:
+    """An aware ``moment`` as ``zone``'s clock shows it, labelled with its offset:
+    ``2026-12-01 09:00:00 +08:00``, ``2026-12-01 01:00:00 UTC``."""
+    there = moment.astimezone(ZoneInfo(zone))
+    return there.strftime("%Y-%m-%d %H:%M:%S ") + offset_label(there)
+
+
+def offset_label(there: datetime) -> str:
+    """``UTC``, or the numeric offset (``+08:00``, ``+05:45``) of an aware local time.
+
+    Not the zone's abbreviation: "CST" is China's and the US's, and many zones have none
+    (tzdata writes "+04"); an offset reads the same everywhere."""
+    offset = there.utcoffset()
+    if offset is None or there.tzname() == "UTC":
+        return "UTC"
+    minutes = int(offset.total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{rest:02d}"

@@ -210,3 +210,115 @@ async def test_the_new_fields_the_history_pages_and_a_phone(server: Server, page
         sign_out = await page.locator("button:has-text('Sign out')").bounding_box()
         assert sign_out is not None and sign_out["x"] + sign_out["width"] <= 390, (path, sign_out)
     assert errors == [], errors
+
+
+# Words a box cuts: broken inside (not at a space, "/" or "-") or running past its right edge,
+# where the box clips them. Only text the page shows is read (a folded "as JSON" is not).
+CUT_WORDS = """(box) => {
+  const cut = [];
+  const edge = box.getBoundingClientRect().right;
+  const walker = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.parentElement.checkVisibility()) continue;
+    for (const match of node.data.matchAll(/[^\\s\\/-]+[\\/-]?/g)) {
+      const range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      const rects = [...range.getClientRects()].filter((rect) => rect.width > 0);
+      const lines = new Set(rects.map((rect) => Math.round(rect.top)));
+      if (lines.size > 1 || rects.some((rect) => rect.right > edge)) cut.push(match[0]);
+    }
+  }
+  return cut;
+}"""
+
+
+async def inside(page: Page, selector: str) -> None:
+    """Every element ``selector`` finds lies wholly inside the viewport's width."""
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    found = await page.locator(selector).all()
+    assert found, selector
+    for element in found:
+        box = await element.bounding_box()
+        assert box is not None, selector
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, (page.url, selector, box)
+
+
+async def on_one_line(page: Page, selector: str) -> None:
+    """The elements ``selector`` finds share one line (one top edge)."""
+    tops = set()
+    for element in await page.locator(selector).all():
+        box = await element.bounding_box()
+        assert box is not None, selector
+        tops.add(round(box["y"]))
+    assert len(tops) == 1, (page.url, selector, tops)
+
+
+ZONE = "America/Argentina/Buenos_Aires"
+
+
+async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
+    server: Server, page: Page
+) -> None:
+    """Issue 38: at 1280 px with the viewer's times shown, every schedule's buttons are on
+    the screen; at 390 px the run history shows its output, the settings card cuts no word,
+    and a schedule's buttons sit on one line at both widths. The zone is one of the longest
+    names there are, and not the viewer's, so every time has a second line."""
+    import httpx
+    from playwright.async_api import expect
+
+    talk = "import sys; sys.stdin.read(); print('agent says: ' + 'several words of output ' * 6)"
+    # A long path, as an agent's script often has: it wraps at its slashes, never mid-word.
+    script = "/srv/agents/newsroom/morning_digest_with_sources.py"
+    agent = {"type": "command", "argv": [sys.executable, "-c", talk, script]}
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
+        created = await api.post(
+            "/api/v1/schedules",
+            json={
+                "name": "morning digest",
+                "prompt": "Summarise the news in five bullets.",
+                "trigger": {"cron": "0 8 * * 1-5", "timezone": ZONE},
+                "runner": agent,
+                "notify": [{"type": "file", "path": "digests.jsonl"}],
+            },
+        )
+        assert created.status_code == 201, created.text
+        digest = created.json()["id"]
+        # Every 5 seconds: a warning line under its name, the longest heading a page has.
+        created = await api.post(
+            "/api/v1/schedules",
+            json={
+                "name": "feed check",
+                "prompt": "p",
+                "trigger": {"every_seconds": 5},
+                "runner": agent,
+                "enabled": False,
+            },
+        )
+        assert created.status_code == 201, created.text
+        feed = created.json()["id"]
+        paused = await api.post(f"/api/v1/schedules/{feed}/pause", json={"note": "feed moved"})
+        assert paused.status_code == 200, paused.text
+        for schedule in (digest, feed):
+            started = await api.post(f"/api/v1/schedules/{schedule}/run")
+            assert started.status_code == 202, started.text
+    await sign_in(page, server)
+
+    for width, height in ((1280, 800), (390, 844)):
+        await page.set_viewport_size({"width": width, "height": height})
+        await page.goto(f"{server.url}/")
+        await expect(page.locator("tr[data-schedule] .badge-succeeded")).to_have_count(
+            2, timeout=30_000
+        )
+        await expect(page.locator(".viewer-time").first).to_be_visible()
+        await inside(page, "tr[data-schedule] .actions button")
+        for schedule in (digest, feed):
+            await page.goto(f"{server.url}/schedules/{schedule}")
+            await inside(page, ".heading-actions .button, .heading-actions button")
+            await on_one_line(page, ".heading-actions .button, .heading-actions button")
+            output = page.locator("tr.run td.out summary").first
+            await expect(output).to_contain_text("agent says: several words")
+            await inside(page, "tr.run td.out summary")
+            await inside(page, "tr.run .run-actions button")
+            settings = page.locator("section.card:has(dl.settings)")
+            assert await settings.evaluate(CUT_WORDS) == [], (width, schedule)

@@ -12,6 +12,8 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,10 +24,12 @@ from sqlalchemy import update
 from agentcron.core.keys import create_key, revoke_key
 from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules import ScheduleService, schedule_view
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Run, Schedule
+from agentcron.core.storage import Database, Run, Schedule
+from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
+from tests.integration.test_runs_api import runs_of_a_restart
 
 ORIGIN = "http://agentcron"
 FORM: dict[str, str] = {
@@ -475,3 +479,131 @@ async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAP
     assert 'data-code="dst_gap"' in page and "does not occur in America/New_York" in page
     assert "pauses after 3 failures in a row" in page
     assert "0 of at most 10 due times taken" in page and "up to 30 s late" in page
+
+
+async def test_a_batch_of_runs_pages_in_due_time_order(
+    live_app: FastAPI, client: httpx.AsyncClient, db: Database, tmp_path: Path
+) -> None:
+    """Issue 38: the run history of a schedule whose runs a claim wrote at once after a
+    restart is in the API's order on every page, and in the live fragment."""
+    schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
+    seen: list[str] = []
+    async with browser(live_app, await new_key(live_app, "local")) as http:
+        fragment = (await http.get(f"/ui/schedules/{schedule_id}/runs")).text
+        assert re.findall(r'data-run="([^"]+)"', fragment) == expected[:25]
+        path: str | None = f"/schedules/{schedule_id}"
+        while path is not None:
+            page = (await http.get(path)).text
+            seen += re.findall(r'data-run="([^"]+)"', page)
+            older = re.search(r'href="([^"]+)">Older runs', page)
+            path = html.unescape(older.group(1)) if older else None
+    assert seen == expected
+
+
+# -- where the timetable ends ----------------------------------------------------------------
+
+
+def upcoming_card(page: str) -> str:
+    """The schedule page's card of next due times."""
+    match = re.search(r"<h2>[^<]*due time[^<]*</h2>(.*?)</section>", page, re.S | re.I)
+    assert match, "no card of next due times"
+    return match.group(1)
+
+
+def due_times(fragment: str) -> list[str]:
+    """The due times listed (not the times a note names)."""
+    return re.findall(r'<li><time datetime="([^"]+)"', fragment)
+
+
+def utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+async def test_the_next_due_times_stop_where_the_timetable_ends(
+    live_app: FastAPI, db: Database, tmp_path: Path
+) -> None:
+    """Issue 38: the card of next due times lists only those max_runs and end_at leave, says
+    where the timetable ends, and once nothing is left says it ended (the list and the page
+    say "ended", not "enabled"); the edit form's preview counts the due times already taken."""
+    key = await new_key(live_app, "alice")
+    engine = Ledger(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
+    hour = timedelta(hours=1)
+    capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
+    assert capped.next_run is not None
+    first = capped.next_run
+    ending = await make_schedule(
+        live_app,
+        "alice",
+        name="campaign",
+        trigger={"every_seconds": 3600, "end_at": (first + 2.5 * hour).isoformat()},
+        misfire_grace_seconds=86_400,
+    )
+    async with browser(live_app, key) as http:
+        # end_at leaves three due times.
+        card = upcoming_card((await http.get(f"/schedules/{ending.id}")).text)
+        assert due_times(card) == [utc(first + k * hour) for k in range(3)]
+        assert "Then the timetable ends: no due time after" in card
+
+        # Two of the three due times taken: one is left.
+        await engine.claim_due_jobs(first + hour, 500)
+        card = upcoming_card((await http.get(f"/schedules/{capped.id}")).text)
+        assert due_times(card) == [utc(first + 2 * hour)]
+        assert "Then the timetable ends: at most 3 due times (max runs), 2 of them taken." in card
+        form = (await http.get(f"/schedules/{capped.id}/edit")).text
+        assert f'data-preview="/ui/preview?schedule={capped.id}"' in form
+        edit = await http.post(
+            f"/ui/preview?schedule={capped.id}",
+            data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"},
+        )
+        assert len(due_times(edit.text)) == 1 and "(max runs), 2 of them taken" in edit.text
+        new = await http.post(
+            "/ui/preview", data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"}
+        )
+        assert len(due_times(new.text)) == 3
+
+        # Every due time taken, or past the end: the timetable ended.
+        await engine.claim_due_jobs(first + 3 * hour, 500)
+        for schedule, why in (
+            (capped, "at most 3 due times (max runs), 3 of them taken"),
+            (ending, "no due time after"),
+        ):
+            page = (await http.get(f"/schedules/{schedule.id}")).text
+            card = upcoming_card(page)
+            assert due_times(card) == [] and "The timetable has ended: " + why in card, card
+            assert '<span class="pill ended">ended</span>' in page
+            assert '<span class="pill on">enabled</span>' not in page
+        listed = (await http.get("/")).text
+        assert listed.count('<span class="pill ended">ended</span>') == 2
+
+
+async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI) -> None:
+    """Issue 38: a new interval counts from saving, but an edit keeps the grid of the stored
+    start (the form shows it under Not before), and the hint says so."""
+    key = await new_key(live_app, "alice")
+    # Every hour on a grid that began 17 minutes ago (as if created then).
+    start = (datetime.now(UTC) - timedelta(minutes=17)).replace(microsecond=0)
+    trigger = {"every_seconds": 3600, "start_at": start.isoformat()}
+    stored = await make_schedule(live_app, "alice", trigger=trigger)
+    async with browser(live_app, key) as http:
+        new = (await http.get("/schedules/new")).text
+        assert "The first run is one interval after saving" in new
+        edit = (await http.get(f"/schedules/{stored.id}/edit")).text
+        assert "after saving" not in edit
+        assert "The runs keep their grid, counted from Not before" in edit
+        # As it says: every half hour instead, still on the grid of the stored start.
+        form = ScheduleForm.from_view(schedule_view(stored)).values
+        saved = await http.post(
+            f"/schedules/{stored.id}/edit", data={**form, "every_seconds": "1800"}
+        )
+        assert saved.status_code == 303, saved.text
+        after = await service(live_app).get(stored.id, None)
+        assert after.next_run is not None
+        assert (after.next_run - start) % timedelta(seconds=1800) == timedelta(0)
+        # Not before blanked: counted from saving, the first run one interval later.
+        blank = {**form, "every_seconds": "1800", "start_at": ""}
+        saved = await http.post(f"/schedules/{stored.id}/edit", data=blank)
+        assert saved.status_code == 303, saved.text
+    recounted = await service(live_app).get(stored.id, None)
+    saved_at = datetime.fromisoformat(recounted.trigger["start_at"])
+    assert saved_at >= start + timedelta(minutes=17)
+    assert recounted.next_run == saved_at + timedelta(seconds=1800)

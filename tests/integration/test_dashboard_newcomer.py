@@ -13,7 +13,8 @@ from fastapi import FastAPI
 from sqlalchemy import update
 
 from agentcron.core.storage import Database, Run
-from agentcron.web.dashboard.views import duration, offset_label
+from agentcron.core.triggers import offset_label
+from agentcron.web.dashboard.views import duration
 from tests.integration.test_dashboard import (
     FORM,
     browser,

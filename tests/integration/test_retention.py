@@ -108,6 +108,21 @@ async def test_latest_run_and_keep_last_floor_survive_any_age(db: Database) -> N
     assert await run_ids(db, schedule_id) == newest_four | {latest["id"]}
 
 
+async def test_the_newest_kept_are_the_first_of_the_history(db: Database) -> None:
+    """Issue 38: runs a claim wrote at once share created_at; the newest keep_last are the
+    ones the history lists first (the latest due times), not those with the greatest ids."""
+    schedule_id = await add_schedule(db)
+    written = NOW - 400 * DAY
+    rows = [
+        run_row(schedule_id, written, due_at=written - i * timedelta(minutes=1)) for i in range(10)
+    ]
+    await add_runs(db, rows)
+
+    await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=4))
+
+    assert await run_ids(db, schedule_id) == {row["id"] for row in rows[:4]}
+
+
 async def test_per_schedule_retention_overrides_the_default(db: Database) -> None:
     short = await add_schedule(db, retention_days=2)
     default = await add_schedule(db)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import update
 
-from agentcron.core.storage import Database, Run
+from agentcron.core.ledger import Ledger
+from agentcron.core.storage import Database, Run, Schedule
 
 API = "/api/v1"
 RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
@@ -234,3 +238,51 @@ async def test_history_filters_by_status_trigger_origin_and_skipped_rows(
         response = await client.get(history, params={name: bad})
         body = assert_error(response, 422, "ValidationError")
         assert name in response.text, body
+
+
+async def runs_of_a_restart(
+    client: httpx.AsyncClient, db: Database, data_dir: Path
+) -> tuple[str, list[str]]:
+    """A schedule whose engine stopped before a due time two hours ago and came back 99
+    minutes later: one claim writes its 100 due times at once, all with one created_at (as
+    after a restart), then a manual run is queued. Returns the schedule's id and its runs'
+    ids newest first: the manual run, then the batch by due time, latest first."""
+    grid = (datetime.now(UTC) - timedelta(hours=3)).replace(second=0, microsecond=0)
+    trigger = {"every_seconds": 60, "start_at": grid.isoformat()}
+    schedule = await create_schedule(client, trigger=trigger, misfire_grace_seconds=86_400)
+    first_due = grid + timedelta(hours=1)
+    async with db.session() as session:
+        await session.execute(
+            update(Schedule)
+            .where(Schedule.id == uuid.UUID(schedule["id"]))
+            .values(next_run=first_due)
+        )
+    back = first_due + timedelta(minutes=99)
+    ledger = Ledger(db, owner="after-restart", lease_seconds=30, data_dir=data_dir)
+    claim = await ledger.claim_due_jobs(back, 500)
+    assert len(claim.runs) == 100 and len({run.created_at for run in claim.runs}) == 1
+    batch = sorted(claim.runs, key=lambda run: run.due_at or back, reverse=True)
+    manual = await run_now(client, schedule["id"])
+    return schedule["id"], [manual["id"], *[str(run.id) for run in batch]]
+
+
+async def test_runs_written_in_one_batch_list_by_due_time_across_pages(
+    client: httpx.AsyncClient, db: Database, tmp_path: Path
+) -> None:
+    """Issue 38: the runs one claim writes at once after a restart share created_at. The
+    history is still newest first, the batch by due time (latest first), and paging through
+    it in small pages gives each run once, in that order."""
+    schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 7, **({"cursor": cursor} if cursor else {})}
+        response = await client.get(f"{API}/schedules/{schedule_id}/runs", params=params)
+        assert response.status_code == 200, response.text
+        seen += [item["id"] for item in response.json()["items"]]
+        cursor = response.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == expected
+    whole = await client.get(f"{API}/schedules/{schedule_id}/runs", params={"limit": 500})
+    assert [item["id"] for item in whole.json()["items"]] == expected

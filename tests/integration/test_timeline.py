@@ -276,8 +276,9 @@ async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_p
     for value, says in [
         ((T0 + MINUTE + 30 * S).isoformat(), "not a due time of this schedule"),
         (T0.isoformat(), "has passed"),
-        # Without an offset: read on the schedule's clock (an interval's is UTC), and said so.
-        ((T0 + MINUTE + 30 * S).replace(tzinfo=None).isoformat(), "read in UTC is not a due"),
+        # Without an offset: read on the schedule's clock (an interval's is UTC), and said so
+        # between two commas.
+        ((T0 + MINUTE + 30 * S).replace(tzinfo=None).isoformat(), ":30, read in UTC, is not a"),
         ("tomorrow", "ISO 8601"),
     ]:
         try:

@@ -566,4 +566,4 @@ def test_describe_interval(seconds: int, text: str) -> None:
 
 def test_describe_one_shot() -> None:
     at = datetime.fromisoformat("2026-12-01T10:00:00+01:00")
-    assert describe(OneShotTrigger(at)) == "Once at 2026-12-01T09:00:00+00:00"
+    assert describe(OneShotTrigger(at)) == "Once at 2026-12-01 09:00:00 UTC"

@@ -26,7 +26,7 @@ from agentcron.core.errors import (
 )
 from agentcron.core.keys import Principal, authenticate
 from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules import ScheduleService, preview, schedule_view
+from agentcron.core.schedules import ScheduleService, preview, schedule_view, upcoming
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database
 from agentcron.web.api.errors import status_for
@@ -245,7 +245,6 @@ async def schedule_page(
     schedule = await _schedules(request).get(schedule_id, viewer.scope)
     view = schedule_view(schedule)
     trigger = triggers.trigger_from_dict(schedule.trigger)
-    upcoming = triggers.preview(trigger, utcnow(), UPCOMING)
     runs = await _runs(request).list_runs(schedule.id, viewer.scope, RUNS_PER_PAGE, runs_cursor)
     return render(
         request,
@@ -253,7 +252,8 @@ async def schedule_page(
         viewer=viewer,
         schedule=view,
         zone=zone_of(view["trigger"]),
-        upcoming=upcoming,
+        upcoming=upcoming(schedule, utcnow(), UPCOMING),
+        end_at=getattr(trigger, "end_at", None),
         runs=[run_view(run, deliveries) for run, deliveries in runs.items],
         runs_cursor=runs_cursor,
         next_runs_cursor=runs.next_cursor,
@@ -352,9 +352,18 @@ async def runs_fragment(request: Request, schedule_id: str, viewer: ViewerDep) -
 
 
 @router.post("/ui/preview")
-async def preview_fragment(request: Request, viewer: ViewerDep) -> Response:
-    """The trigger of the posted form in words and its next due times, or why it is wrong."""
+async def preview_fragment(
+    request: Request,
+    viewer: ViewerDep,
+    schedule: Annotated[str | None, Query(max_length=100)] = None,
+) -> Response:
+    """The trigger of the posted form in words and its next due times, or why it is wrong.
+    ``schedule``: the form edits this stored schedule, whose due times already taken count
+    against max runs."""
     form = ScheduleForm.from_post(await read_form(request))
+    taken = 0
+    if schedule is not None:
+        taken = (await _schedules(request).get(schedule, viewer.scope)).scheduled_runs or 0
     try:
         trigger = form.trigger()
         max_runs = form.max_runs()
@@ -364,14 +373,16 @@ async def preview_fragment(request: Request, viewer: ViewerDep) -> Response:
         field, message = next(iter(errors.items()))
         return render(request, "_preview.html", 422, error=message, field=field, result=None)
     # max_runs ends the timetable: no due time past the last one it allows is shown.
-    due = result.next if max_runs is None else result.next[:max_runs]
+    left = None if max_runs is None else max(0, max_runs - taken)
     return render(
         request,
         "_preview.html",
         error=None,
         field=None,
         result=result,
-        due=due,
+        due=result.next if left is None else result.next[:left],
+        left=left,
         max_runs=max_runs,
+        taken=taken,
         zone=zone_of(trigger),
     )

@@ -11,14 +11,14 @@ import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import available_timezones
 
 import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from agentcron.core.triggers import CronTrigger, IntervalTrigger, trigger_from_dict
+from agentcron.core.triggers import CronTrigger, IntervalTrigger, clock_time, trigger_from_dict
 
 TEMPLATES = Path(__file__).with_name("templates")
 OUTPUT_PREVIEW_CHARS = 2000
@@ -51,25 +51,10 @@ def when(moment: datetime | None, zone: str = "UTC", viewer_time: bool = True) -
         return Markup('<span class="muted">—</span>')
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    there = moment.astimezone(ZoneInfo(zone))
-    text = there.strftime("%Y-%m-%d %H:%M:%S ") + offset_label(there)
+    text = clock_time(moment, zone)
     iso = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
     extra = Markup("") if viewer_time else Markup(' data-local="no"')
     return Markup('<time datetime="{}" data-zone="{}"{}>{}</time>').format(iso, zone, extra, text)
-
-
-def offset_label(there: datetime) -> str:
-    """``UTC``, or the numeric offset (``+08:00``, ``+05:45``) of an aware local time.
-
-    Not the zone's abbreviation: "CST" is China's and the US's, and many zones have none
-    (tzdata writes "+04"); an offset reads the same everywhere."""
-    offset = there.utcoffset()
-    if offset is None or there.tzname() == "UTC":
-        return "UTC"
-    minutes = int(offset.total_seconds() // 60)
-    sign = "-" if minutes < 0 else "+"
-    hours, rest = divmod(abs(minutes), 60)
-    return f"{sign}{hours:02d}:{rest:02d}"
 
 
 def duration(started: datetime | None, finished: datetime | None) -> str:
@@ -117,6 +102,16 @@ def badge(status: str | None) -> Markup:
         return Markup('<span class="badge badge-none">never run</span>')
     label = status.replace("_", " ")
     return Markup('<span class="badge badge-{}">{}</span>').format(status, label)
+
+
+def state_pill(schedule: dict[str, Any]) -> Markup:
+    """``paused``, ``ended`` (enabled, but its timetable runs nothing more: a fired one-shot,
+    every due time max runs allows taken, past its end) or ``enabled``, as a pill."""
+    if not schedule["enabled"]:
+        return Markup('<span class="pill off">paused</span>')
+    if schedule["next_run"] is None:
+        return Markup('<span class="pill ended">ended</span>')
+    return Markup('<span class="pill on">enabled</span>')
 
 
 def attrs(**pairs: Any) -> Markup:
@@ -167,6 +162,14 @@ def shell_words(argv: list[str]) -> str:
     return shlex.join(str(word) for word in argv)
 
 
+def breakable(text: object) -> Markup:
+    """``text`` escaped, with a line break allowed after each ``/``: a zone
+    (``America/Argentina/Buenos_Aires``), a path or a URL then wraps at its slashes in a narrow
+    column, where the browser would otherwise cut it mid-word or widen the column past the
+    screen. Copying the text copies it unchanged."""
+    return Markup(str(Markup.escape(str(text))).replace("/", "/<wbr>"))
+
+
 env.filters.update(
     when=when,
     excerpt=excerpt,
@@ -174,9 +177,11 @@ env.filters.update(
     last_line=last_line,
     shell_words=shell_words,
     as_json=as_json,
+    breakable=breakable,
 )
 env.globals.update(
     duration=duration,
+    state_pill=state_pill,
     attrs=attrs,
     zone_of=zone_of,
     trigger_notes=trigger_notes,

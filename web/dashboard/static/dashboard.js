@@ -20,14 +20,31 @@ function formatLocal(moment) {
   return `${part.year}-${part.month}-${part.day} ${part.hour}:${part.minute}:${part.second} ${offset}`;
 }
 
+// Text nodes of `text` with a line break allowed after each "/" (a <wbr>), as the server's
+// `breakable` filter writes them: America/Argentina/Buenos_Aires wraps at its slashes.
+function breakable(text) {
+  const nodes = [];
+  const parts = text.split("/");
+  parts.forEach((part, index) => {
+    if (index === parts.length - 1) nodes.push(part);
+    else nodes.push(part + "/", document.createElement("wbr"));
+  });
+  return nodes;
+}
+
 function localizeTimes(root) {
   for (const el of root.querySelectorAll("time[datetime]")) {
     if (el.dataset.localized || el.dataset.zone === viewerZone || el.dataset.local === "no") continue;
     const moment = new Date(el.getAttribute("datetime"));
     if (Number.isNaN(moment.getTime())) continue;
+    // The time itself never breaks; the words after it may go to a line of their own, so a
+    // narrow column or a phone shows it whole instead of clipping it.
+    const stamp = document.createElement("span");
+    stamp.className = "stamp";
+    stamp.textContent = formatLocal(moment);
     const local = document.createElement("span");
     local.className = "viewer-time";
-    local.textContent = `${formatLocal(moment)} your time (${viewerZone})`;
+    local.append(stamp, " your time (", ...breakable(viewerZone), ")");
     local.title = viewerZone;
     el.after(local);
     el.dataset.localized = "1";
