@@ -359,20 +359,22 @@ class RunEngine(Slots):
                 with contextlib.suppress(Exception):
                     await self.ledger.release_for_takeover(run.id)
             return
-        # A stopped run keeps what its agent had printed (docs/design.md, promise 8).
-        printed = verdict.partial
         if reason == "timeout":
+            # The attempt's half-finished output is not saved, so channels that ask for
+            # timed_out runs get the record without it (docs/design.md, promise 8).
             error = f"timed out after {verdict.timeout:g} s"
             if verdict.batch:
-                outcome = Outcome(run, RunStatus.TIMED_OUT, output=printed, error=error)
-                finished = await self.results.submit(outcome)
+                finished = await self.results.submit(Outcome(run, RunStatus.TIMED_OUT, error=error))
             else:
                 finished = await self.ledger.finish_attempt(
-                    run.id, RunStatus.TIMED_OUT, output=printed, error=error
+                    run.id, RunStatus.TIMED_OUT, error=error
                 )
             await self._finished(finished, verdict)
             return
-        finished = await self.ledger.finish_attempt(run.id, RunStatus.CANCELLED, output=printed)
+        # A cancelled run keeps what its agent had printed: nothing is delivered for it.
+        finished = await self.ledger.finish_attempt(
+            run.id, RunStatus.CANCELLED, output=verdict.partial
+        )
         if finished is not None:
             self.metrics.ended(finished.status, finished.trigger)
             bound.info("run_finished", status=finished.status)

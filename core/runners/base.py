@@ -25,7 +25,8 @@ class TransientRunError(Exception):
 class AttemptStopped(RunPermanentError):
     """Raised by a runner that stopped because its cancel token was set, with ``output``:
     what its agent had written by then (None when nothing), which the run keeps as its output
-    when it ends ``cancelled`` or ``timed_out``."""
+    when it ends ``cancelled`` (a ``timed_out`` run keeps none: its channels get no half-done
+    work)."""
 
     def __init__(self, message: str, output: str | None = None) -> None:
         super().__init__(message)
@@ -241,7 +242,7 @@ class Runner(Protocol):
       cannot help (bad configuration, target gone, input rejected); any other exception is
       transient and the engine retries while attempts remain.
     - It watches ``cancel`` and stops promptly once it is set (timeout, user cancel, shutdown);
-      the engine records the run as ``timed_out`` or ``cancelled``, with the output an
+      the engine records the run as ``timed_out``, or as ``cancelled`` with the output an
       ``AttemptStopped`` it raised carries. With ``cancel.at_once`` it stops by force, without
       a grace period, if it can.
     - ``suspendable`` (optional, default false): it freezes its work while
