@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import or_, select, update
@@ -38,6 +39,7 @@ from agentcron.core.triggers.kinds import Trigger
 # Fields whose change makes an update recompute the schedule's warnings, and its next_run.
 WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner", "notify"})
 TIMETABLE_INPUTS = frozenset({"trigger", "enabled", "max_runs"})
+Warnings = list[dict[str, str]]
 
 
 def checked(value: Any, field: str) -> Any:
@@ -232,7 +234,14 @@ class ScheduleCrud(TimetableVerbs):
             changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
             if not trusted:
                 self.policy.check_tenant(None, changes["notify"])
+        named = WARNING_INPUTS & changes.keys()
         changes = {name: new for name, new in changes.items() if getattr(schedule, name) != new}
+        if named:
+            # Warnings speak of the service's environment too (a variable set since, a command
+            # installed): naming one of their inputs looks again, changed or not.
+            warnings = self._warnings(schedule, changes, now)
+            if warnings != schedule.warnings:
+                changes["warnings"] = warnings
         if not changes:
             return False
         # The schedule's owner's secrets (an admin may edit another owner's schedule); only
@@ -249,16 +258,6 @@ class ScheduleCrud(TimetableVerbs):
                 schedule.paused_at = now
         for name, value in changes.items():
             setattr(schedule, name, value)
-        if WARNING_INPUTS & changes.keys():
-            schedule.warnings = safe_warnings(
-                triggers.trigger_from_dict(schedule.trigger),
-                schedule.overlap,
-                schedule.timeout_seconds,
-                now,
-                runner=schedule.runner,
-                workdir=self._workdir(schedule.owner, schedule.id),
-                notify=schedule.notify,
-            )
         if TIMETABLE_INPUTS & changes.keys():
             schedule.next_run = (
                 next_run_after(triggers.trigger_from_dict(schedule.trigger), now)
@@ -267,6 +266,19 @@ class ScheduleCrud(TimetableVerbs):
             )
         schedule.updated_at = now
         return True
+
+    def _warnings(self, schedule: Schedule, changes: dict[str, Any], now: datetime) -> Warnings:
+        """The warnings ``schedule`` would have with ``changes`` applied."""
+        merged = {name: changes.get(name, getattr(schedule, name)) for name in WARNING_INPUTS}
+        return safe_warnings(
+            triggers.trigger_from_dict(merged["trigger"]),
+            merged["overlap"],
+            merged["timeout_seconds"],
+            now,
+            runner=merged["runner"],
+            workdir=self._workdir(schedule.owner, schedule.id),
+            notify=merged["notify"],
+        )
 
     async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
         """Delete a schedule: it stops at once and its pending and running runs are cancelled.

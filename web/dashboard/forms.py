@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -262,15 +263,20 @@ class ScheduleForm:
         body["catchup"] = values["catchup"] or "skip"
         return body
 
-    def changes(self, current: dict[str, Any]) -> dict[str, Any]:
+    def changes(self, current: dict[str, Any], now: datetime) -> dict[str, Any]:
         """The PATCH of an edit of the stored schedule whose view is ``current``: the fields
         whose submitted value differs from the stored one, and no other (``FormInvalid`` as
         ``body``). The trigger and a command runner typed one argument per line are merged
         onto the stored ones first: the form shows only some of their keys, and the keys it
         does not show (a trigger's DST policies and bounds, a command's env) are kept, never
         reset. Fields the form has no input for are never in the PATCH, and notify is compared
-        as shown (masked), so an untouched webhook secret is never sent back."""
+        as shown (masked), so an untouched webhook secret is never sent back. An interval whose
+        Not before was blanked counts from ``now`` (saving), as the form says: the API keeps the
+        stored grid of an interval given without ``start_at``."""
         body = self.body()
+        trigger = body["trigger"]
+        if "every_seconds" in trigger and trigger.get("start_at") is None:
+            trigger["start_at"] = now.replace(microsecond=0).isoformat()
         body["trigger"] = merged_trigger(body["trigger"], current["trigger"])
         if self.values["runner_kind"] == "command":
             body["runner"] = merged_command(body["runner"], current["runner"])

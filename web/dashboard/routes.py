@@ -274,7 +274,7 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
     view = schedule_view(await service.get(schedule_id, viewer.scope))
     form = ScheduleForm.from_post(await read_form(request), ScheduleForm.from_view(view).values)
     try:
-        patch = form.changes(view)
+        patch = form.changes(view, service.clock())
         if not patch:
             return RedirectResponse(f"/schedules/{view['id']}?done=unchanged", 303)
         trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
