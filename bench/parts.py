@@ -55,7 +55,7 @@ from agentcron.core.ledger import Ledger, Outcome
 from agentcron.core.logging import configure_logging
 from agentcron.core.states import RunStatus
 from agentcron.core.storage import Database, Run
-from agentcron.web.heap import settle_heap
+from agentcron.web.engine.heap import settle_heap
 from bench.adapters.agentcron import engine_url, populate, shaped_rows
 from bench.harness import DEFAULT_PG
 from bench.infra import ROOT, admin_dsn, sql

@@ -3,7 +3,7 @@
 On PostgreSQL the engine's clock is the database's (``DatabaseClock``): replicas on several
 hosts judge due times and leases by one time, not each by its own. Reading the database's time
 for every comparison would cost a statement per claim; instead the skew between this host and
-the database is measured now and then (``web.clockwatch``) and added to the local clock.
+the database is measured now and then (``web.engine.clockwatch``) and added to the local clock.
 """
 
 from __future__ import annotations

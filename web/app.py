@@ -12,7 +12,7 @@ from agentcron.core.logging import configure_logging, get_logger
 from agentcron.web.api import health, runs, schedules, secrets, tasks
 from agentcron.web.api.errors import install_error_handlers
 from agentcron.web.dashboard import install as install_dashboard
-from agentcron.web.heap import settle_heap
+from agentcron.web.engine.heap import settle_heap
 from agentcron.web.host import Engine
 from agentcron.web.mcp.endpoint import install as install_mcp
 
@@ -22,7 +22,7 @@ log = get_logger(__name__)
 def create_app(settings: Settings | None = None, *, settle: bool = False) -> FastAPI:
     """Build the app for ``settings`` (default: from the environment). ``settle``: the
     process is this service's alone (``agentcron serve``): once started, its heap is frozen
-    out of later garbage collections (``web.heap``)."""
+    out of later garbage collections (``web.engine.heap``)."""
     # Built now: a bad setting, agents file or secrets key refuses the start.
     engine = Engine(settings or get_settings())
 

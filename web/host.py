@@ -51,10 +51,10 @@ from agentcron.core.storage.liveness import noticed_by, promised_recovery
 from agentcron.core.storage.lock import EngineLock
 from agentcron.core.storage.migrate import check_schema, upgrade
 from agentcron.web.api.hosting import ConfigurationError, as_principal, install_errors
-from agentcron.web.clockwatch import ClockWatch
-from agentcron.web.loop import EngineProperties, SchedulerLoop
-from agentcron.web.metrics import EngineMetrics
-from agentcron.web.supervisor import Supervisor
+from agentcron.web.engine.clockwatch import ClockWatch
+from agentcron.web.engine.loop import EngineProperties, SchedulerLoop
+from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.supervisor import Supervisor
 
 log = get_logger(__name__)
 T = TypeVar("T")

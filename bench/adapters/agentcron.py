@@ -56,10 +56,10 @@ from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Schedule
 from agentcron.core.storage.migrate import upgrade
-from agentcron.web.clockwatch import ClockWatch
-from agentcron.web.heap import settle_heap
-from agentcron.web.loop import SchedulerLoop
-from agentcron.web.metrics import EngineMetrics
+from agentcron.web.engine.clockwatch import ClockWatch
+from agentcron.web.engine.heap import settle_heap
+from agentcron.web.engine.loop import SchedulerLoop
+from agentcron.web.engine.metrics import EngineMetrics
 from bench import noop
 from bench.adapters.common import (
     IDLE_WARMUP_SECONDS,
@@ -243,7 +243,7 @@ class Engine:
         if self.watch is not None:
             await self.watch.start()
         self.loop.start()
-        settle_heap()  # as ``agentcron serve`` does once started (web.heap)
+        settle_heap()  # as ``agentcron serve`` does once started (web.engine.heap)
         if self.monitor is not None:  # after the startup's one collection: lag is the burst's
             self.monitor.start()
         mark_ready()

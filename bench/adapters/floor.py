@@ -33,8 +33,8 @@ from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.logging import configure_logging
 from agentcron.core.storage import Run, built
 from agentcron.core.transitions import finished
-from agentcron.web.heap import settle_heap
-from agentcron.web.loop import SchedulerLoop
+from agentcron.web.engine.heap import settle_heap
+from agentcron.web.engine.loop import SchedulerLoop
 from bench import noop
 from bench.adapters.common import (
     NOOP_TARGET,

@@ -1,10 +1,11 @@
 """An in-memory ``RunStore``: the run ledger's contract kept in a dict, for engine tests.
 
-The engine (``web.loop``, ``web.engine``, ``web.leases``) depends on ``RunStore`` only, so its
-logic (admission, timeouts, retries, cancel, lease loss, drain, the breaker) can be tested
-against this store without a database or a wall-clock timetable: a test queues runs and
-they are due at once. Every state change is the same ``core.transitions`` the SQL ledger
-writes, and a finished run updates its schedule with the same ``schedule_result``.
+The engine (``web.engine.loop``, ``web.engine.run``, ``web.engine.leases``) depends on
+``RunStore`` only, so its logic (admission, timeouts, retries, cancel, lease loss, drain, the
+breaker) can be tested against this store without a database or a wall-clock timetable: a
+test queues runs and they are due at once. Every state change is the same
+``core.transitions`` the SQL ledger writes, and a finished run updates its schedule with the
+same ``schedule_result``.
 
 What it leaves out, on purpose (the SQL ledger's own tests cover them): triggers and planning
 (nothing becomes due but what a test queues), overlap policies other than ``allow``, persistent

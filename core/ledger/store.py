@@ -1,8 +1,8 @@
 """The run store's contract: what the engine may rely on after each verb.
 
-``Ledger`` (SQL, on SQLite or PostgreSQL) is the implementation; the loop (``web.loop``), the
-run engine (``web.engine``), the lease keeper (``web.leases``) and deliveries
-(``web.delivery``) depend on this protocol only. Every verb is one transaction. "Ours" means
+``Ledger`` (SQL, on SQLite or PostgreSQL) is the implementation; the loop (``web.engine.loop``), the
+run engine (``web.engine.run``), the lease keeper (``web.engine.leases``) and deliveries
+(``web.engine.delivery``) depend on this protocol only. Every verb is one transaction. "Ours" means
 leased to this instance (``lease_owner`` is its id); a verb never touches a run that is not
 ours, except a claim taking over a lease that ran out.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from agentcron.web.heap import YOUNG_THRESHOLD
+from agentcron.web.engine.heap import YOUNG_THRESHOLD
 from tests.e2e.conftest import Server
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -13,7 +13,7 @@ from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.runs import RunService
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.storage import Database
-from agentcron.web.loop import SchedulerLoop
+from agentcron.web.engine.loop import SchedulerLoop
 from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine
 from tests.integration.test_webhook import Receiver, new_secret
 

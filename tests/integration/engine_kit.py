@@ -21,7 +21,7 @@ from agentcron.core.runs import RunService
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run, Schedule
-from agentcron.web.loop import SchedulerLoop
+from agentcron.web.engine.loop import SchedulerLoop
 
 T = TypeVar("T")
 

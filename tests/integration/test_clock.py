@@ -24,9 +24,9 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage import Database, Run, Schedule
 from agentcron.web.app import create_app
-from agentcron.web.clockwatch import ClockWatch
-from agentcron.web.loop import SchedulerLoop
-from agentcron.web.metrics import EngineMetrics
+from agentcron.web.engine.clockwatch import ClockWatch
+from agentcron.web.engine.loop import SchedulerLoop
+from agentcron.web.engine.metrics import EngineMetrics
 from tests.conftest import app_client
 from tests.factories import schedule_values
 from tests.integration.engine_kit import fetch_run, runs_of, wait_for

@@ -264,7 +264,7 @@ class Gate:
 async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
     make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agentcron.web.loop.HARD_STOP_GRACE", 0.2)
+    monkeypatch.setattr("agentcron.web.engine.loop.HARD_STOP_GRACE", 0.2)
     gate = Gate()
     register_notifier(gate)
     first = make_engine("engine-a", drain_timeout=0.2)

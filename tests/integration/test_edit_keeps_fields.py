@@ -49,9 +49,9 @@ from agentcron.core.secrets import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database, Schedule
 from agentcron.core.triggers import KIND_KEYS
+from agentcron.testing.kit import SettableClock
 from agentcron.web.api.schemas import ScheduleOut
 from agentcron.web.cli import main as cli_main
-from agentcron.web.testing import SettableClock
 from tests.conftest import TEST_AGENTS, app_client, issue_key
 from tests.integration.test_dashboard import ORIGIN, browser
 

@@ -45,7 +45,7 @@ from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run
-from agentcron.web.loop import SchedulerLoop
+from agentcron.web.engine.loop import SchedulerLoop
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 
 T = TypeVar("T")

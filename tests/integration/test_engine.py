@@ -208,7 +208,7 @@ async def test_overlap_buffer_one_runs_the_buffered_run_before_newer_ones(
     engine = make_engine(lease=ROOMY_LEASE)
     # The buffered run looks again only every WAIT_POLL_SECONDS; make that gap long so a newer
     # run arriving in it is certain to be seen first.
-    monkeypatch.setattr("agentcron.web.engine.WAIT_POLL_SECONDS", 3.0)
+    monkeypatch.setattr("agentcron.web.engine.run.WAIT_POLL_SECONDS", 3.0)
     runner = fake.script("slow-first", [sleep(30), succeed()])
     schedule = await engine.create(spec(fake.config("slow-first"), HOURLY, overlap="buffer_one"))
     first = await engine.run_now(schedule.id)

@@ -19,9 +19,9 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.storage import Database, Run
-from agentcron.web.clockwatch import ClockWatch
-from agentcron.web.loop import SchedulerLoop
-from agentcron.web.metrics import EngineMetrics
+from agentcron.web.engine.clockwatch import ClockWatch
+from agentcron.web.engine.loop import SchedulerLoop
+from agentcron.web.engine.metrics import EngineMetrics
 from tests.integration.engine_kit import (
     HOURLY,
     LEASE,

@@ -21,7 +21,7 @@ import structlog
 
 from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.storage import Run
-from agentcron.web.loop import SchedulerLoop
+from agentcron.web.engine.loop import SchedulerLoop
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,

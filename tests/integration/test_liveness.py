@@ -25,7 +25,7 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage import Database, Run
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
-from agentcron.web.loop import SchedulerLoop
+from agentcron.web.engine.loop import SchedulerLoop
 from tests.conftest import PgServer, clone_pg
 from tests.integration.engine_kit import (
     HOURLY,

@@ -25,7 +25,7 @@ from agentcron.core.errors import (
 )
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.schedules import ScheduleService
-from agentcron.web.testing import SettableClock
+from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
 
 API = "/api/v1/schedules"

@@ -18,16 +18,16 @@ import pytest
 import structlog
 from fastapi import FastAPI
 
-import agentcron.web.loop
+import agentcron.web.engine.loop
 from agentcron.core.config import Settings
 from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.storage.wakeups import WAKE_CHANNEL
 from agentcron.web.app import create_app
-from agentcron.web.clockwatch import ClockWatch
-from agentcron.web.leases import LeaseKeeper
-from agentcron.web.loop import SchedulerLoop
-from agentcron.web.metrics import EngineMetrics
-from agentcron.web.supervisor import Supervisor
+from agentcron.web.engine.clockwatch import ClockWatch
+from agentcron.web.engine.leases import LeaseKeeper
+from agentcron.web.engine.loop import SchedulerLoop
+from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.supervisor import Supervisor
 from tests.conftest import _dsn, app_client
 from tests.integration.engine_kit import HOURLY, spec, wait_for, wait_status
 
@@ -105,7 +105,9 @@ async def proves_work(
     if task == "retention":
         passes: list[object] = []
         monkeypatch.setattr(
-            agentcron.web.loop, "prune_runs", counting(passes, agentcron.web.loop.prune_runs)
+            agentcron.web.engine.loop,
+            "prune_runs",
+            counting(passes, agentcron.web.engine.loop.prune_runs),
         )
 
         async def prunes_again() -> None:

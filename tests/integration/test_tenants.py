@@ -21,8 +21,8 @@ from fastapi import FastAPI
 from agentcron.core.config import Settings
 from agentcron.core.notify.ssrf import IPAddress
 from agentcron.core.policy import ExecutionPolicy, PolicyConfigError, load_agents
+from agentcron.testing.kit import SettableClock
 from agentcron.web.app import create_app
-from agentcron.web.testing import SettableClock
 from tests.chat_server import ChatServer
 from tests.conftest import app_client, issue_key
 from tests.integration.engine_kit import wait_for

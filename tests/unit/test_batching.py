@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from agentcron.core.batching import GroupCommit
+from agentcron.web.engine.batching import GroupCommit
 
 
 class Recorder:

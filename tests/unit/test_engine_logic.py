@@ -24,9 +24,9 @@ from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
 from agentcron.core.storage import Run
-from agentcron.web.leases import LEASE_LOST
-from agentcron.web.loop import SchedulerLoop
-from agentcron.web.slots import QUEUE_AHEAD
+from agentcron.web.engine.leases import LEASE_LOST
+from agentcron.web.engine.loop import SchedulerLoop
+from agentcron.web.engine.slots import QUEUE_AHEAD
 from tests import agents_fixture
 
 LEASE = 0.9  # the heartbeat renews every 0.3 s: a cancel or a takeover is seen within that
@@ -153,7 +153,7 @@ async def test_a_runner_that_ignores_its_cancel_token_is_stopped_the_hard_way(
     bench: Bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hard stop, a grace after the timeout, stops the attempt and its slot goes on."""
-    monkeypatch.setattr("agentcron.web.engine.HARD_STOP_GRACE", 0.2)
+    monkeypatch.setattr("agentcron.web.engine.run.HARD_STOP_GRACE", 0.2)
     deaf = DeafRunnerType()
     register_runner_type(deaf)
     schedule = bench.store.add_schedule({"type": "deaf"}, timeout_seconds=0.3)

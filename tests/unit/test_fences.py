@@ -1,4 +1,4 @@
-"""The fences of ``web.leases``: an attempt is stopped ``fence_margin`` before the end of the
+"""The fences of ``web.engine.leases``: an attempt is stopped ``fence_margin`` before the end of the
 lease last confirmed for it, whichever other attempts share that end."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from agentcron.core.clock import utcnow
 from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.runners import CancelToken
-from agentcron.web.leases import LEASE_UNCONFIRMED, LeaseKeeper
+from agentcron.web.engine.leases import LEASE_UNCONFIRMED, LeaseKeeper
 
 LEASE = 1.2  # a fence margin of 0.3 s (a quarter of the lease)
 

@@ -29,7 +29,7 @@ from agentcron.core.secrets import (
     secret_references,
 )
 from agentcron.core.storage import Run
-from agentcron.web.verdict import Verdict, redact_verdict
+from agentcron.web.engine.verdict import Verdict, redact_verdict
 
 K1, K2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 VALUE = "sk-live-4f9a1c0e8b7d6a5f"

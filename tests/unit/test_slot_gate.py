@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agentcron.web.slots import SlotGate
+from agentcron.web.engine.slots import SlotGate
 
 SOON = 1.0  # a wait that should end at once gets this long before the test fails
 

@@ -8,8 +8,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.storage import Database
-from agentcron.web.clockwatch import ClockWatch
-from agentcron.web.supervisor import Supervisor
+from agentcron.web.engine.clockwatch import ClockWatch
+from agentcron.web.engine.supervisor import Supervisor
 
 router = APIRouter(tags=["service"])
 
@@ -57,7 +57,7 @@ async def readyz(request: Request) -> JSONResponse:
 # Not in the OpenAPI document: it is for scrapers, in Prometheus' text format, not JSON.
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    """The engine's counters and histograms (web/metrics.py) in Prometheus text format."""
+    """The engine's counters and histograms (web/engine/metrics.py) in Prometheus text format."""
     return Response(
         generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST
     )

@@ -3,16 +3,17 @@
 The loop waits on whichever comes first: the earliest due time, a wake-up (a schedule changed
 here, or a PostgreSQL NOTIFY from another replica), the stop event, or the tick. It then claims
 due work (``Ledger.claim_due_jobs``) and hands every claimed run to the run engine
-(``web.engine``: what happens to one run); a full batch loops again at once. Deliveries whose
+(``web.engine.run``: what happens to one run); a full batch loops again at once. Deliveries whose
 process died before it was done are taken over at the look that finds it dead (its liveness
 lock gone, or, restarted, at the first look), or when their lease runs out. The loop
-survives every exception and keeps ticking; the loop, the lease heartbeat (``web.leases``), the
-listener and retention run under a ``web.supervisor.Supervisor``, which restarts any of them
-that dies and reports it unready meanwhile.
+survives every exception and keeps ticking; the loop, the lease heartbeat
+(``web.engine.leases``), the listener and retention run under a
+``web.engine.supervisor.Supervisor``, which restarts any of them that dies and reports it
+unready meanwhile.
 
 Every "now" of the loop comes from its ``clock``: on PostgreSQL the database's time
-(``core.clock.DatabaseClock``, kept in step by ``web.clockwatch``), so replicas on hosts whose
-clocks disagree still agree on what is due and which lease ran out.
+(``core.clock.DatabaseClock``, kept in step by ``web.engine.clockwatch``), so replicas on
+hosts whose clocks disagree still agree on what is due and which lease ran out.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
 from agentcron.core.storage.wakeups import listen
-from agentcron.web.engine import HARD_STOP_GRACE, RunEngine
-from agentcron.web.metrics import EngineMetrics
-from agentcron.web.supervisor import Supervisor
-from agentcron.web.timing import sleep_or_stop
+from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.run import HARD_STOP_GRACE, RunEngine
+from agentcron.web.engine.supervisor import Supervisor
+from agentcron.web.engine.timing import sleep_or_stop
 
 log = get_logger("agentcron.engine")
 

@@ -69,7 +69,7 @@ class LeaseKeeper:
         self.fences: dict[uuid.UUID, datetime] = {}
         self._timers: dict[datetime, tuple[asyncio.TimerHandle, set[uuid.UUID]]] = {}
         # The latest lease end a renewal confirmed, per run held: a run admitted before its
-        # slot freed (``web.slots``) starts under it, not under its admission's older one.
+        # slot freed (``web.engine.slots``) starts under it, not under its admission's older one.
         self.confirmed: dict[uuid.UUID, datetime] = {}
         lease = ledger.lease_seconds
         self.fence_margin = min(max(1.0, lease / 6), lease / 4)

@@ -1,7 +1,7 @@
 """The contract suite's kit (``agentcron.testing``): a settable clock, firing due times,
 the suite's records and views, and the verbs it drives on an engine.
 
-The suite itself is ``agentcron.web.contract.ProviderContract``.
+The suite itself is ``agentcron.testing.contract.ProviderContract``.
 
 A host that embeds agentcron (or wraps it in a provider of its own) subclasses
 ``ProviderContract`` in its tests and supplies two hooks:

@@ -1,6 +1,6 @@
 """``Verdict``: what one attempt of a run came to, between its execution and its record.
 
-It owns the shape ``web.engine`` hands from running an attempt to recording it (the outcome or
+It owns the shape ``web.engine.run`` hands from running an attempt to recording it (the outcome or
 the error, and what kind of error: transient, a runner gone for good, or a cancel and its
 reason), and the redaction that takes every resolved secret value out of it before anything is
 recorded or logged.
@@ -17,7 +17,7 @@ from typing import Any
 from agentcron.core.runners import RunOutcome
 from agentcron.core.secrets import redact, redact_json
 from agentcron.core.storage import Run
-from agentcron.web.delivery import run_log
+from agentcron.web.engine.delivery import run_log
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agentcron.core.clock import utcnow
-from agentcron.web.testing import Call, EngineVerbs, Record, Store, next_hour, zone_due_times
+from agentcron.testing.kit import Call, EngineVerbs, Record, Store, next_hour, zone_due_times
 
 HOURLY = "0 * * * *"
 YEARLY = "0 0 1 1 *"  # a record that only runs when asked, within any test's window

@@ -3,8 +3,8 @@
 Subclass ``ProviderContract`` in a test module as ``Test...``, and give it ``make_engine(store)``
 and ``fire_due_times(engine, key, start, end)``; for an ``agentcron.Engine`` the second is
 ``fire_engine_due_times`` on an engine built with ``clock=SettableClock()``. docs/library.md,
-"The contract suite", shows a complete binding. The code is ``agentcron.web.contract`` (the
-checks) and ``agentcron.web.testing`` (the kit).
+"The contract suite", shows a complete binding. The code is ``agentcron.testing.contract`` (the
+checks) and ``agentcron.testing.kit`` (the kit).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 # Registered before the import, so a failed check says what it compared.
-pytest.register_assert_rewrite("agentcron.web.contract", "agentcron.web.testing")
+pytest.register_assert_rewrite("agentcron.testing.contract", "agentcron.testing.kit")
 
-from agentcron.web.contract import ProviderContract  # noqa: E402
-from agentcron.web.testing import (  # noqa: E402
+from agentcron.testing.contract import ProviderContract  # noqa: E402
+from agentcron.testing.kit import (  # noqa: E402
     OWNER,
     Call,
     EngineVerbs,

@@ -1,7 +1,7 @@
 """Delivering finished runs: outside the concurrency slot, under a delivery lease.
 
 A run recorded with a delivery lease (``deliver_until``: a notify channel applies) is delivered
-by the process that ran it (``Run.deliverer``), which renews the lease (``web.leases``) until
+by the process that ran it (``Run.deliverer``), which renews the lease (``web.engine.leases``) until
 every channel is delivered or failed for good, then clears it. If that process dies, another
 takes the run over as soon as the dead one's liveness lock is seen gone (PostgreSQL), or a
 restarted engine at its first look (SQLite); if it is cut off or stopped, once the lease runs
@@ -26,7 +26,7 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import run_view
 from agentcron.core.secrets import Keyring
 from agentcron.core.storage import Run
-from agentcron.web.metrics import EngineMetrics
+from agentcron.web.engine.metrics import EngineMetrics
 
 log = get_logger("agentcron.engine")
 

@@ -86,7 +86,7 @@ class SlotGate:
 
 
 class Slots:
-    """The slot accounting of ``web.engine.RunEngine``, and the sets it is kept over."""
+    """The slot accounting of ``web.engine.run.RunEngine``, and the sets it is kept over."""
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency

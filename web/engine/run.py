@@ -5,14 +5,14 @@
 2. **Admit**, under the concurrency semaphore: a prepared run (task made by the claim, no look
    at other runs needed) in a batch (``Ledger.admit_batch``), any other alone
    (``Ledger.start_attempt``: overlap policy, the task's run lock, or why it does not start).
-3. **Execute**: the runner (chosen by ``web.attempt``) runs the agent under the timeout with
-   a cooperative cancel token; ``web.leases`` renews the lease and stops the attempt if the
+3. **Execute**: the runner (chosen by ``web.engine.attempt``) runs the agent under the timeout with
+   a cooperative cancel token; ``web.engine.leases`` renews the lease and stops the attempt if the
    lease may be another's. Referenced secrets are resolved now and redacted from everything
    recorded.
 4. **Record**, with the slot freed: plain outcomes in a batch (``Ledger.record_batch``), a
    retry, a chat turn, a cancel or a runner gone alone (``Ledger.finish_attempt``); either way
    the ledger applies the circuit breaker and hands back the run as written.
-5. **Deliver**, outside the slot, under a delivery lease (``web.delivery``).
+5. **Deliver**, outside the slot, under a delivery lease (``web.engine.delivery``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from agentcron.core.batching import GroupCommit, retrying
 from agentcron.core.clock import Clock
 from agentcron.core.errors import (
     AgentcronError,
@@ -44,17 +43,18 @@ from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets import Keyring, load, referenced_secrets
 from agentcron.core.states import RunStatus
 from agentcron.core.storage import Run
-from agentcron.web.attempt import request_for, runner_for
-from agentcron.web.delivery import Deliveries, run_log
-from agentcron.web.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
-from agentcron.web.metrics import EngineMetrics
-from agentcron.web.slots import QUICK_SECONDS, Slots
-from agentcron.web.timing import AttemptDeadline, sleep_or_stop
-from agentcron.web.verdict import Verdict, redact_verdict
+from agentcron.web.engine.attempt import request_for, runner_for
+from agentcron.web.engine.batching import GroupCommit, retrying
+from agentcron.web.engine.delivery import Deliveries, run_log
+from agentcron.web.engine.leases import LEASE_LOST, LEASE_UNCONFIRMED, LeaseKeeper
+from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.slots import QUICK_SECONDS, Slots
+from agentcron.web.engine.timing import AttemptDeadline, sleep_or_stop
+from agentcron.web.engine.verdict import Verdict, redact_verdict
 
-# The logger of every run's lines (``web.delivery.run_log``): whether its info lines are kept is
-# asked before a run's two (started, finished) are made, since structlog drops them only after
-# they were bound and built.
+# The logger of every run's lines (``web.engine.delivery.run_log``): whether its info lines
+# are kept is asked before a run's two (started, finished) are made, since structlog drops them
+# only after they were bound and built.
 LINES = logging.getLogger("agentcron.engine")
 
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again

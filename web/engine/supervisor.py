@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentcron.core.logging import get_logger
-from agentcron.web.metrics import EngineMetrics
+from agentcron.web.engine.metrics import EngineMetrics
 
 log = get_logger("agentcron.supervisor")
 
