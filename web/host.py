@@ -280,7 +280,7 @@ class Engine:
                 liveness=settings.liveness,
                 predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
-            service.on_change = ledger.on_change = runs.on_change = loop.wake
+            service.context.on_change = ledger.on_change = runs.on_change = loop.wake
             runs.on_cancel = loop.cancel_local
         if self._watch is not None:
             # Before the first claim (it uses the database's time). API-only replicas too.

@@ -8,13 +8,18 @@ run late.
 - ``views``: ids, the one owner-visible loader, the public shape of a schedule;
 - ``plans``: pure previews and resume/backfill plans;
 - ``variables``: the warning for a service variable a runner or channel names that is unset;
-- ``service``: CRUD, with the timetable verbs of ``timetable``;
-- ``keyed``: ``ScheduleService``, which adds the verbs by the host's own key.
+- ``context``: ``ScheduleContext``, what the parts share (database, clock, policy, data
+  directory, wake-up) and the rule of the active-schedule limit;
+- ``crud``: create, read, list, update, delete;
+- ``timetable``: pause, resume, backfill, skip;
+- ``keyed``: apply, reconcile, get and delete by the host's own key;
+- ``service``: ``ScheduleService``, which composes the three parts and offers their verbs.
 """
 
 from __future__ import annotations
 
-from agentcron.core.schedules.keyed import Applied, Reconciled, ScheduleService, check_key
+from agentcron.core.schedules.crud import WARNING_INPUTS
+from agentcron.core.schedules.keyed import Applied, Reconciled, check_key
 from agentcron.core.schedules.plans import (
     MAX_BACKFILL,
     REDOABLE,
@@ -28,7 +33,7 @@ from agentcron.core.schedules.plans import (
     resume_plan,
     upcoming,
 )
-from agentcron.core.schedules.service import WARNING_INPUTS
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.schedules.views import load_schedule, parse_id, schedule_view
 
 __all__ = [

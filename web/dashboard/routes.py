@@ -215,7 +215,7 @@ async def create_schedule(request: Request, viewer: ViewerDep) -> Response:
         spec = ScheduleCreate.model_validate(form.body())
         # Owned by the viewer's owner, admin or not, as through the API.
         service = _schedules(request)
-        trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
+        trusted = service.context.policy.trusts(viewer.owner, admin=viewer.admin)
         schedule = await service.create(spec, viewer.owner, trusted=trusted)
     except (FormInvalid, ValidationError, InvalidSchedule, ScheduleCapacityExceeded) as exc:
         form.errors = _form_errors(exc)
@@ -274,10 +274,10 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
     view = schedule_view(await service.get(schedule_id, viewer.scope))
     form = ScheduleForm.from_post(await read_form(request), ScheduleForm.from_view(view).values)
     try:
-        patch = form.changes(view, service.clock())
+        patch = form.changes(view, service.context.clock())
         if not patch:
             return RedirectResponse(f"/schedules/{view['id']}?done=unchanged", 303)
-        trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
+        trusted = service.context.policy.trusts(viewer.owner, admin=viewer.admin)
         await service.update(
             view["id"], ScheduleUpdate.model_validate(patch), viewer.scope, trusted=trusted
         )
