@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from agentcron.core.errors import ScheduleCapacityExceeded
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database, Schedule
 from tests.integration.test_schedule_keys import record

@@ -24,7 +24,7 @@ from agentcron.core.errors import (
     ScheduleCapacityExceeded,
 )
 from agentcron.core.runners.handler import HandlerContext
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
 

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from agentcron.core.clock import utcnow
 from agentcron.core.runs import run_view
-from agentcron.core.schedules import check_preview_after, preview, schedule_view
+from agentcron.core.schedules.plans import check_preview_after, preview
+from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import (
     BackfillRequest,
     OccurrenceRequest,

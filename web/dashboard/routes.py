@@ -26,7 +26,9 @@ from agentcron.core.errors import (
 )
 from agentcron.core.keys import Principal, authenticate
 from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules import ScheduleService, preview, schedule_view, upcoming
+from agentcron.core.schedules.plans import preview, upcoming
+from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database
 from agentcron.web.api.errors import status_for
