@@ -27,8 +27,8 @@ _PUBLIC = {
     "NotFound": "agentcron.core.errors",
     "ScheduleCapacityExceeded": "agentcron.core.errors",
     "SchedulerUnavailable": "agentcron.core.errors",
-    "Applied": "agentcron.core.schedules",
-    "Reconciled": "agentcron.core.schedules",
+    "Applied": "agentcron.core.schedules.keyed",
+    "Reconciled": "agentcron.core.schedules.keyed",
     "TransientRunError": "agentcron.core.runners.base",
     "Principal": "agentcron.core.keys",
     "ScheduleCreate": "agentcron.core.specs",
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from agentcron.core.keys import Principal
     from agentcron.core.runners.base import RunOutcome, TransientRunError
     from agentcron.core.runners.handler import HandlerContext
-    from agentcron.core.schedules import Applied, Reconciled
+    from agentcron.core.schedules.keyed import Applied, Reconciled
     from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
     from agentcron.web.api.hosting import ConfigurationError
     from agentcron.web.host import Engine, Properties

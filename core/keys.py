@@ -25,13 +25,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import NotFound, SchedulerUnavailable
 from agentcron.core.logging import get_logger
-from agentcron.core.storage import ApiKey, Database
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import ApiKey
+from agentcron.core.storage.sql.keys import key_by_prefix, key_named, keys_listed, touch_key
 
 log = get_logger(__name__)
 
@@ -130,9 +131,7 @@ async def authenticate(db: Database, token: str, *, clock: Clock = utcnow) -> Pr
     if match is None:
         return None
     async with db.session(write=False) as session:
-        record = (
-            await session.execute(select(ApiKey).where(ApiKey.prefix == match.group(1)))
-        ).scalar_one_or_none()
+        record = (await session.execute(key_by_prefix(match.group(1)))).scalar_one_or_none()
     if record is None or not hmac.compare_digest(record.key_hash, hash_token(token)):
         return None
     if record.revoked_at is not None:
@@ -147,14 +146,7 @@ async def _touch(db: Database, key_id: uuid.UUID, now: datetime) -> None:
     stale = now - LAST_USED_RESOLUTION
     try:
         async with db.session() as session:
-            await session.execute(
-                update(ApiKey)
-                .where(
-                    ApiKey.id == key_id,
-                    or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at <= stale),
-                )
-                .values(last_used_at=now)
-            )
+            await session.execute(touch_key(key_id, now, stale))
     except SchedulerUnavailable:
         # The key was read and is valid; failing to note when it was used must not deny it.
         log.warning("api_key_last_used_not_saved", key_id=str(key_id))
@@ -164,11 +156,7 @@ async def list_keys(
     db: Database, owner: str | None = None, *, include_revoked: bool = True
 ) -> list[ApiKey]:
     """Keys (of ``owner``, or all), oldest first. Records only: no plaintext exists to list."""
-    query = select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)
-    if owner is not None:
-        query = query.where(ApiKey.owner == owner)
-    if not include_revoked:
-        query = query.where(ApiKey.revoked_at.is_(None))
+    query = keys_listed(owner, include_revoked=include_revoked)
     async with db.session(write=False) as session:
         return list((await session.execute(query)).scalars())
 
@@ -179,11 +167,9 @@ async def revoke_key(db: Database, key: str | uuid.UUID, *, clock: Clock = utcno
     Takes effect on the next request that presents it. Revoking a revoked key keeps the first
     ``revoked_at``. Raises ``NotFound`` for an unknown key.
     """
-    condition = _key_condition(key)
+    named = _id_or_prefix(key)
     async with db.session() as session:
-        record = (
-            await session.execute(select(ApiKey).where(condition).with_for_update())
-        ).scalar_one_or_none()
+        record = (await session.execute(key_named(named))).scalar_one_or_none()
         if record is None:
             raise NotFound("API key", str(key))
         if record.revoked_at is None:
@@ -192,15 +178,16 @@ async def revoke_key(db: Database, key: str | uuid.UUID, *, clock: Clock = utcno
     return record
 
 
-def _key_condition(key: str | uuid.UUID) -> ColumnElement[bool]:
+def _id_or_prefix(key: str | uuid.UUID) -> uuid.UUID | str:
+    """The id a key is named by, or its prefix's 12 hex digits; ``NotFound`` for neither."""
     if isinstance(key, uuid.UUID):
-        return ApiKey.id == key
+        return key
     try:
-        return ApiKey.id == uuid.UUID(key)
+        return uuid.UUID(key)
     except ValueError:
         pass
     # The prefix as shown by `keys list` (ac_<prefix>_…), or as the bare hex digits.
     prefix = key.removeprefix("ac_").split("_", 1)[0]
     if not re.fullmatch(r"[0-9a-f]{12}", prefix):
         raise NotFound("API key", key)
-    return ApiKey.prefix == prefix
+    return prefix

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.pagination import Page, check_limit, decode_run_cursor, encode_cursor
-from agentcron.core.schedules import load_schedule, parse_id
+from agentcron.core.schedules.views import load_schedule, parse_id
 from agentcron.core.states import TERMINAL, RunStatus
 from agentcron.core.storage import Database, Delivery, Run, Schedule
 from agentcron.core.storage.wakeups import announce_change

@@ -7,23 +7,21 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.errors import Conflict, NotFound
-from agentcron.core.schedules import parse_id
+from agentcron.core.schedules.views import parse_id
 from agentcron.core.states import RunStatus
-from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Task
+from agentcron.core.storage.sql.schedules import lock_task_schedules, unbind_task
+from agentcron.core.storage.sql.tasks import visible_task
 
 
 async def _visible_task(
     session: AsyncSession, task_id: str | uuid.UUID, owner: str | None, *, lock: bool = False
 ) -> Task:
-    query = select(Task).where(Task.id == parse_id(task_id, "task"))
-    if owner is not None:
-        query = query.where(Task.owner == owner)
-    if lock:
-        query = query.with_for_update()
+    query = visible_task(parse_id(task_id, "task"), owner, lock=lock)
     task = (await session.execute(query)).scalar_one_or_none()
     if task is None:
         raise NotFound("task", str(task_id))
@@ -57,18 +55,11 @@ async def delete_task(db: Database, task_id: str | uuid.UUID, owner: str | None)
         task = await _visible_task(session, task_id, owner)
         # The schedules bound to it before the task itself, in the order an admission takes
         # them (its run, its schedule, then its task): the other order could deadlock with it.
-        await session.execute(
-            select(Schedule.id)
-            .where(Schedule.task_id == task.id)
-            .order_by(Schedule.id)
-            .with_for_update()
-        )
+        await session.execute(lock_task_schedules(task.id))
         task = await _visible_task(session, task.id, owner, lock=True)
         if task.lock_run_id is not None:
             holder = await session.get(Run, task.lock_run_id)
             if holder is not None and holder.status == RunStatus.RUNNING:
                 raise Conflict(f"run {holder.id} is executing on task {task.id}; cancel it first")
-        await session.execute(
-            update(Schedule).where(Schedule.task_id == task.id).values(task_id=None)
-        )
+        await session.execute(unbind_task(task.id))
         await session.delete(task)

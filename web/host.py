@@ -44,7 +44,7 @@ from agentcron.core.runners.command.reaper import REAPER
 from agentcron.core.runners.containment import Containment, check_sandbox, containment_from_settings
 from agentcron.core.runners.handler import Handler
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.secrets import Keyring
 from agentcron.core.storage import Database
 from agentcron.core.storage.liveness import noticed_by, promised_recovery
@@ -280,7 +280,7 @@ class Engine:
                 liveness=settings.liveness,
                 predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
-            service.on_change = ledger.on_change = runs.on_change = loop.wake
+            service.context.on_change = ledger.on_change = runs.on_change = loop.wake
             runs.on_cancel = loop.cancel_local
         if self._watch is not None:
             # Before the first claim (it uses the database's time). API-only replicas too.

@@ -52,7 +52,7 @@ from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
 from agentcron.core.ledger import Claim, Ledger
 from agentcron.core.logging import configure_logging
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Schedule
 from agentcron.core.storage.migrate import upgrade

@@ -19,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.logging import get_logger
@@ -30,6 +28,7 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.secrets import Keyring, Resolution, load, redact, referenced_secrets
 from agentcron.core.states import RunReason
 from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.sql.deliveries import delivery_of
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.transitions import apply, paused
 
@@ -137,11 +136,7 @@ async def _deliver_one(
     target = notifier.target(channel) if notifier is not None else kind
     now = clock()
     async with db.session() as session:
-        existing = (
-            await session.execute(
-                select(Delivery).where(Delivery.run_id == run_id, Delivery.index == index)
-            )
-        ).scalar_one_or_none()
+        existing = (await session.execute(delivery_of(run_id, index))).scalar_one_or_none()
         if existing is not None and existing.status in ("delivered", "failed"):
             return None  # done for good; only missing and pending deliveries are (re)made
         if existing is None:

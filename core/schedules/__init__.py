@@ -8,47 +8,12 @@ run late.
 - ``views``: ids, the one owner-visible loader, the public shape of a schedule;
 - ``plans``: pure previews and resume/backfill plans;
 - ``variables``: the warning for a service variable a runner or channel names that is unset;
-- ``service``: CRUD, with the timetable verbs of ``timetable``;
-- ``keyed``: ``ScheduleService``, which adds the verbs by the host's own key.
+- ``context``: ``ScheduleContext``, what the parts share (database, clock, policy, data
+  directory, wake-up) and the rule of the active-schedule limit;
+- ``crud``: create, read, list, update, delete;
+- ``timetable``: pause, resume, backfill, skip;
+- ``keyed``: apply, reconcile, get and delete by the host's own key;
+- ``service``: ``ScheduleService``, which composes the three parts and offers their verbs.
+
+Callers import each name from the module that defines it.
 """
-
-from __future__ import annotations
-
-from agentcron.core.schedules.keyed import Applied, Reconciled, ScheduleService, check_key
-from agentcron.core.schedules.plans import (
-    MAX_BACKFILL,
-    REDOABLE,
-    RESUME_ALL_CAP,
-    BackfillPlan,
-    Preview,
-    ResumePlan,
-    Upcoming,
-    check_preview_after,
-    preview,
-    resume_plan,
-    upcoming,
-)
-from agentcron.core.schedules.service import WARNING_INPUTS
-from agentcron.core.schedules.views import load_schedule, parse_id, schedule_view
-
-__all__ = [
-    "MAX_BACKFILL",
-    "REDOABLE",
-    "RESUME_ALL_CAP",
-    "WARNING_INPUTS",
-    "Applied",
-    "BackfillPlan",
-    "Preview",
-    "Reconciled",
-    "ResumePlan",
-    "ScheduleService",
-    "Upcoming",
-    "check_key",
-    "check_preview_after",
-    "load_schedule",
-    "parse_id",
-    "preview",
-    "resume_plan",
-    "schedule_view",
-    "upcoming",
-]

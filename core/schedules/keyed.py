@@ -13,6 +13,9 @@ Each verb that writes by key is one transaction that first takes its turn at the
 active-schedule limit (``CAPACITY_LOCK``), so what it reads of the owner's keys includes what
 every writer before it added: replicas applying or reconciling at once never add one key twice
 nor, together, pass the limit.
+
+``KeyedVerbs`` is one of the three parts ``ScheduleService`` offers the verbs of: it writes
+with the steps of CRUD (``ScheduleCrud``: prepare, insert, replace, remove), which it is given.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.errors import InvalidSchedule, NotFound
-from agentcron.core.schedules.service import Prepared, ScheduleCrud
-from agentcron.core.secrets import check_references
+from agentcron.core.schedules.context import ScheduleContext
+from agentcron.core.schedules.crud import Prepared, ScheduleCrud
+from agentcron.core.secrets.references import check_references
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
+from agentcron.core.storage.sql.schedules import keyed_schedules, schedule_by_key
 
 KEY = re.compile(r"[A-Za-z0-9._:@+=~-]{1,200}")
 KEY_RULE = "1 to 200 letters, digits or . _ : @ + = ~ -"
@@ -76,14 +80,19 @@ def as_spec(record: Record) -> ScheduleCreate:
         raise InvalidSchedule(f"{name or 'record'}: {error['msg']}", field=name) from None
 
 
-class ScheduleService(ScheduleCrud):
-    """Schedule CRUD, the timetable verbs, and the verbs by the host's key."""
+class KeyedVerbs:
+    """The verbs by the host's key over the shared ``ScheduleContext``, writing with the
+    steps of ``crud``."""
+
+    def __init__(self, context: ScheduleContext, crud: ScheduleCrud) -> None:
+        self.context = context
+        self.crud = crud
 
     async def get_by_key(self, owner: str, key: str) -> Schedule:
         """The live schedule ``owner`` keeps under ``key``, or ``NotFound``."""
         check_key(key)
-        async with self.db.session(write=False) as session:
-            found = await session.scalar(self._by_key(owner, key))
+        async with self.context.db.session(write=False) as session:
+            found = await session.scalar(schedule_by_key(owner, key))
         if found is None:
             raise NotFound("schedule with key", key)
         return found
@@ -97,23 +106,23 @@ class ScheduleService(ScheduleCrud):
         spec = as_spec(record)
 
         async def put(session: AsyncSession) -> tuple[Applied, bool]:
-            existing = await session.scalar(self._by_key(owner, key).with_for_update())
+            existing = await session.scalar(schedule_by_key(owner, key, lock=True))
             stored = None if existing is None else existing.trigger
-            prepared = self.prepare(spec, trusted=trusted, stored=stored)
+            prepared = self.crud.prepare(spec, trusted=trusted, stored=stored)
             values = prepared.values
             if existing is not None:
-                # Every field given: those equal to the stored ones, _replace leaves alone.
-                changed = await self._replace(session, existing, values, trusted=trusted)
+                # Every field given: those equal to the stored ones, replace leaves alone.
+                changed = await self.crud.replace(session, existing, values, trusted=trusted)
                 return Applied(existing, False), changed
             await check_references(session, owner, values["runner"], values["notify"])
-            return Applied(await self._insert(session, prepared, owner, key), True), True
+            return Applied(await self.crud.insert(session, prepared, owner, key), True), True
 
         return await self._write_keyed(put)
 
     async def delete_by_key(self, owner: str, key: str) -> None:
         """Delete the schedule ``owner`` keeps under ``key`` (as ``delete``), or ``NotFound``."""
         schedule = await self.get_by_key(owner, key)
-        await self.delete(schedule.id, owner)
+        await self.crud.delete(schedule.id, owner)
 
     async def reconcile(
         self,
@@ -134,24 +143,14 @@ class ScheduleService(ScheduleCrud):
         specs = {key: _record_spec(key, record, scope) for key, record in records.items()}
 
         async def write(session: AsyncSession) -> tuple[Reconciled, bool]:
-            found = await session.scalars(
-                select(Schedule)
-                .where(
-                    Schedule.owner == owner,
-                    Schedule.key.is_not(None),
-                    Schedule.deleted_at.is_(None),
-                    func.substr(Schedule.key, 1, len(scope)) == scope,
-                )
-                .order_by(Schedule.id)
-                .with_for_update()
-            )
+            found = await session.scalars(keyed_schedules(owner, scope))
             stored = {schedule.key or "": schedule for schedule in found}
             prepared: dict[str, Prepared] = {}
             for key, spec in specs.items():
                 try:
                     existing = stored.get(key)
                     trigger = None if existing is None else existing.trigger
-                    prepared[key] = self.prepare(spec, trusted=trusted, stored=trigger)
+                    prepared[key] = self.crud.prepare(spec, trusted=trusted, stored=trigger)
                     values = prepared[key].values
                     await check_references(session, owner, values["runner"], values["notify"])
                 except InvalidSchedule as exc:
@@ -162,16 +161,18 @@ class ScheduleService(ScheduleCrud):
                 deleted=[key for key in stored if key not in specs],
             )
             for key in done.deleted:
-                await self._remove(session, stored[key])
+                await self.crud.remove(session, stored[key])
             changed = bool(done.deleted or done.created)
             # The records kept paused first, so the limit counts what they free before what
             # the others take.
             for key in sorted(specs, key=lambda key: specs[key].enabled):
                 if key in stored:
                     values = prepared[key].values
-                    changed |= await self._replace(session, stored[key], values, trusted=trusted)
+                    changed |= await self.crud.replace(
+                        session, stored[key], values, trusted=trusted
+                    )
                 else:
-                    await self._insert(session, prepared[key], owner, key)
+                    await self.crud.insert(session, prepared[key], owner, key)
             return done, changed
 
         return await self._write_keyed(write)
@@ -181,19 +182,14 @@ class ScheduleService(ScheduleCrud):
         transaction that first takes its turn at the limit (``CAPACITY_LOCK``): what it then
         reads of the owner's keys includes every key added by a keyed write before it, so two
         writers never add one key twice."""
-        async with self.db.session() as session:
-            await self._hold_capacity(session)
+        async with self.context.db.session() as session:
+            await self.context.hold_capacity(session)
             done, changed = await write(session)
             if changed:
-                await self._announce(session)
+                await self.context.announce(session)
         if changed:
-            self._changed()
+            self.context.changed()
         return done
-
-    def _by_key(self, owner: str, key: str) -> Select[Schedule]:
-        return select(Schedule).where(
-            Schedule.owner == owner, Schedule.key == key, Schedule.deleted_at.is_(None)
-        )
 
 
 def _record_spec(key: str, record: Record, scope: str) -> ScheduleCreate:

@@ -1,308 +1,81 @@
-"""Schedule CRUD: create, read, list, update, delete (with the timetable verbs mixed in)."""
+"""``ScheduleService``: every schedule verb over one database, for the API, the dashboard,
+MCP, the CLI and a host (``engine.schedules``).
+
+Why this shape: the verbs fall into three concepts, each a class of its own file that a reader
+finds by what it does: ``ScheduleCrud`` (``crud``: create, get, list, update, delete),
+``TimetableVerbs`` (``timetable``: pause, resume, backfill, skip) and ``KeyedVerbs`` (``keyed``:
+apply, reconcile, get and delete by key). What they share is data, not behaviour, so it is one
+object they are each given (``ScheduleContext``) rather than a base class; and the only verbs
+one part needs of another (the keyed verbs write with CRUD's steps; CRUD accounts for a pause
+as resume does) are passed or called by name. This class composes the three and offers their
+verbs as its own, so a caller holds one service and never needs to know which part a verb is
+of; each verb's contract is the docstring of the method it is.
+"""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from agentcron.core import triggers
-from agentcron.core.notify import keep_masked_secrets, validate_channels
-from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
-from agentcron.core.runners import validate_runner
-from agentcron.core.schedules.plans import (
-    exhausted,
-    next_run_after,
-    safe_warnings,
-)
+from agentcron.core.clock import Clock, utcnow
+from agentcron.core.policy import ExecutionPolicy
+from agentcron.core.policy import current as current_policy
+from agentcron.core.schedules.context import ScheduleContext
+from agentcron.core.schedules.crud import ScheduleCrud
+from agentcron.core.schedules.keyed import KeyedVerbs
 from agentcron.core.schedules.timetable import TimetableVerbs
-from agentcron.core.schedules.views import load_schedule
-from agentcron.core.secrets import check_references
-from agentcron.core.specs import (
-    SETTINGS,
-    ScheduleCreate,
-    ScheduleUpdate,
-    reject_nul,
-    reject_oversized,
-)
-from agentcron.core.states import RunReason
-from agentcron.core.storage import Run, Schedule
-from agentcron.core.storage import queries as q
-from agentcron.core.transitions import cancelled
-from agentcron.core.triggers.kinds import Trigger
-
-# Fields whose change makes an update recompute the schedule's warnings, and its next_run.
-WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner", "notify"})
-TIMETABLE_INPUTS = frozenset({"trigger", "enabled", "max_runs"})
-Warnings = list[dict[str, str]]
+from agentcron.core.storage.database import Database
 
 
-def checked(value: Any, field: str) -> Any:
-    """``value`` (a trigger, runner or notify configuration), once it holds no NUL and is not
-    oversized; else ``InvalidSchedule`` naming ``field``."""
-    reject_nul(value, field)
-    reject_oversized(value, field)
-    return value
+class ScheduleService:
+    """Schedule CRUD, the timetable verbs, and the verbs by the host's key, over one database.
 
-
-@dataclass(frozen=True)
-class Prepared:
-    """A spec that passed every check needing no database: the row's settings, and the
-    parsed trigger they came from."""
-
-    values: dict[str, Any]
-    trigger: Trigger
-
-
-class ScheduleCrud(TimetableVerbs):
-    """Schedule CRUD over one database.
-
-    ``owner=None`` means an administrator (sees everything); otherwise a schedule of another
-    owner is ``NotFound``, never "forbidden". ``on_change`` is called after every committed
-    change to a timetable so the local loop can re-plan its sleep; on PostgreSQL the same
-    transaction also sends a NOTIFY on ``agentcron_schedules`` for other replicas.
+    ``owner=None`` in a verb means an administrator (sees everything); otherwise a schedule of
+    another owner is ``NotFound``, never "forbidden". ``max_active`` bounds the active
+    (enabled, undeleted) schedules of every owner together. ``on_change`` is called after
+    every committed change to a timetable so the local loop can re-plan its sleep; on
+    PostgreSQL the same transaction also sends a NOTIFY on ``agentcron_schedules`` for other
+    replicas. ``allow_private``: notify targets may be on loopback or private networks.
+    ``policy``: what tenants may run (default: the configured one). ``data_dir``: where runs
+    start, so a save can warn of a relative program path that is not there. The settings are
+    ``context``'s, read by every verb when it runs: changing one there changes them all.
     """
 
-    def prepare(
+    def __init__(
         self,
-        spec: ScheduleCreate,
+        db: Database,
         *,
-        trusted: bool = True,
-        stored: Mapping[str, Any] | None = None,
-    ) -> Prepared:
-        """Every check ``create`` makes that needs no database, and the row's settings in their
-        validated forms (the spec's fields, each declared once in ``ScheduleCreate``). Raises
-        ``InvalidSchedule`` naming the field. ``stored``: the stored trigger of the schedule
-        the spec replaces; a spec that states it again (``triggers.restated``) keeps it as it
-        is, and is not judged against now as a new trigger is."""
-        checked(spec.trigger, "trigger")
-        same = None if stored is None else triggers.restated(spec.trigger, stored)
-        trigger = same or triggers.parse_trigger(spec.trigger, self.clock())
-        runner = validate_runner(checked(spec.runner, "runner"))
-        notify = validate_channels(checked(spec.notify, "notify"), allow_private=self.allow_private)
-        if not trusted:
-            runner = self.policy.check_tenant(runner, notify) or runner
-        values = {name: getattr(spec, name) for name in SETTINGS}
-        values.update(
-            trigger=triggers.trigger_to_dict(trigger),
-            overlap=spec.overlap or ("skip" if spec.mode == "persistent" else "allow"),
-            runner=runner,
-            notify=notify,
+        max_active: int = 100_000,
+        clock: Clock = utcnow,
+        on_change: Callable[[], None] | None = None,
+        allow_private: bool = False,
+        policy: ExecutionPolicy | None = None,
+        data_dir: Path | None = None,
+    ) -> None:
+        self.context = context = ScheduleContext(
+            db=db,
+            clock=clock,
+            policy=policy or current_policy(),
+            max_active=max_active,
+            allow_private=allow_private,
+            data_dir=data_dir,
+            on_change=on_change,
         )
-        return Prepared(values, trigger)
-
-    async def create(self, spec: ScheduleCreate, owner: str, *, trusted: bool = True) -> Schedule:
-        """Validate ``spec`` and store a new schedule with its first ``next_run`` and its
-        warnings (``core.triggers.warnings``: things worth knowing, never a reason to refuse).
-        ``trusted`` false applies the tenant rules of the execution policy (``core.policy``).
-        A schedule under the host's own key is made by ``apply``.
-
-        Raises ``InvalidSchedule`` (naming the field) for bad input, a reference to a secret
-        ``owner`` has not stored included, and ``ScheduleCapacityExceeded`` when the
-        active-schedule limit is reached; nothing is written in either case.
-        """
-        prepared = self.prepare(spec, trusted=trusted)
-        values = prepared.values
-        async with self.db.session() as session:
-            # Every secret the configs refer to must be one the owner has stored.
-            await check_references(session, owner, values["runner"], values["notify"])
-            schedule = await self._insert(session, prepared, owner, None)
-            await self._announce(session)
-        self._changed()
-        return schedule
-
-    async def _insert(
-        self, session: AsyncSession, prepared: Prepared, owner: str, key: str | None
-    ) -> Schedule:
-        """Add the schedule ``prepared`` describes to ``session``, once the active-schedule
-        limit allows it if it is enabled (the caller checks the secrets it names)."""
-        now = self.clock()
-        values, trigger = prepared.values, prepared.trigger
-        schedule_id = uuid.uuid4()
-        warnings = safe_warnings(
-            trigger,
-            values["overlap"],
-            values["timeout_seconds"],
-            now,
-            runner=values["runner"],
-            workdir=self._workdir(owner, schedule_id),
-            notify=values["notify"],
-        )
-        enabled = values["enabled"]
-        schedule = Schedule(
-            **values,
-            id=schedule_id,
-            owner=owner,
-            key=key,
-            scheduled_runs=0,
-            warnings=warnings,
-            next_run=next_run_after(trigger, now) if enabled else None,
-            paused_at=None if enabled else now,
-            consecutive_failures=0,
-            created_at=now,
-            updated_at=now,
-        )
-        if enabled:
-            await self._check_capacity(session)
-        session.add(schedule)
-        return schedule
-
-    async def get(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:
-        """The schedule, or ``NotFound``."""
-        async with self.db.session(write=False) as session:
-            return await load_schedule(session, schedule_id, owner)
-
-    async def list(
-        self, owner: str | None, limit: int = 50, cursor: str | None = None
-    ) -> Page[Schedule]:
-        """Schedules newest created first (ties by id), ``limit`` per page."""
-        check_limit(limit)
-        query = select(Schedule).where(Schedule.deleted_at.is_(None))
-        if owner is not None:
-            query = query.where(Schedule.owner == owner)
-        if cursor is not None:
-            created, id = decode_cursor(cursor)
-            query = query.where(
-                or_(
-                    Schedule.created_at < created,
-                    (Schedule.created_at == created) & (Schedule.id < id),
-                )
-            )
-        query = query.order_by(Schedule.created_at.desc(), Schedule.id.desc()).limit(limit + 1)
-        async with self.db.session(write=False) as session:
-            rows = list((await session.execute(query)).scalars())
-        more = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more else None
-        return Page(rows, next_cursor)
-
-    async def update(
-        self,
-        schedule_id: str | uuid.UUID,
-        patch: ScheduleUpdate,
-        owner: str | None,
-        *,
-        trusted: bool = True,
-    ) -> Schedule:
-        """Replace each named field; recompute ``next_run`` if the timetable or state changed,
-        and the warnings if the trigger, ``timeout_seconds``, ``overlap``, the runner or the
-        notify channels did.
-        A field named with the value it has is no change: an update that changes nothing
-        writes nothing, ``updated_at`` included. ``trusted`` false checks a changed runner or
-        notify list against the tenant rules."""
-        changes = patch.changes()
-        async with self.db.session() as session:
-            if changes.get("enabled"):
-                await self._hold_capacity(session)  # before the row (CAPACITY_LOCK)
-            schedule = await load_schedule(session, schedule_id, owner, lock=True)
-            if not await self._replace(session, schedule, changes, trusted=trusted):
-                return schedule
-            await self._announce(session)
-        self._changed()
-        return schedule
-
-    async def _replace(
-        self,
-        session: AsyncSession,
-        schedule: Schedule,
-        changes: dict[str, Any],
-        *,
-        trusted: bool,
-    ) -> bool:
-        """Write onto the row-locked ``schedule`` the ``changes`` (validated here) that differ
-        from what it holds, as ``update`` says; whether there were any."""
-        now = self.clock()
-        changes = dict(changes)
-        if "trigger" in changes:
-            checked(changes["trigger"], "trigger")
-            if triggers.restated(changes["trigger"], schedule.trigger) is not None:
-                del changes["trigger"]  # the stored one again: kept as it is, due times too
-            else:
-                trigger = triggers.parse_trigger(changes["trigger"], now)
-                changes["trigger"] = triggers.trigger_to_dict(trigger)
-        if "runner" in changes:
-            changes["runner"] = validate_runner(checked(changes["runner"], "runner"))
-            if not trusted:
-                changes["runner"] = self.policy.check_tenant(changes["runner"], None)
-        if "notify" in changes:
-            merged = keep_masked_secrets(checked(changes["notify"], "notify"), schedule.notify)
-            changes["notify"] = validate_channels(merged, allow_private=self.allow_private)
-            if not trusted:
-                self.policy.check_tenant(None, changes["notify"])
-        named = WARNING_INPUTS & changes.keys()
-        changes = {name: new for name, new in changes.items() if getattr(schedule, name) != new}
-        if named:
-            # Warnings speak of the service's environment too (a variable set since, a command
-            # installed): naming one of their inputs looks again, changed or not.
-            warnings = self._warnings(schedule, changes, now)
-            if warnings != schedule.warnings:
-                changes["warnings"] = warnings
-        if not changes:
-            return False
-        # The schedule's owner's secrets (an admin may edit another owner's schedule); only
-        # what this update changes, so a rename never fails on a secret deleted since.
-        await check_references(
-            session, schedule.owner, changes.get("runner"), changes.get("notify")
-        )
-        if "enabled" in changes:
-            if changes["enabled"]:
-                await self._check_capacity(session)
-                await self._account_pause(session, schedule, now)
-                schedule.paused_at, schedule.paused_note = None, None
-            else:
-                schedule.paused_at = now
-        for name, value in changes.items():
-            setattr(schedule, name, value)
-        if TIMETABLE_INPUTS & changes.keys():
-            schedule.next_run = (
-                next_run_after(triggers.trigger_from_dict(schedule.trigger), now)
-                if schedule.enabled and not exhausted(schedule)
-                else None
-            )
-        schedule.updated_at = now
-        return True
-
-    def _warnings(self, schedule: Schedule, changes: dict[str, Any], now: datetime) -> Warnings:
-        """The warnings ``schedule`` would have with ``changes`` applied."""
-        merged = {name: changes.get(name, getattr(schedule, name)) for name in WARNING_INPUTS}
-        return safe_warnings(
-            triggers.trigger_from_dict(merged["trigger"]),
-            merged["overlap"],
-            merged["timeout_seconds"],
-            now,
-            runner=merged["runner"],
-            workdir=self._workdir(schedule.owner, schedule.id),
-            notify=merged["notify"],
-        )
-
-    async def delete(self, schedule_id: str | uuid.UUID, owner: str | None) -> None:
-        """Delete a schedule: it stops at once and its pending and running runs are cancelled.
-
-        The row is kept (marked deleted) so its runs stay readable by run id. Pending runs
-        end ``cancelled`` now, or at their admission if one is under way this instant; a
-        running run is asked to stop by its next lease renewal. The deletion holds the
-        schedule's row, so it never waits for a run's (``queries.unheld_pending``).
-        """
-        async with self.db.session() as session:
-            schedule = await load_schedule(session, schedule_id, owner, lock=True)
-            await self._remove(session, schedule)
-            await self._announce(session)
-        self._changed()
-
-    async def _remove(self, session: AsyncSession, schedule: Schedule) -> None:
-        """Delete the row-locked ``schedule``, as ``delete`` says."""
-        now = self.clock()
-        schedule.deleted_at = now
-        schedule.enabled = False
-        schedule.next_run = None
-        schedule.updated_at = now
-        await session.execute(
-            update(Run)
-            .where(q.unheld_pending(schedule.id))
-            .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
-        )
+        crud = ScheduleCrud(context)
+        self.create = crud.create
+        self.get = crud.get
+        self.list = crud.list
+        self.update = crud.update
+        self.delete = crud.delete
+        timetable = TimetableVerbs(context)
+        self.pause = timetable.pause
+        self.resume = timetable.resume
+        self.plan_resume = timetable.plan_resume
+        self.backfill = timetable.backfill
+        self.skip_occurrence = timetable.skip_occurrence
+        self.unskip_occurrence = timetable.unskip_occurrence
+        keyed = KeyedVerbs(context, crud)
+        self.get_by_key = keyed.get_by_key
+        self.apply = keyed.apply
+        self.delete_by_key = keyed.delete_by_key
+        self.reconcile = keyed.reconcile

@@ -1,4 +1,9 @@
-"""Pause, resume, backfill, skip: the schedule verbs that change which due times run."""
+"""Pause, resume, backfill, skip: the schedule verbs that change which due times run.
+
+``TimetableVerbs`` is one of the three parts ``ScheduleService`` offers the verbs of. It needs
+nothing of the others; CRUD needs one thing of it, ``account_pause``, when an edit enables a
+paused schedule, so that step is a function here that both call.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict
-from agentcron.core.logging import get_logger
-from agentcron.core.schedules.base import ServiceBase
+from agentcron.core.schedules.context import ScheduleContext
 from agentcron.core.schedules.plans import (
     REDOABLE,
     BackfillPlan,
@@ -25,36 +29,59 @@ from agentcron.core.schedules.plans import (
     upcoming_due_time,
 )
 from agentcron.core.schedules.views import load_schedule
-from agentcron.core.specs import (
-    BackfillRequest,
-)
+from agentcron.core.specs import BackfillRequest
 from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import Run, Schedule
 from agentcron.core.storage import queries as q
-from agentcron.core.timeline import (
-    Gap,
-    gap_rows,
-    queue_under_way,
-    queued_rows,
-)
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.timeline import Gap, gap_rows, queue_under_way, queued_rows
 from agentcron.core.transitions import apply, paused
 
-log = get_logger(__name__)
+
+async def account_pause(
+    db: Database, session: AsyncSession, schedule: Schedule, now: datetime
+) -> None:
+    """Write the due times the pause of ``schedule`` covered as ``skipped`` runs with reason
+    ``paused`` (bounded, see ``core.timeline``), on the timetable as it was while paused: what
+    a resume with catch-up ``skip`` and an edit that enables it both write."""
+    await _write_resume(db, session, schedule, resume_plan(schedule, now, "skip"), now, None)
 
 
-class TimetableVerbs(ServiceBase):
-    """Pause, resume, backfill and skip: the verbs that change which due times run."""
+async def _write_resume(
+    db: Database,
+    session: AsyncSession,
+    schedule: Schedule,
+    plan: ResumePlan,
+    now: datetime,
+    by: str | None,
+) -> None:
+    dialect = db.capabilities.dialect
+    if plan.skipped:
+        rows = gap_rows(schedule, plan.skipped, RunReason.PAUSED, now)
+        await session.execute(q.insert_runs(dialect), rows)
+    if plan.run:
+        busy = bool(await session.scalar(queue_under_way(schedule.id)))
+        rows = queued_rows(schedule, plan.run, "catchup", now, by=by, head_free=not busy)
+        await session.execute(q.insert_runs(dialect), rows)
+
+
+class TimetableVerbs:
+    """Pause, resume, backfill and skip: the verbs that change which due times run, over the
+    shared ``ScheduleContext``. ``owner`` None is an administrator, as in every verb."""
+
+    def __init__(self, context: ScheduleContext) -> None:
+        self.context = context
 
     async def pause(
         self, schedule_id: str | uuid.UUID, note: str | None, owner: str | None
     ) -> Schedule:
         """Stop new scheduled runs: clears ``next_run``; runs already started finish."""
-        now = self.clock()
-        async with self.db.session() as session:
+        now = self.context.clock()
+        async with self.context.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
             apply(schedule, paused(now, note, since=schedule.paused_at))
-            await self._announce(session)
-        self._changed()
+            await self.context.announce(session)
+        self.context.changed()
         return schedule
 
     async def resume(
@@ -69,14 +96,14 @@ class TimetableVerbs(ServiceBase):
         the pause covered are accounted for by ``catchup`` (see ``resume_plan``): ``skip``
         writes them all as ``paused`` rows; ``latest`` queues the latest one and skips the
         rest; ``all`` queues every one (at most RESUME_ALL_CAP), one at a time, oldest first."""
-        now = self.clock()
-        async with self.db.session() as session:
-            await self._hold_capacity(session)  # before the row (CAPACITY_LOCK)
+        now = self.context.clock()
+        async with self.context.db.session() as session:
+            await self.context.hold_capacity(session)  # before the row (CAPACITY_LOCK)
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
             if not schedule.enabled:
-                await self._check_capacity(session)
+                await self.context.check_capacity(session)
                 plan = resume_plan(schedule, now, catchup)
-                await self._write_resume(session, schedule, plan, now, by)
+                await _write_resume(self.context.db, session, schedule, plan, now, by)
             schedule.enabled = True
             schedule.paused_at = None
             schedule.paused_note = None
@@ -86,43 +113,19 @@ class TimetableVerbs(ServiceBase):
                 else next_run_after(triggers.trigger_from_dict(schedule.trigger), now)
             )
             schedule.updated_at = now
-            await self._announce(session)
-        self._changed()
+            await self.context.announce(session)
+        self.context.changed()
         return schedule
 
     async def plan_resume(
         self, schedule_id: str | uuid.UUID, owner: str | None, catchup: str = "skip"
     ) -> ResumePlan:
         """What ``resume`` with ``catchup`` would do now, without doing it (a dry run)."""
-        async with self.db.session(write=False) as session:
+        async with self.context.db.session(write=False) as session:
             schedule = await load_schedule(session, schedule_id, owner)
         if schedule.enabled:
             return ResumePlan(catchup, [], Gap([]))
-        return resume_plan(schedule, self.clock(), catchup)
-
-    async def _write_resume(
-        self,
-        session: AsyncSession,
-        schedule: Schedule,
-        plan: ResumePlan,
-        now: datetime,
-        by: str | None,
-    ) -> None:
-        dialect = self.db.capabilities.dialect
-        if plan.skipped:
-            rows = gap_rows(schedule, plan.skipped, RunReason.PAUSED, now)
-            await session.execute(q.insert_runs(dialect), rows)
-        if plan.run:
-            busy = bool(await session.scalar(queue_under_way(schedule.id)))
-            rows = queued_rows(schedule, plan.run, "catchup", now, by=by, head_free=not busy)
-            await session.execute(q.insert_runs(dialect), rows)
-
-    async def _account_pause(
-        self, session: AsyncSession, schedule: Schedule, now: datetime
-    ) -> None:
-        """Write the due times the pause covered as ``skipped`` runs with reason ``paused``
-        (bounded, see ``core.timeline``), on the timetable as it was while paused."""
-        await self._write_resume(session, schedule, resume_plan(schedule, now, "skip"), now, None)
+        return resume_plan(schedule, self.context.clock(), catchup)
 
     async def backfill(
         self,
@@ -138,9 +141,9 @@ class TimetableVerbs(ServiceBase):
         on purpose (``occurrence_skipped``) are left alone, so backfilling a range twice runs
         nothing twice. One at a time, oldest first, unless ``overlap`` is ``allow``. With
         ``dry_run`` nothing is written."""
-        now = self.clock()
+        now = self.context.clock()
         start, end = backfill_range(spec, now)
-        async with self.db.session(write=not spec.dry_run) as session:
+        async with self.context.db.session(write=not spec.dry_run) as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=not spec.dry_run)
             trigger = triggers.trigger_from_dict(schedule.trigger)
             due_times = due_times_between(trigger, start, end)
@@ -166,7 +169,7 @@ class TimetableVerbs(ServiceBase):
             )
             if spec.dry_run or not wanted:
                 return plan
-            await trim_summaries(self.db, session, schedule, trigger, start, end, redo)
+            await trim_summaries(self.context.db, session, schedule, trigger, start, end, redo)
             for run in redo:
                 await session.delete(run)
             await session.flush()
@@ -180,9 +183,9 @@ class TimetableVerbs(ServiceBase):
                 one_at_a_time=spec.overlap == "buffer_all",
                 head_free=not busy,
             )
-            await session.execute(q.insert_runs(self.db.capabilities.dialect), rows)
-            await self._announce(session)
-        self._changed()
+            await session.execute(q.insert_runs(self.context.db.capabilities.dialect), rows)
+            await self.context.announce(session)
+        self.context.changed()
         return plan
 
     async def skip_occurrence(
@@ -191,13 +194,13 @@ class TimetableVerbs(ServiceBase):
         """Skip one upcoming due time: its row is written now, ``skipped`` with reason
         ``occurrence_skipped``, and the claim's ON CONFLICT DO NOTHING then never runs it.
         Idempotent; ``Conflict`` if that due time already has a run of another kind."""
-        now = self.clock()
-        async with self.db.session() as session:
+        now = self.context.clock()
+        async with self.context.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner)
             due = upcoming_due_time(schedule, due_at, now)
             row = gap_rows(schedule, Gap([due]), RunReason.OCCURRENCE_SKIPPED, now)[0]
             row["started_by"] = by
-            await session.execute(q.insert_runs(self.db.capabilities.dialect), [row])
+            await session.execute(q.insert_runs(self.context.db.capabilities.dialect), [row])
             run = await session.scalar(
                 select(Run).where(Run.schedule_id == schedule.id, Run.due_at == due)
             )
@@ -211,8 +214,8 @@ class TimetableVerbs(ServiceBase):
     ) -> bool:
         """Undo ``skip_occurrence`` while the due time is still ahead; False when it was not
         skipped (nothing to undo)."""
-        now = self.clock()
-        async with self.db.session() as session:
+        now = self.context.clock()
+        async with self.context.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner)
             due = upcoming_due_time(schedule, due_at, now)
             result = await session.execute(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
 from agentcron.core.errors import NotFound
 from agentcron.core.notify import masked_channels
 from agentcron.core.specs import SETTINGS
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
+from agentcron.core.storage.sql.schedules import visible_schedule
 
 
 def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:
@@ -55,12 +55,7 @@ async def load_schedule(
 ) -> Schedule:
     """The undeleted schedule visible to ``owner`` (None: any owner), optionally row-locked;
     ``NotFound`` otherwise (another owner's schedule is not found, never forbidden)."""
-    id = parse_id(schedule_id)
-    query = select(Schedule).where(Schedule.id == id, Schedule.deleted_at.is_(None))
-    if owner is not None:
-        query = query.where(Schedule.owner == owner)
-    if lock:
-        query = query.with_for_update()
+    query = visible_schedule(parse_id(schedule_id), owner, lock=lock)
     schedule = (await session.execute(query)).scalar_one_or_none()
     if schedule is None:
         raise NotFound("schedule", str(schedule_id))

@@ -12,11 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.errors import InvalidSchedule
-from agentcron.core.storage import Secret
+from agentcron.core.storage.sql.secrets import stored_names
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
 _NAME = re.compile(NAME_PATTERN)
@@ -124,11 +123,7 @@ async def check_references(
     for field_path, name in references:
         check_name(name, field_path)
     names = {name for _, name in references}
-    stored = set(
-        await session.scalars(
-            select(Secret.name).where(Secret.owner == owner, Secret.name.in_(names))
-        )
-    )
+    stored = set(await session.scalars(stored_names(owner, names)))
     for field_path, name in references:
         if name not in stored:
             raise InvalidSchedule(

@@ -10,13 +10,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ScalarSelect
 
 from agentcron.core.errors import RunPermanentError, TargetUnavailable
 from agentcron.core.secrets.keyring import KEY_SETTING, Keyring, SecretUnreadable
-from agentcron.core.storage import Database, Schedule, Secret
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.sql.schedules import schedule_owner
+from agentcron.core.storage.sql.secrets import ciphertexts
 
 
 @dataclass(frozen=True)
@@ -50,17 +51,15 @@ async def load(
     wanted = set(names)
     if not wanted:
         return Resolution()
+    who: str | ScalarSelect[str]
     if owner is not None:
-        who: Any = owner
+        who = owner
     elif schedule_id is not None:
-        who = select(Schedule.owner).where(Schedule.id == schedule_id).scalar_subquery()
+        who = schedule_owner(schedule_id)
     else:
         raise ValueError("load needs an owner or a schedule id")
-    query = select(Secret.owner, Secret.name, Secret.ciphertext).where(
-        Secret.owner == who, Secret.name.in_(wanted)
-    )
     async with db.session(write=False) as session:
-        rows = (await session.execute(query)).all()
+        rows = (await session.execute(ciphertexts(who, wanted))).all()
     values: dict[str, str] = {}
     problems: dict[str, RunPermanentError] = {}
     for row_owner, name, token in rows:

@@ -11,7 +11,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, delete, select
 from sqlalchemy.exc import IntegrityError
 
 from agentcron.core.clock import Clock, utcnow
@@ -19,7 +18,14 @@ from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.logging import get_logger
 from agentcron.core.secrets.keyring import KEY_HINT, KEY_SETTING, Keyring
 from agentcron.core.secrets.references import check_name, check_value
-from agentcron.core.storage import Database, Secret
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Secret
+from agentcron.core.storage.sql.secrets import (
+    delete_secret_row,
+    secret_locked,
+    secrets_batch,
+    secrets_listed,
+)
 
 log = get_logger(__name__)
 
@@ -67,9 +73,7 @@ async def put_secret(
         now = clock()
         try:
             async with db.session(conflicts=attempt == 0) as session:
-                row = (
-                    await session.execute(select(Secret).where(_one(owner, name)).with_for_update())
-                ).scalar_one_or_none()
+                row = (await session.execute(secret_locked(owner, name))).scalar_one_or_none()
                 created = row is None
                 if row is None:
                     row = Secret(
@@ -93,13 +97,8 @@ async def put_secret(
 
 async def list_secrets(db: Database, owner: str) -> list[SecretInfo]:
     """``owner``'s secrets by name: names and times only, nothing decrypted."""
-    query = (
-        select(Secret.name, Secret.created_at, Secret.updated_at)
-        .where(Secret.owner == owner)
-        .order_by(Secret.name)
-    )
     async with db.session(write=False) as session:
-        rows = (await session.execute(query)).all()
+        rows = (await session.execute(secrets_listed(owner))).all()
     return [SecretInfo(name, created, updated) for name, created, updated in rows]
 
 
@@ -108,14 +107,10 @@ async def delete_secret(db: Database, owner: str, name: str) -> None:
     that refer to it keep the reference: their next run or delivery fails naming it."""
     check_name(name)
     async with db.session() as session:
-        result = await session.execute(delete(Secret).where(_one(owner, name)))
+        result = await session.execute(delete_secret_row(owner, name))
         if not getattr(result, "rowcount", 0):
             raise NotFound("secret", name)
     log.info("secret_deleted", owner=owner, name=name)
-
-
-def _one(owner: str, name: str) -> ColumnElement[bool]:
-    return (Secret.owner == owner) & (Secret.name == name)
 
 
 async def reencrypt_all(db: Database, keyring: Keyring, *, batch: int = 500) -> int:
@@ -128,10 +123,7 @@ async def reencrypt_all(db: Database, keyring: Keyring, *, batch: int = 500) -> 
     after: uuid.UUID | None = None
     while True:
         async with db.session() as session:
-            query = select(Secret).order_by(Secret.id).limit(batch).with_for_update()
-            if after is not None:
-                query = query.where(Secret.id > after)
-            rows = list(await session.scalars(query))
+            rows = list(await session.scalars(secrets_batch(after, batch)))
             for row in rows:
                 row.ciphertext = keyring.rotate(row.ciphertext)
         done += len(rows)

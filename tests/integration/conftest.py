@@ -11,7 +11,7 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.storage import Database
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run, Schedule
 from agentcron.web.engine.loop import SchedulerLoop

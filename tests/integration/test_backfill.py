@@ -19,7 +19,8 @@ from agentcron.core.errors import InvalidSchedule
 from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import RESUME_ALL_CAP, ScheduleService
+from agentcron.core.schedules.plans import RESUME_ALL_CAP
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import BackfillRequest, ScheduleCreate
 from agentcron.core.storage import Database, Run
 from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED

@@ -16,7 +16,7 @@ from sqlalchemy import event, insert, select, text, update
 from agentcron.core import triggers
 from agentcron.core.ledger import Claim, Ledger, Outcome
 from agentcron.core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage import Database, Run, Schedule, Task
 from agentcron.core.tasks import delete_task

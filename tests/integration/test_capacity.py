@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from agentcron.core.errors import ScheduleCapacityExceeded
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database, Schedule
 from tests.integration.test_schedule_keys import record
@@ -42,7 +42,7 @@ async def replicas(db_url: str) -> AsyncIterator[tuple[ScheduleService, Schedule
 
 
 async def active(service: ScheduleService) -> int:
-    async with service.db.session(write=False) as session:
+    async with service.context.db.session(write=False) as session:
         count = await session.scalar(
             select(func.count())
             .select_from(Schedule)
@@ -53,11 +53,11 @@ async def active(service: ScheduleService) -> int:
 
 async def clear(service: ScheduleService) -> None:
     """Delete every schedule, so the next round starts with none active."""
-    async with service.db.session() as session:
+    async with service.context.db.session() as session:
         await session.execute(
             update(Schedule)
             .where(Schedule.deleted_at.is_(None))
-            .values(deleted_at=service.clock(), enabled=False, next_run=None)
+            .values(deleted_at=service.context.clock(), enabled=False, next_run=None)
         )
 
 

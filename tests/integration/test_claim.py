@@ -15,7 +15,7 @@ from sqlalchemy import event, func, insert, select, update
 from agentcron.core import triggers
 from agentcron.core.ledger import Claim, Ledger
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Run, Schedule
 from tests.factories import schedule_values

@@ -293,5 +293,5 @@ async def test_the_app_measures_on_postgresql_only(
         # One read at start; the next is a minute away.
         assert len(clock_reads) == 1, clock_reads
         assert isinstance(loop.clock, DatabaseClock) and started["clock"] == "database"
-        assert loop.clock is app.state.ledger.clock is app.state.schedules.clock
+        assert loop.clock is app.state.ledger.clock is app.state.schedules.context.clock
         assert skew is not None and abs(skew) < TOLERANCE

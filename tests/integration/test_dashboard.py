@@ -24,7 +24,8 @@ from sqlalchemy import update
 from agentcron.core.keys import create_key, revoke_key
 from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService, schedule_view
+from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Run, Schedule
 from agentcron.web.dashboard.forms import ScheduleForm

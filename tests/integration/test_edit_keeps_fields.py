@@ -553,7 +553,7 @@ async def test_putting_an_unchanged_record_by_key_later_changes_nothing(
     # fires): nothing may move, not updated_at, not next_run, not an interval's phase, which
     # its start_at fixed when it was first put (every-openai-secret gives none).
     clock = SettableClock()
-    live_app.state.schedules.clock = clock
+    live_app.state.schedules.context.clock = clock
     async with clients(live_app) as (api, _):
         await store_secrets(api, body)
         for variant, _note in variants(body):

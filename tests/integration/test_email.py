@@ -42,7 +42,7 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run
 from agentcron.web.engine.loop import SchedulerLoop

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentcron.core.clock import DatabaseClock
 from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.storage import Database, Run
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.loop import SchedulerLoop

@@ -24,7 +24,7 @@ from agentcron.core.errors import (
     ScheduleCapacityExceeded,
 )
 from agentcron.core.runners.handler import HandlerContext
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
 
@@ -238,7 +238,7 @@ async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> No
 
 async def test_a_reconcile_past_the_limit_applies_none(live_app: Any) -> None:
     schedules = await service(live_app)
-    schedules.max_active = 2
+    schedules.context.max_active = 2
     await schedules.apply("host", "deploy:1", record())
     many = {f"deploy:{n}": record() for n in range(1, 4)}
     with pytest.raises(ScheduleCapacityExceeded):
@@ -295,7 +295,7 @@ async def test_an_unchanged_record_whose_time_has_passed_is_still_unchanged(
     # them when they were first given, not each time they are given again.
     schedules = await service(live_app)
     clock = SettableClock()
-    schedules.clock = clock
+    schedules.context.clock = clock
     soon = clock() + timedelta(hours=1)
     records = {
         "deploy:once": record(trigger={"at": soon.isoformat()}),

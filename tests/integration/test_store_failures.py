@@ -92,10 +92,11 @@ async def refusing(db_url: str, *databases: Database) -> AsyncIterator[None]:
 
 
 def public_verbs(service: object) -> set[str]:
-    """The names of a service's public coroutine methods: what a host can await."""
+    """The names of a service's public coroutine methods, its own or those it offers of its
+    parts (``ScheduleService``): what a host can await."""
     return {
         name
-        for name, member in inspect.getmembers(type(service), inspect.iscoroutinefunction)
+        for name, member in inspect.getmembers(service, inspect.iscoroutinefunction)
         if not name.startswith("_")
     }
 

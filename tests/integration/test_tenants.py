@@ -129,7 +129,7 @@ async def test_a_tenants_unchanged_record_put_again_moves_nothing(
     # The tenant rules rewrite what a tenant stores (an openai runner gets private_endpoints):
     # the record put again must still compare equal to what was stored from it.
     clock = SettableClock()
-    tenant_app.state.schedules.clock = clock
+    tenant_app.state.schedules.context.clock = clock
     mail = {"type": "email", "to": ["a@example.org"], "from": "b@example.org"}
     runner = {**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}
     body = schedule(runner, notify=[{**mail, "smtp_url_env": "SHARED_MODEL_KEY"}])

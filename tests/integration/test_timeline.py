@@ -15,7 +15,7 @@ from sqlalchemy import insert, select
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict, InvalidSchedule
 from agentcron.core.ledger import Ledger
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database, Run, Schedule
 from agentcron.core.timeline import COUNT_CAP, MAX_ROWS

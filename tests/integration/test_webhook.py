@@ -39,7 +39,7 @@ from agentcron.core.notify.delivery import deliver_run
 from agentcron.core.notify.webhook import WebhookNotifier
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage import Database, Delivery, Run
 from agentcron.web.app import create_app

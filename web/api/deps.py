@@ -11,7 +11,7 @@ from agentcron.core.errors import Unauthorized
 from agentcron.core.keys import LOCAL_OWNER as LOCAL_OWNER  # re-exported: the name callers knew
 from agentcron.core.keys import Principal, authenticate
 from agentcron.core.runs import RunService
-from agentcron.core.schedules import ScheduleService
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.storage import Database
 
 # Declares the bearer scheme in the OpenAPI document. auto_error=False: a missing or non-Bearer

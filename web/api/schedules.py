@@ -8,7 +8,8 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from agentcron.core.clock import utcnow
 from agentcron.core.runs import run_view
-from agentcron.core.schedules import check_preview_after, preview, schedule_view
+from agentcron.core.schedules.plans import check_preview_after, preview
+from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import (
     BackfillRequest,
     OccurrenceRequest,
@@ -43,7 +44,7 @@ async def create_schedule(
     spec: ScheduleCreate, schedules: SchedulesDep, principal: PrincipalDep
 ) -> ScheduleOut:
     # Owned by the key's owner, admin or not: an admin key sees everything but acts as someone.
-    trusted = schedules.policy.trusts(principal.owner, admin=principal.admin)
+    trusted = schedules.context.policy.trusts(principal.owner, admin=principal.admin)
     schedule = await schedules.create(spec, principal.owner, trusted=trusted)
     return ScheduleOut.model_validate(schedule_view(schedule))
 
@@ -72,7 +73,7 @@ async def apply_schedule(
 ) -> ScheduleOut:
     """Create the schedule kept under the caller's ``key`` (201), or replace every field of
     it (200, same id and run history). Fields left out take their defaults."""
-    trusted = schedules.policy.trusts(principal.owner, admin=principal.admin)
+    trusted = schedules.context.policy.trusts(principal.owner, admin=principal.admin)
     applied = await schedules.apply(principal.owner, key, spec, trusted=trusted)
     if not applied.created:
         response.status_code = status.HTTP_200_OK
@@ -111,7 +112,7 @@ async def get_schedule(schedule_id: str, schedules: SchedulesDep, owner: OwnerDe
 async def update_schedule(
     schedule_id: str, patch: ScheduleUpdate, schedules: SchedulesDep, principal: PrincipalDep
 ) -> ScheduleOut:
-    trusted = schedules.policy.trusts(principal.owner, admin=principal.admin)
+    trusted = schedules.context.policy.trusts(principal.owner, admin=principal.admin)
     schedule = await schedules.update(schedule_id, patch, principal.scope, trusted=trusted)
     return ScheduleOut.model_validate(schedule_view(schedule))
 

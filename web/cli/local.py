@@ -73,7 +73,7 @@ def example() -> None:
     stored (only its hash is).
     """
     from agentcron.core.keys import LOCAL_OWNER, create_key, display_prefix, list_keys
-    from agentcron.core.schedules import ScheduleService
+    from agentcron.core.schedules.service import ScheduleService
     from agentcron.core.specs import ScheduleCreate
 
     async def create(db: Database) -> tuple[str, str | None, str | None]:

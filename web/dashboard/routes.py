@@ -26,7 +26,9 @@ from agentcron.core.errors import (
 )
 from agentcron.core.keys import Principal, authenticate
 from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules import ScheduleService, preview, schedule_view, upcoming
+from agentcron.core.schedules.plans import preview, upcoming
+from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage import Database
 from agentcron.web.api.errors import status_for
@@ -215,7 +217,7 @@ async def create_schedule(request: Request, viewer: ViewerDep) -> Response:
         spec = ScheduleCreate.model_validate(form.body())
         # Owned by the viewer's owner, admin or not, as through the API.
         service = _schedules(request)
-        trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
+        trusted = service.context.policy.trusts(viewer.owner, admin=viewer.admin)
         schedule = await service.create(spec, viewer.owner, trusted=trusted)
     except (FormInvalid, ValidationError, InvalidSchedule, ScheduleCapacityExceeded) as exc:
         form.errors = _form_errors(exc)
@@ -274,10 +276,10 @@ async def edit_schedule(request: Request, schedule_id: str, viewer: ViewerDep) -
     view = schedule_view(await service.get(schedule_id, viewer.scope))
     form = ScheduleForm.from_post(await read_form(request), ScheduleForm.from_view(view).values)
     try:
-        patch = form.changes(view, service.clock())
+        patch = form.changes(view, service.context.clock())
         if not patch:
             return RedirectResponse(f"/schedules/{view['id']}?done=unchanged", 303)
-        trusted = service.policy.trusts(viewer.owner, admin=viewer.admin)
+        trusted = service.context.policy.trusts(viewer.owner, admin=viewer.admin)
         await service.update(
             view["id"], ScheduleUpdate.model_validate(patch), viewer.scope, trusted=trusted
         )

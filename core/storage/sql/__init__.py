@@ -1,0 +1,1 @@
+"""Every statement of agentcron, named, by noun."""
