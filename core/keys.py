@@ -31,7 +31,8 @@ from sqlalchemy.exc import IntegrityError
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import NotFound, SchedulerUnavailable
 from agentcron.core.logging import get_logger
-from agentcron.core.storage import ApiKey, Database
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import ApiKey
 
 log = get_logger(__name__)
 

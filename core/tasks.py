@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.schedules import parse_id
 from agentcron.core.states import RunStatus
-from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Task
 
 
 async def _visible_task(

@@ -29,7 +29,8 @@ from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.secrets import Keyring, Resolution, load, redact, referenced_secrets
 from agentcron.core.states import RunReason
-from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.transitions import apply, paused
 

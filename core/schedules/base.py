@@ -13,7 +13,8 @@ from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import ScheduleCapacityExceeded
 from agentcron.core.policy import ExecutionPolicy
 from agentcron.core.policy import current as current_policy
-from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.workdirs import task_workdir
 

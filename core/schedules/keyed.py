@@ -30,7 +30,7 @@ from agentcron.core.errors import InvalidSchedule, NotFound
 from agentcron.core.schedules.service import Prepared, ScheduleCrud
 from agentcron.core.secrets import check_references
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
 
 KEY = re.compile(r"[A-Za-z0-9._:@+=~-]{1,200}")
 KEY_RULE = "1 to 200 letters, digits or . _ : @ + = ~ -"

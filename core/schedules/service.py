@@ -31,8 +31,8 @@ from agentcron.core.specs import (
     reject_oversized,
 )
 from agentcron.core.states import RunReason
-from agentcron.core.storage import Run, Schedule
 from agentcron.core.storage import queries as q
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 

@@ -29,8 +29,8 @@ from agentcron.core.specs import (
     BackfillRequest,
 )
 from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import Run, Schedule
 from agentcron.core.storage import queries as q
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import (
     Gap,
     gap_rows,

@@ -12,7 +12,7 @@ from agentcron.core import triggers
 from agentcron.core.errors import NotFound
 from agentcron.core.notify import masked_channels
 from agentcron.core.specs import SETTINGS
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
 
 
 def parse_id(value: str | uuid.UUID, kind: str = "schedule") -> uuid.UUID:

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.errors import InvalidSchedule
-from agentcron.core.storage import Secret
+from agentcron.core.storage.models import Secret
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
 _NAME = re.compile(NAME_PATTERN)

@@ -16,7 +16,8 @@ from sqlalchemy import select
 
 from agentcron.core.errors import RunPermanentError, TargetUnavailable
 from agentcron.core.secrets.keyring import KEY_SETTING, Keyring, SecretUnreadable
-from agentcron.core.storage import Database, Schedule, Secret
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule, Secret
 
 
 @dataclass(frozen=True)

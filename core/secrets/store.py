@@ -19,7 +19,8 @@ from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.logging import get_logger
 from agentcron.core.secrets.keyring import KEY_HINT, KEY_SETTING, Keyring
 from agentcron.core.secrets.references import check_name, check_value
-from agentcron.core.storage import Database, Secret
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Secret
 
 log = get_logger(__name__)
 

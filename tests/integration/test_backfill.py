@@ -21,7 +21,8 @@ from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.runs import RunService
 from agentcron.core.schedules import RESUME_ALL_CAP, ScheduleService
 from agentcron.core.specs import BackfillRequest, ScheduleCreate
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
 from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED
 from tests.integration.engine_kit import Engine, runs_of, runs_where, spec, wait_for
 

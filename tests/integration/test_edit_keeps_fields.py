@@ -47,7 +47,8 @@ from agentcron.core.notify import webhook as webhook_channel
 from agentcron.core.runners import command, openai, python
 from agentcron.core.secrets import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
 from agentcron.core.triggers import KIND_KEYS
 from agentcron.testing.kit import SettableClock
 from agentcron.web.api.schemas import ScheduleOut

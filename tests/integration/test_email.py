@@ -44,7 +44,8 @@ from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Delivery, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 

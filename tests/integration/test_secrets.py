@@ -44,7 +44,8 @@ from agentcron.core.secrets import (
     reencrypt_all,
     resolve,
 )
-from agentcron.core.storage import Database, Run, Schedule, Secret
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Secret
 from agentcron.web.app import create_app
 from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion

@@ -28,7 +28,7 @@ from agentcron.core.secrets import (
     referenced_secrets,
     secret_references,
 )
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.verdict import Verdict, redact_verdict
 
 K1, K2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()

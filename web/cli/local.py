@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
     import structlog
 
-    from agentcron.core.storage import ApiKey, Database
+    from agentcron.core.storage.database import Database
+    from agentcron.core.storage.models import ApiKey
 
 keys = typer.Typer(
     help="API keys on the server's database: create, list, revoke.", no_args_is_help=True
@@ -271,7 +272,7 @@ def _preflight() -> str | None:
     from agentcron.core.policy import ExecutionPolicy
     from agentcron.core.runners.containment import check_sandbox, containment_from_settings
     from agentcron.core.secrets import Keyring
-    from agentcron.core.storage import Database
+    from agentcron.core.storage.database import Database
     from agentcron.core.storage.lock import EngineLock
     from agentcron.core.storage.migrate import check_schema, require_database_file
 

@@ -28,7 +28,7 @@ from agentcron.core.keys import Principal, authenticate
 from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules import ScheduleService, preview, schedule_view, upcoming
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.web.api.errors import status_for
 from agentcron.web.dashboard.forms import (
     FORM_ERROR,

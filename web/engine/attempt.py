@@ -11,7 +11,7 @@ from agentcron.core.ledger import TaskRef
 from agentcron.core.runners import Runner, RunRequest, build_runner
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler, HandlerRunner, HandlerRunnerType
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 
 
 def runner_for(config: dict[str, Any], handler: Handler | None) -> Runner:

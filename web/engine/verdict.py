@@ -16,7 +16,7 @@ from typing import Any
 
 from agentcron.core.runners import RunOutcome
 from agentcron.core.secrets import redact, redact_json
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.delivery import run_log
 
 
