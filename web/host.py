@@ -45,7 +45,7 @@ from agentcron.core.runners.containment import Containment, check_sandbox, conta
 from agentcron.core.runners.handler import Handler
 from agentcron.core.runs import RunService
 from agentcron.core.schedules import ScheduleService
-from agentcron.core.secrets import Keyring
+from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.liveness import noticed_by, promised_recovery
 from agentcron.core.storage.lock import EngineLock

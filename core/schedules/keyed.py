@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.errors import InvalidSchedule, NotFound
 from agentcron.core.schedules.service import Prepared, ScheduleCrud
-from agentcron.core.secrets import check_references
+from agentcron.core.secrets.references import check_references
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.models import Schedule
 

@@ -22,7 +22,7 @@ from agentcron.core.schedules.plans import (
 )
 from agentcron.core.schedules.timetable import TimetableVerbs
 from agentcron.core.schedules.views import load_schedule
-from agentcron.core.secrets import check_references
+from agentcron.core.secrets.references import check_references
 from agentcron.core.specs import (
     SETTINGS,
     ScheduleCreate,

@@ -45,7 +45,7 @@ from agentcron.core.notify import email as email_channel
 from agentcron.core.notify import file as file_channel
 from agentcron.core.notify import webhook as webhook_channel
 from agentcron.core.runners import command, openai, python
-from agentcron.core.secrets import referenced_secrets
+from agentcron.core.secrets.references import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Schedule

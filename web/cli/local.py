@@ -232,7 +232,7 @@ def secrets_key() -> None:
     To rotate, put the new key first and keep the old one after it
     (AGENTCRON_SECRETS_KEY=NEW,OLD), restart, run `agentcron secrets-rotate`, then drop OLD.
     """
-    from agentcron.core.secrets import generate_key
+    from agentcron.core.secrets.keyring import generate_key
 
     _print(generate_key())
 
@@ -241,7 +241,8 @@ def secrets_rotate() -> None:
     """Re-encrypt every stored secret under the first key of AGENTCRON_SECRETS_KEY, so the
     keys after it can be dropped. Safe to run while the service runs, and to run again."""
     from agentcron.core.errors import StartupError
-    from agentcron.core.secrets import KEY_SETTING, Keyring, SecretUnreadable, reencrypt_all
+    from agentcron.core.secrets.keyring import KEY_SETTING, Keyring, SecretUnreadable
+    from agentcron.core.secrets.store import reencrypt_all
 
     _configure_logging()
     try:
@@ -271,7 +272,7 @@ def _preflight() -> str | None:
     from agentcron.core.errors import SchedulerUnavailable, StartupError
     from agentcron.core.policy import ExecutionPolicy
     from agentcron.core.runners.containment import check_sandbox, containment_from_settings
-    from agentcron.core.secrets import Keyring
+    from agentcron.core.secrets.keyring import Keyring
     from agentcron.core.storage.database import Database
     from agentcron.core.storage.lock import EngineLock
     from agentcron.core.storage.migrate import check_schema, require_database_file
