@@ -12,7 +12,7 @@ from typing import Any
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.notify.base import DeliveryRequest, Notifier
-from agentcron.core.notify.email import EmailNotifier
+from agentcron.core.notify.email.notifier import EmailNotifier
 from agentcron.core.notify.file import FileNotifier
 from agentcron.core.notify.webhook import WebhookNotifier
 from agentcron.core.plugins import load_entry_points

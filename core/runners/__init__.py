@@ -23,9 +23,9 @@ from agentcron.core.runners.base import (
     RunRequest,
     TransientRunError,
 )
-from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.runners.command.config import CommandRunnerType
 from agentcron.core.runners.handler import HandlerRunnerType
-from agentcron.core.runners.openai import OpenAIRunnerType
+from agentcron.core.runners.openai.config import OpenAIRunnerType
 from agentcron.core.runners.python import PythonRunnerType
 
 ENTRY_POINT_GROUP = "agentcron.runners"

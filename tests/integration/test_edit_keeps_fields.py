@@ -41,10 +41,12 @@ from sqlalchemy import select
 
 from agentcron.core.config import Settings
 from agentcron.core.notify import NOTIFY_ON
-from agentcron.core.notify import email as email_channel
 from agentcron.core.notify import file as file_channel
 from agentcron.core.notify import webhook as webhook_channel
-from agentcron.core.runners import command, openai, python
+from agentcron.core.notify.email import notifier as email_channel
+from agentcron.core.runners import python
+from agentcron.core.runners.command import config as command
+from agentcron.core.runners.openai import config as openai
 from agentcron.core.secrets.references import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage.database import Database

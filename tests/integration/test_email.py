@@ -37,7 +37,8 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.notify import validate_channels
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.notify.delivery import deliver_run, delivery_body
-from agentcron.core.notify.email import EmailDeferred, EmailNotifier
+from agentcron.core.notify.email.notifier import EmailNotifier
+from agentcron.core.notify.email.transport import EmailDeferred
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType, succeed

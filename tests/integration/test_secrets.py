@@ -34,7 +34,7 @@ from sqlalchemy import select, update
 from agentcron.core.config import Settings
 from agentcron.core.errors import RunPermanentError, StartupError
 from agentcron.core.notify.base import DeliveryRequest
-from agentcron.core.notify.email import EmailNotifier
+from agentcron.core.notify.email.notifier import EmailNotifier
 from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
 from agentcron.core.secrets.resolution import load, resolve
 from agentcron.core.secrets.store import list_secrets, put_secret, reencrypt_all

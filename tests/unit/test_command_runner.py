@@ -20,7 +20,7 @@ from agentcron.core.runners import (
     validate_runner,
 )
 from agentcron.core.runners.base import TransientRunError
-from agentcron.core.runners.command import OUTPUT_LIMIT
+from agentcron.core.runners.command.runner import OUTPUT_LIMIT
 
 PY = sys.executable
 

@@ -17,7 +17,7 @@ from agentcron.core.errors import InvalidSchedule, StartupError
 from agentcron.core.logging import configure_logging, get_logger
 from agentcron.core.notify import masked_channels, validate_channels
 from agentcron.core.runners import RunOutcome, RunRequest, validate_runner
-from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.runners.command.config import CommandRunnerType
 from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
 from agentcron.core.secrets.redaction import redact, redact_json
 from agentcron.core.secrets.references import (
