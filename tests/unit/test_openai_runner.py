@@ -16,14 +16,8 @@ from typing import Any
 import pytest
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError
-from agentcron.core.runners import (
-    CancelToken,
-    RunOutcome,
-    RunRequest,
-    TransientRunError,
-    build_runner,
-    validate_runner,
-)
+from agentcron.core.runners import build_runner, validate_runner
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
 from agentcron.core.runners.openai import reply as openai_reply
 from tests.chat_server import ChatServer, Reply, completion
 from tests.factories import run_request

@@ -16,7 +16,8 @@ from pydantic import SecretStr
 from agentcron.core.errors import InvalidSchedule, StartupError
 from agentcron.core.logging import configure_logging, get_logger
 from agentcron.core.notify import masked_channels, validate_channels
-from agentcron.core.runners import RunOutcome, RunRequest, validate_runner
+from agentcron.core.runners import validate_runner
+from agentcron.core.runners.base import RunOutcome, RunRequest
 from agentcron.core.runners.command.config import CommandRunnerType
 from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
 from agentcron.core.secrets.redaction import redact, redact_json

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from agentcron.core.clock import Clock
 from agentcron.core.ledger import RunStore
 from agentcron.core.logging import get_logger
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken
 from agentcron.core.storage.models import Run
 
 log = get_logger("agentcron.engine")

@@ -12,7 +12,7 @@ import uuid
 from collections import deque
 from types import TracebackType
 
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken
 
 # Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
 # 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
