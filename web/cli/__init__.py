@@ -18,6 +18,7 @@ from typer.core import TyperOption
 
 from agentcron.web.cli import local, mcp, runs, schedules, secrets
 from agentcron.web.cli.client import CliError
+from agentcron.web.cli.schedules.preview import preview
 
 
 def _no_type_for_flags() -> None:
@@ -55,7 +56,7 @@ app.command("secrets-rotate")(local.secrets_rotate)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(runs.app, name="runs")
 app.add_typer(secrets.app, name="secrets")
-app.command("preview")(schedules.preview)
+app.command("preview")(preview)
 app.command("mcp")(mcp.mcp)
 
 
