@@ -24,7 +24,9 @@ from agentcron.web.cli.schedules.preview import preview
 def _no_type_for_flags() -> None:
     """Leave a flag's type column empty in ``--help``: typer 0.29 writes ``<bool>`` beside
     every flag (``--help -h <bool>``, ``--json <bool>``), which reads as a value to type. A flag
-    takes none; options with values keep their types (``<int range>``)."""
+    takes none; options with values keep their types (``<int range>``). Without it every one of
+    the command line's 31 help pages shows ``<bool>``: beside ``--help`` on each, and 30 times
+    beside other flags (``tests/e2e/test_cli.py`` holds it)."""
     shown = TyperOption.display_type_rich
 
     # ctx: typer's own (vendored) click Context.
