@@ -54,7 +54,8 @@ from agentcron.core.clock import utcnow
 from agentcron.core.ledger import Ledger, Outcome
 from agentcron.core.logging import configure_logging
 from agentcron.core.states import RunStatus
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.heap import settle_heap
 from bench.adapters.agentcron import engine_url, populate, shaped_rows
 from bench.harness import DEFAULT_PG

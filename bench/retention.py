@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, text, update
 
 from agentcron.core.retention import RetentionPolicy, prune_runs
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage.models import Run, Schedule
 from bench.infra import scratch
 
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -30,8 +30,9 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from agentcron.core.keys import create_key
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage.models import Run
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 

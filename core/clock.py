@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentcron.core.storage import Database
+    from agentcron.core.storage.database import Database
 
 Clock = Callable[[], datetime]
 

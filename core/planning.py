@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from agentcron.core import triggers
 from agentcron.core.states import RunReason
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
 from agentcron.core.timeline import Gap, find_gap, last_fire_before
 
 MAX_DUE_PER_CLAIM = 100  # due times of one schedule handled per claim; the rest stay due

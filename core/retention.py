@@ -24,7 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.runs import HISTORY_ORDER
 from agentcron.core.states import TERMINAL
-from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.storage.scope import scoped
 
 # Replicas on one PostgreSQL database take turns: a batch runs only under this transaction-level

@@ -16,7 +16,8 @@ from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.pagination import Page, check_limit, decode_run_cursor, encode_cursor
 from agentcron.core.schedules.views import load_schedule, parse_id
 from agentcron.core.states import TERMINAL, RunStatus
-from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import QUEUED_ORIGINS, promote_next, run_payload
 from agentcron.core.transitions import apply, cancelled

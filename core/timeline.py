@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
 from agentcron.core.states import ACTIVE, RunReason, RunStatus
-from agentcron.core.storage import Run, Schedule
+from agentcron.core.storage.models import Run, Schedule
 
 MAX_ROWS = 10  # due times of one gap written one row each
 COUNT_CAP = 30  # a summary row counts its due times up to this many (cron: ~0.1 ms each)

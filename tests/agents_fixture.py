@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentcron.core.errors import RunPermanentError
-from agentcron.core.runners import RunContext, RunOutcome, TransientRunError
+from agentcron.core.runners.base import RunContext, RunOutcome, TransientRunError
 
 CALLS: list[dict[str, Any]] = []
 SYNC_STOPPED = threading.Event()  # set by ``polls_cancel`` once it returns

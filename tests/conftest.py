@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 
 from agentcron.core.config import Settings
 from agentcron.core.keys import LOCAL_OWNER, create_key
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
 from agentcron.core.storage.models import Base
 from agentcron.web.app import create_app

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentcron.core.runners import RunRequest
+from agentcron.core.runners.base import RunRequest
 
 
 def schedule_values(now: datetime | None = None, **overrides: Any) -> dict[str, Any]:

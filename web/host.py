@@ -45,8 +45,8 @@ from agentcron.core.runners.containment import Containment, check_sandbox, conta
 from agentcron.core.runners.handler import Handler
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.secrets import Keyring
-from agentcron.core.storage import Database
+from agentcron.core.secrets.keyring import Keyring
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.liveness import noticed_by, promised_recovery
 from agentcron.core.storage.lock import EngineLock
 from agentcron.core.storage.migrate import check_schema, upgrade

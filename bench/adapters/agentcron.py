@@ -54,8 +54,9 @@ from agentcron.core.ledger import Claim, Ledger
 from agentcron.core.logging import configure_logging
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
+from agentcron.core.storage.models import Schedule
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.heap import settle_heap
 from agentcron.web.engine.loop import SchedulerLoop

@@ -31,7 +31,7 @@ from agentcron.core.config import Settings
 from agentcron.core.ledger import Claim, Outcome, Wakeup
 from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.logging import configure_logging
-from agentcron.core.storage import Run, built
+from agentcron.core.storage.models import Run, built
 from agentcron.core.transitions import finished
 from agentcron.web.engine.heap import settle_heap
 from agentcron.web.engine.loop import SchedulerLoop

@@ -43,7 +43,7 @@ import httpx
 from agentcron.core.config import Settings
 from agentcron.core.keys import LOCAL_OWNER, create_key
 from agentcron.core.logging import configure_logging
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from bench import inside
 from bench.adapters.agentcron import (
     POLL_SECONDS,

@@ -22,8 +22,8 @@ from agentcron.core.ledger.types import (
     output_excerpt,
 )
 from agentcron.core.states import ACTIVE, FAILURES, RunReason, RunStatus
-from agentcron.core.storage import Run, Schedule, Task
 from agentcron.core.storage import queries as q
+from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import QUEUED_ORIGINS, promote_next
 from agentcron.core.transitions import (

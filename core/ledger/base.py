@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcron.core.clock import Clock, utcnow
-from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
 from agentcron.core.workdirs import TaskDirectories
 
 

@@ -16,9 +16,9 @@ from agentcron.core.ledger.types import Claim, Wakeup
 from agentcron.core.logging import get_logger
 from agentcron.core.planning import plan_due_times
 from agentcron.core.states import RunStatus
-from agentcron.core.storage import Run, built
 from agentcron.core.storage import queries as q
 from agentcron.core.storage.claim_sql import CLAIM_WRITES, claim_params
+from agentcron.core.storage.models import Run, built
 from agentcron.core.timeline import gap_rows, jitter_delay, run_payload
 
 log = get_logger(__name__)

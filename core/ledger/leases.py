@@ -11,8 +11,8 @@ from sqlalchemy import ColumnElement, select, true
 
 from agentcron.core.ledger.base import LedgerBase
 from agentcron.core.notify.delivery import applicable_channels
-from agentcron.core.storage import Run, Schedule, Task
 from agentcron.core.storage import queries as q
+from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.transitions import Values, delivering
 
 

@@ -33,7 +33,8 @@ from agentcron.core.ledger.attempts import schedule_result
 from agentcron.core.ledger.store import RunStore
 from agentcron.core.ledger.types import Claim, Outcome, PreparedTask, StartDecision, Wakeup
 from agentcron.core.states import ACTIVE, RunReason, RunStatus
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import run_payload
 from agentcron.core.transitions import (
     admitted,

@@ -20,9 +20,9 @@ from agentcron.core.ledger.attempts import breaker_note
 from agentcron.core.ledger.leases import Leases
 from agentcron.core.ledger.types import Outcome, error_excerpt, output_excerpt
 from agentcron.core.states import FAILURES, RunReason, RunStatus
-from agentcron.core.storage import Run, Schedule
 from agentcron.core.storage import record_sql as sql
 from agentcron.core.storage.arrays import array_params
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.transitions import apply, apply_held, finished, paused
 

@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from agentcron.core.ledger.types import Claim, Outcome, StartDecision, Wakeup
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
 
 
 class RunStore(Protocol):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 
 OUTPUT_EXCERPT_CHARS = 64 * 1024
 ERROR_CHARS = 8 * 1024

@@ -2,7 +2,7 @@
 
 One module per channel type (``file``, ``webhook``, ``email``); third parties add their own
 through the ``agentcron.notifiers`` entry-point group (an object with the ``Notifier``
-protocol). Delivery of a finished run lives in ``core.notify.delivery``.
+protocol of ``core.notify.base``). Delivery of a finished run lives in ``core.notify.delivery``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcron.core.errors import InvalidSchedule
-from agentcron.core.notify.base import DeliveryRequest, Notifier
-from agentcron.core.notify.email import EmailNotifier
+from agentcron.core.notify.base import Notifier
+from agentcron.core.notify.email.notifier import EmailNotifier
 from agentcron.core.notify.file import FileNotifier
 from agentcron.core.notify.webhook import WebhookNotifier
 from agentcron.core.plugins import load_entry_points
@@ -111,8 +111,6 @@ for _builtin in (FileNotifier(), WebhookNotifier(), EmailNotifier()):
 
 __all__ = [
     "NOTIFY_ON",
-    "DeliveryRequest",
-    "Notifier",
     "keep_masked_secrets",
     "mask_secret",
     "masked_channels",

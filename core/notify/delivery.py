@@ -6,7 +6,7 @@ delivery is recorded on the delivery and never changes the run's status. Who del
 takes over when that process dies, is the engine's business (``Run.deliver_until``).
 
 Channels that refer to the owner's stored secrets get their values resolved once per
-``deliver_run`` (one query, ``core.secrets.load``); a channel whose secret cannot be read
+``deliver_run`` (one query, ``core.secrets.resolution.load``); a channel whose secret cannot be read
 (deleted since, or not decryptable) fails at once, permanently, naming it. Every resolved value
 is redacted from the delivery errors that are recorded and logged.
 """
@@ -25,9 +25,13 @@ from agentcron.core.logging import get_logger
 from agentcron.core.notify import notifier as find_notifier
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.secrets import Keyring, Resolution, load, redact, referenced_secrets
+from agentcron.core.secrets.keyring import Keyring
+from agentcron.core.secrets.redaction import redact
+from agentcron.core.secrets.references import referenced_secrets
+from agentcron.core.secrets.resolution import Resolution, load
 from agentcron.core.states import RunReason
-from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.core.storage.sql.deliveries import delivery_of
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.transitions import apply, paused

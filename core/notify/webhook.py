@@ -35,7 +35,7 @@ from agentcron.core.notify.ssrf import (
     resolve,
     vet,
 )
-from agentcron.core.secrets import check_reference, reference_name
+from agentcron.core.secrets.references import check_reference, reference_name
 
 # A channel's own keys, besides the "type" and "notify_on" every channel has.
 FIELDS = frozenset({"url", "secret"})

@@ -1,4 +1,5 @@
-"""The agent seam: the ``Runner`` protocol and the registry of runner types.
+"""The agent seam: the registry of runner types. The ``Runner`` and ``RunnerType`` protocols,
+what an attempt is handed and what it returns are in ``core.runners.base``.
 
 A schedule's ``runner`` object names a registered type; its configuration is validated when the
 schedule is created or updated, never first at run time. Built-in types are registered below;
@@ -13,19 +14,10 @@ from typing import Any
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.plugins import load_entry_points
-from agentcron.core.runners.base import (
-    AttemptStopped,
-    CancelToken,
-    RunContext,
-    Runner,
-    RunnerType,
-    RunOutcome,
-    RunRequest,
-    TransientRunError,
-)
-from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.runners.base import Runner, RunnerType
+from agentcron.core.runners.command.config import CommandRunnerType
 from agentcron.core.runners.handler import HandlerRunnerType
-from agentcron.core.runners.openai import OpenAIRunnerType
+from agentcron.core.runners.openai.config import OpenAIRunnerType
 from agentcron.core.runners.python import PythonRunnerType
 
 ENTRY_POINT_GROUP = "agentcron.runners"
@@ -80,14 +72,6 @@ register_runner_type(OpenAIRunnerType())
 register_runner_type(PythonRunnerType())
 
 __all__ = [
-    "AttemptStopped",
-    "CancelToken",
-    "RunContext",
-    "RunOutcome",
-    "RunRequest",
-    "Runner",
-    "RunnerType",
-    "TransientRunError",
     "build_runner",
     "register_runner_type",
     "runner_type",

@@ -23,8 +23,9 @@ from agentcron.core.specs import (
     reject_nul,
 )
 from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import Database, Run, Schedule
 from agentcron.core.storage import queries as q
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import (
     Gap,
     find_gap,

@@ -26,6 +26,11 @@ from agentcron.core.schedules.keyed import KeyedVerbs
 from agentcron.core.schedules.timetable import TimetableVerbs
 from agentcron.core.storage.database import Database
 
+# Fields whose change makes an update recompute the schedule's warnings, and its next_run.
+WARNING_INPUTS = frozenset({"trigger", "timeout_seconds", "overlap", "runner", "notify"})
+TIMETABLE_INPUTS = frozenset({"trigger", "enabled", "max_runs"})
+Warnings = list[dict[str, str]]
+
 
 class ScheduleService:
     """Schedule CRUD, the timetable verbs, and the verbs by the host's key, over one database.

@@ -1,26 +1,4 @@
-"""SQLAlchemy 2 async storage: engine and sessions, column types, models."""
-
-from agentcron.core.storage.database import Capabilities, Database
-from agentcron.core.storage.models import (
-    ApiKey,
-    Base,
-    Delivery,
-    Run,
-    Schedule,
-    Secret,
-    Task,
-    built,
-)
-
-__all__ = [
-    "ApiKey",
-    "Base",
-    "Capabilities",
-    "Database",
-    "Delivery",
-    "Run",
-    "Schedule",
-    "Secret",
-    "Task",
-    "built",
-]
+"""SQLAlchemy 2 async storage: ``database`` (``Database``: the engine, its sessions and what
+the backend can do), ``models`` (the tables as ORM classes), ``types`` (column types alike on
+SQLite and PostgreSQL), and the engine's statements, wake-ups, migrations and guards beside
+them. Callers import each from the module that defines it."""

@@ -242,7 +242,7 @@ class Secret(Base):
     """A tenant's stored secret: write-only through the API, referenced by name from runner and
     notify configurations (``{"secret": NAME}``), resolved by the engine at run time.
 
-    ``ciphertext`` is a Fernet token (``core.secrets.Keyring``) of the value bound to
+    ``ciphertext`` is a Fernet token (``core.secrets.keyring.Keyring``) of the value bound to
     ``owner`` and ``name``: the plaintext is never stored, and a row copied to another owner or
     name does not decrypt.
     """

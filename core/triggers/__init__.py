@@ -41,10 +41,8 @@ from zoneinfo import ZoneInfo
 from agentcron.core.triggers.cron import is_wildcard_job
 from agentcron.core.triggers.describe import clock_time, describe, offset_label
 from agentcron.core.triggers.kinds import (
-    GAP_POLICIES,
     KIND_KEYS,
     MAX_INTERVAL_SECONDS,
-    REPEAT_POLICIES,
     CronTrigger,
     IntervalTrigger,
     OneShotTrigger,
@@ -59,13 +57,11 @@ from agentcron.core.triggers.search import dst_rule as _cron_dst_rule
 from agentcron.core.triggers.search import next_cron
 
 __all__ = [
-    "GAP_POLICIES",
     "KIND_KEYS",
     "MAX_INTERVAL_SECONDS",
     "CronTrigger",
     "IntervalTrigger",
     "OneShotTrigger",
-    "REPEAT_POLICIES",
     "Trigger",
     "clock_time",
     "describe",

@@ -26,7 +26,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from tests.conftest import PG_URL, PgServer, bearer, clone_pg, pg_url_for
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))

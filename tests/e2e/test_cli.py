@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agentcron.core.keys import create_key
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from tests.e2e.conftest import AGENTCRON, Server, free_port, start_server
 from tests.e2e.test_serve import readme_block
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from tests.conftest import PG_URL, bearer
 from tests.e2e.conftest import (
     AGENTCRON,

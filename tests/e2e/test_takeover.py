@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from tests.conftest import bearer
 from tests.e2e.conftest import (
     Fleet,

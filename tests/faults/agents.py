@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from agentcron.core.runners import RunContext
+from agentcron.core.runners.base import RunContext
 
 LOG_ENV = "AGENTCRON_FAULT_LOG"
 

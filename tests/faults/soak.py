@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from tests.conftest import bearer
 from tests.e2e.conftest import (
     Execution,

@@ -12,7 +12,7 @@ from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.integration.engine_kit import LEASE, OWNER, TICK, Engine, MakeEngine
 from tests.integration.test_webhook import Receiver, new_secret

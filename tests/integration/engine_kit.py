@@ -20,7 +20,8 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.web.engine.loop import SchedulerLoop
 
 T = TypeVar("T")

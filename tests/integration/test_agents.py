@@ -304,7 +304,8 @@ async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
     """Replica A gets the agent's reply, then dies before recording it; replica B continues
     the same run after A's lease expires. The agent is asked twice (that cannot be avoided
     without the reply), but the conversation holds the turn once and the run succeeds once."""
-    from agentcron.core.runners import CancelToken, RunRequest, build_runner
+    from agentcron.core.runners import build_runner
+    from agentcron.core.runners.base import CancelToken, RunRequest
 
     schedule_id = await create(client, openai_runner(llm), mode="persistent")
     first: Engine = make_engine("replica-0")

@@ -30,7 +30,8 @@ from structlog.testing import capture_logs
 
 from agentcron.core import triggers
 from agentcron.core.keys import LAST_USED_RESOLUTION, authenticate, create_key, revoke_key
-from agentcron.core.storage import ApiKey, Database, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import ApiKey, Task
 from tests.conftest import app_client, bearer, issue_key
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))

@@ -22,7 +22,8 @@ from agentcron.core.runs import RunService
 from agentcron.core.schedules.plans import RESUME_ALL_CAP
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import BackfillRequest, ScheduleCreate
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
 from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED
 from tests.integration.engine_kit import Engine, runs_of, runs_where, spec, wait_for
 

@@ -18,7 +18,8 @@ from agentcron.core.ledger import Claim, Ledger, Outcome
 from agentcron.core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.states import TERMINAL
-from agentcron.core.storage import Database, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.tasks import delete_task
 from tests.factories import schedule_values
 from tests.integration.engine_kit import MakeEngine, wait_for

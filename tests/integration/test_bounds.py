@@ -16,7 +16,8 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.planning import plan_due_times
 from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.specs import ScheduleUpdate
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import jitter_delay
 from tests.factories import schedule_values
 from tests.integration.engine_kit import Engine, fetch_schedule, runs_of, spec, wait_for

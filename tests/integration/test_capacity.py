@@ -20,7 +20,8 @@ from sqlalchemy import func, select, update
 from agentcron.core.errors import ScheduleCapacityExceeded
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
 from tests.integration.test_schedule_keys import record
 
 LIMIT = 2

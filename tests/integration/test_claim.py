@@ -17,7 +17,8 @@ from agentcron.core.ledger import Claim, Ledger
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from tests.factories import schedule_values
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)

@@ -22,7 +22,8 @@ from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
 from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.web.app import create_app
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.loop import SchedulerLoop

@@ -29,7 +29,8 @@ from structlog.testing import capture_logs
 
 from agentcron.core.config import Settings
 from agentcron.core.errors import StartupError
-from agentcron.core.storage import Database, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Task
 from agentcron.core.workdirs import adopt_legacy_directory
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key

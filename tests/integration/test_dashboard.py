@@ -27,7 +27,8 @@ from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
 from tests.integration.test_runs_api import runs_of_a_restart

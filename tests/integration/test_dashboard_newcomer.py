@@ -12,7 +12,8 @@ from datetime import timedelta
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
 from agentcron.core.triggers import offset_label
 from agentcron.web.dashboard.views import duration
 from tests.integration.test_dashboard import (

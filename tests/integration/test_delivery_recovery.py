@@ -27,7 +27,8 @@ from agentcron.core.ledger import Ledger, Outcome
 from agentcron.core.notify import register_notifier
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
-from agentcron.core.storage import Database, Delivery, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule
 from tests.factories import schedule_values
 from tests.integration.engine_kit import (
     HOURLY,

@@ -16,7 +16,8 @@ from sqlalchemy import insert, select, update
 
 from agentcron.core import triggers
 from agentcron.core.ledger import Ledger
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from tests.factories import schedule_values
 
 API = "/api/v1/schedules"

@@ -41,13 +41,16 @@ from sqlalchemy import select
 
 from agentcron.core.config import Settings
 from agentcron.core.notify import NOTIFY_ON
-from agentcron.core.notify import email as email_channel
 from agentcron.core.notify import file as file_channel
 from agentcron.core.notify import webhook as webhook_channel
-from agentcron.core.runners import command, openai, python
-from agentcron.core.secrets import referenced_secrets
+from agentcron.core.notify.email import notifier as email_channel
+from agentcron.core.runners import python
+from agentcron.core.runners.command import config as command
+from agentcron.core.runners.openai import config as openai
+from agentcron.core.secrets.references import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
 from agentcron.core.triggers import KIND_KEYS
 from agentcron.testing.kit import SettableClock
 from agentcron.web.api.schemas import ScheduleOut

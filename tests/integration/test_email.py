@@ -37,14 +37,16 @@ from agentcron.core.ledger import Ledger
 from agentcron.core.notify import validate_channels
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.notify.delivery import deliver_run, delivery_body
-from agentcron.core.notify.email import EmailDeferred, EmailNotifier
+from agentcron.core.notify.email.notifier import EmailNotifier
+from agentcron.core.notify.email.transport import EmailDeferred
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Delivery, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 

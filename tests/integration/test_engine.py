@@ -19,7 +19,8 @@ from sqlalchemy import delete
 from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import (
     HOURLY,
     OWNER,

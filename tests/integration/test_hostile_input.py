@@ -21,7 +21,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from tests.integration.test_api_doc import openapi
 
 API = "/api/v1/schedules"

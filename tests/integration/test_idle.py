@@ -18,7 +18,8 @@ from agentcron.core.clock import DatabaseClock
 from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.metrics import EngineMetrics

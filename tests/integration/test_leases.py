@@ -20,7 +20,7 @@ import pytest
 import structlog
 
 from agentcron.core.runners.fake import FakeRunnerType, sleep
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.integration.engine_kit import (
     HOURLY,

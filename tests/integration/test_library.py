@@ -25,7 +25,7 @@ import agentcron
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 
 OWNER = "host-tenant"
 LIBRARY_MD = (Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text()

@@ -23,8 +23,9 @@ from sqlalchemy import text
 from agentcron.core.clock import DatabaseClock
 from agentcron.core.ledger import Ledger
 from agentcron.core.runners.fake import FakeRunnerType, succeed
-from agentcron.core.storage import Database, Run
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.conftest import PgServer, clone_pg
 from tests.integration.engine_kit import (

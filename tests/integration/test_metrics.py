@@ -7,7 +7,7 @@ import structlog.testing
 from prometheus_client import generate_latest
 
 from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
-from agentcron.core.storage import Delivery, Run
+from agentcron.core.storage.models import Delivery, Run
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,

@@ -10,7 +10,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import current_revision, head_revision, upgrade
 from agentcron.core.storage.models import Base
 from tests.conftest import pg_url_for

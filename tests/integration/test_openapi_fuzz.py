@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from agentcron.core.config import Settings
 from agentcron.core.keys import LOCAL_OWNER, create_key
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.web.app import create_app
 from tests.conftest import bearer
 

@@ -11,7 +11,8 @@ from sqlalchemy import func, insert, select, update
 
 from agentcron.core.config import Settings
 from agentcron.core.retention import RetentionPolicy, prune_runs
-from agentcron.core.storage import Database, Delivery, Run, Schedule, Task
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from agentcron.web.app import create_app
 from tests.factories import schedule_values
 from tests.integration.engine_kit import wait_for

@@ -11,7 +11,8 @@ import httpx
 from sqlalchemy import update
 
 from agentcron.core.ledger import Ledger
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 
 API = "/api/v1"
 RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}

@@ -34,17 +34,12 @@ from sqlalchemy import select, update
 from agentcron.core.config import Settings
 from agentcron.core.errors import RunPermanentError, StartupError
 from agentcron.core.notify.base import DeliveryRequest
-from agentcron.core.notify.email import EmailNotifier
-from agentcron.core.secrets import (
-    Keyring,
-    SecretUnreadable,
-    list_secrets,
-    load,
-    put_secret,
-    reencrypt_all,
-    resolve,
-)
-from agentcron.core.storage import Database, Run, Schedule, Secret
+from agentcron.core.notify.email.notifier import EmailNotifier
+from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
+from agentcron.core.secrets.resolution import load, resolve
+from agentcron.core.secrets.store import list_secrets, put_secret, reencrypt_all
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Secret
 from agentcron.web.app import create_app
 from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion

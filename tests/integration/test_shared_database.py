@@ -20,7 +20,7 @@ from agentcron.core.clock import utcnow
 from agentcron.core.errors import StartupError
 from agentcron.core.retention import RetentionPolicy, prune_runs, take_turn
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
 from agentcron.core.storage.wakeups import announce_change, listen
 from agentcron.web.api.hosting import ConfigurationError

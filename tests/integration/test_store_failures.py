@@ -35,8 +35,7 @@ from agentcron.core.config import Settings
 from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.specs import BackfillRequest, ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database
-from agentcron.core.storage.database import sqlite_file
+from agentcron.core.storage.database import Database, sqlite_file
 from agentcron.web.app import create_app
 from agentcron.web.dashboard.session import COOKIE
 from tests.conftest import PG_URL, app_client, issue_key

@@ -9,7 +9,7 @@ import pytest
 from agentcron.core.notify import notifier, register_notifier
 from agentcron.core.notify.file import FileNotifier
 from agentcron.core.runners.fake import FakeRunnerType, sleep, succeed
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
 from agentcron.core.tasks import delete_task, get_task
 from tests.integration.engine_kit import (
     HOURLY,

@@ -17,7 +17,8 @@ from agentcron.core.errors import Conflict, InvalidSchedule
 from agentcron.core.ledger import Ledger
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database, Run, Schedule
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 from tests.factories import schedule_values
 

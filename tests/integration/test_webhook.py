@@ -41,7 +41,8 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
-from agentcron.core.storage import Database, Delivery, Run
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Delivery, Run
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
 from tests.network import BANNERS, MARK, listening, resolving

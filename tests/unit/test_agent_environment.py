@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentcron.core.runners import CancelToken, RunRequest, build_runner, validate_runner
+from agentcron.core.runners import build_runner, validate_runner
+from agentcron.core.runners.base import CancelToken, RunRequest
 from agentcron.core.runners.containment import DEFAULT_PATH, Containment, Sandbox, agent_environment
 
 # What the service's environment holds in production, and no agent may see.

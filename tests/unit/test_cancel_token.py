@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken
 
 SOON = 1.0  # a wait that should return at once gets this long before the test fails
 

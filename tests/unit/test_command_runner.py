@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from agentcron.core.errors import RunPermanentError
-from agentcron.core.runners import (
-    CancelToken,
-    RunOutcome,
-    RunRequest,
-    build_runner,
-    validate_runner,
-)
-from agentcron.core.runners.base import TransientRunError
-from agentcron.core.runners.command import OUTPUT_LIMIT
+from agentcron.core.runners import build_runner, validate_runner
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.command.runner import OUTPUT_LIMIT
 
 PY = sys.executable
 

@@ -23,7 +23,7 @@ from agentcron.core.ledger import Claim
 from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.leases import LEASE_LOST
 from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.slots import QUEUE_AHEAD

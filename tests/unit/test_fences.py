@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agentcron.core.clock import utcnow
 from agentcron.core.ledger.memory import MemoryRunStore
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken
 from agentcron.web.engine.leases import LEASE_UNCONFIRMED, LeaseKeeper
 
 LEASE = 1.2  # a fence margin of 0.3 s (a quarter of the lease)

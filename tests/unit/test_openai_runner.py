@@ -16,15 +16,8 @@ from typing import Any
 import pytest
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError
-from agentcron.core.runners import (
-    CancelToken,
-    RunOutcome,
-    RunRequest,
-    TransientRunError,
-    build_runner,
-    validate_runner,
-)
-from agentcron.core.runners import openai as openai_runner
+from agentcron.core.runners import build_runner, validate_runner
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
 from agentcron.core.runners.openai import reply as openai_reply
 from tests.chat_server import ChatServer, Reply, completion
 from tests.factories import run_request
@@ -184,7 +177,7 @@ async def test_a_long_server_message_is_truncated(server: ChatServer) -> None:
     server.script(Reply(status=400, json={"error": {"message": "x" * 10_000}}))
     with pytest.raises(RunPermanentError) as caught:
         await run(server)
-    assert len(str(caught.value)) < openai_runner.MESSAGE_LIMIT + 100
+    assert len(str(caught.value)) < openai_reply.MESSAGE_LIMIT + 100
     assert str(caught.value).endswith("…")
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from agentcron.core import triggers
 from agentcron.core.planning import MAX_DUE_PER_CLAIM, plan_due_times
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
 from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ from agentcron.core.errors import InvalidSchedule
 
 PLUGIN = """
 from agentcron.core.notify.file import FileNotifier
-from agentcron.core.runners.command import CommandRunnerType
+from agentcron.core.runners.command.config import CommandRunnerType
 
 
 class EchoRunnerType(CommandRunnerType):

@@ -22,15 +22,9 @@ from typing import Any
 import pytest
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
-from agentcron.core.runners import (
-    CancelToken,
-    RunOutcome,
-    RunRequest,
-    TransientRunError,
-    build_runner,
-    validate_runner,
-)
+from agentcron.core.runners import build_runner, validate_runner
 from agentcron.core.runners import python as python_runner
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
 from tests import agents_fixture
 from tests.factories import run_request
 

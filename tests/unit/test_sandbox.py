@@ -17,14 +17,8 @@ from pathlib import Path
 import pytest
 
 from agentcron.core.errors import RunPermanentError, StartupError, TargetUnavailable
-from agentcron.core.runners import (
-    CancelToken,
-    RunOutcome,
-    RunRequest,
-    build_runner,
-    validate_runner,
-)
-from agentcron.core.runners.base import TransientRunError
+from agentcron.core.runners import build_runner, validate_runner
+from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
 from agentcron.core.runners.containment import Containment, Sandbox, check_sandbox
 from tests.e2e.conftest import processes_with
 
@@ -229,8 +223,9 @@ async def test_the_sandboxed_agent_dies_with_the_service(tmp_path: Path, bwrap: 
     service = (
         "import asyncio, sys, uuid\n"
         "from pathlib import Path\n"
-        "from core.runners import CancelToken, RunRequest, build_runner, validate_runner\n"
-        "from core.runners.containment import Containment, Sandbox\n"
+        "from agentcron.core.runners import build_runner, validate_runner\n"
+        "from agentcron.core.runners.base import CancelToken, RunRequest\n"
+        "from agentcron.core.runners.containment import Containment, Sandbox\n"
         f"sandbox = Sandbox({bwrap!r}, Path({str(data_dir)!r}))\n"
         "req = RunRequest(run_id=uuid.uuid4(), schedule_id=uuid.uuid4(), task_id=uuid.uuid4(),\n"
         "    attempt=1, trigger='manual', due_at=None, prompt='', "

@@ -16,19 +16,18 @@ from pydantic import SecretStr
 from agentcron.core.errors import InvalidSchedule, StartupError
 from agentcron.core.logging import configure_logging, get_logger
 from agentcron.core.notify import masked_channels, validate_channels
-from agentcron.core.runners import RunOutcome, RunRequest, validate_runner
-from agentcron.core.runners.command import CommandRunnerType
-from agentcron.core.secrets import (
-    Keyring,
-    SecretUnreadable,
+from agentcron.core.runners import validate_runner
+from agentcron.core.runners.base import RunOutcome, RunRequest
+from agentcron.core.runners.command.config import CommandRunnerType
+from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
+from agentcron.core.secrets.redaction import redact, redact_json
+from agentcron.core.secrets.references import (
     check_name,
     check_value,
-    redact,
-    redact_json,
     referenced_secrets,
     secret_references,
 )
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.verdict import Verdict, redact_verdict
 
 K1, K2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()

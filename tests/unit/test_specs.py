@@ -8,7 +8,7 @@ from sqlalchemy import inspect as sa_inspect
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.specs import NULLABLE, SETTINGS, ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Schedule
+from agentcron.core.storage.models import Schedule
 from agentcron.web.api.schemas import ScheduleOut
 
 

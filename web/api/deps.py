@@ -12,7 +12,7 @@ from agentcron.core.keys import LOCAL_OWNER as LOCAL_OWNER  # re-exported: the n
 from agentcron.core.keys import Principal, authenticate
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 
 # Declares the bearer scheme in the OpenAPI document. auto_error=False: a missing or non-Bearer
 # header comes through as None so the answer is our 401 error body, not FastAPI's own.

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentcron.core.errors import SchedulerUnavailable
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.supervisor import Supervisor
 

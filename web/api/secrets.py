@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from agentcron.core.secrets import Keyring, SecretInfo, delete_secret, list_secrets, put_secret
+from agentcron.core.secrets.keyring import Keyring
+from agentcron.core.secrets.store import SecretInfo, delete_secret, list_secrets, put_secret
 from agentcron.core.specs import SecretPut
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.web.api.deps import AuthDep, PrincipalDep
 from agentcron.web.api.schedules import ERRORS
 from agentcron.web.api.schemas import SecretList, SecretOut

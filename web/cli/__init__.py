@@ -18,12 +18,15 @@ from typer.core import TyperOption
 
 from agentcron.web.cli import local, mcp, runs, schedules, secrets
 from agentcron.web.cli.client import CliError
+from agentcron.web.cli.schedules.preview import preview
 
 
 def _no_type_for_flags() -> None:
     """Leave a flag's type column empty in ``--help``: typer 0.29 writes ``<bool>`` beside
     every flag (``--help -h <bool>``, ``--json <bool>``), which reads as a value to type. A flag
-    takes none; options with values keep their types (``<int range>``)."""
+    takes none; options with values keep their types (``<int range>``). Without it every one of
+    the command line's 31 help pages shows ``<bool>``: beside ``--help`` on each, and 30 times
+    beside other flags (``tests/e2e/test_cli.py`` holds it)."""
     shown = TyperOption.display_type_rich
 
     # ctx: typer's own (vendored) click Context.
@@ -55,7 +58,7 @@ app.command("secrets-rotate")(local.secrets_rotate)
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(runs.app, name="runs")
 app.add_typer(secrets.app, name="secrets")
-app.command("preview")(schedules.preview)
+app.command("preview")(preview)
 app.command("mcp")(mcp.mcp)
 
 

@@ -12,7 +12,7 @@ import typer
 
 if TYPE_CHECKING:
     from agentcron.core.config import Settings
-    from agentcron.core.storage import Database
+    from agentcron.core.storage.database import Database
 
 T = TypeVar("T")
 
@@ -26,7 +26,7 @@ def on_database(work: Callable[[Database], Awaitable[T]]) -> T:
     import asyncio
 
     from agentcron.core.errors import SchedulerUnavailable, StartupError
-    from agentcron.core.storage import Database
+    from agentcron.core.storage.database import Database
     from agentcron.core.storage.migrate import check_schema, require_database_file
 
     settings = read_settings()

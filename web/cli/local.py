@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
     import structlog
 
-    from agentcron.core.storage import ApiKey, Database
+    from agentcron.core.storage.database import Database
+    from agentcron.core.storage.models import ApiKey
 
 keys = typer.Typer(
     help="API keys on the server's database: create, list, revoke.", no_args_is_help=True
@@ -231,7 +232,7 @@ def secrets_key() -> None:
     To rotate, put the new key first and keep the old one after it
     (AGENTCRON_SECRETS_KEY=NEW,OLD), restart, run `agentcron secrets-rotate`, then drop OLD.
     """
-    from agentcron.core.secrets import generate_key
+    from agentcron.core.secrets.keyring import generate_key
 
     _print(generate_key())
 
@@ -240,7 +241,8 @@ def secrets_rotate() -> None:
     """Re-encrypt every stored secret under the first key of AGENTCRON_SECRETS_KEY, so the
     keys after it can be dropped. Safe to run while the service runs, and to run again."""
     from agentcron.core.errors import StartupError
-    from agentcron.core.secrets import KEY_SETTING, Keyring, SecretUnreadable, reencrypt_all
+    from agentcron.core.secrets.keyring import KEY_SETTING, Keyring, SecretUnreadable
+    from agentcron.core.secrets.store import reencrypt_all
 
     _configure_logging()
     try:
@@ -270,8 +272,8 @@ def _preflight() -> str | None:
     from agentcron.core.errors import SchedulerUnavailable, StartupError
     from agentcron.core.policy import ExecutionPolicy
     from agentcron.core.runners.containment import check_sandbox, containment_from_settings
-    from agentcron.core.secrets import Keyring
-    from agentcron.core.storage import Database
+    from agentcron.core.secrets.keyring import Keyring
+    from agentcron.core.storage.database import Database
     from agentcron.core.storage.lock import EngineLock
     from agentcron.core.storage.migrate import check_schema, require_database_file
 

@@ -30,7 +30,7 @@ from agentcron.core.schedules.plans import preview, upcoming
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 from agentcron.web.api.errors import status_for
 from agentcron.web.dashboard.forms import (
     FORM_ERROR,

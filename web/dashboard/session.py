@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import Depends, Request, Response
 
 from agentcron.core.keys import Principal, authenticate
-from agentcron.core.storage import Database
+from agentcron.core.storage.database import Database
 
 COOKIE = "agentcron_key"
 # The longest form body read. The prompt may hold 100,000 characters, and a CJK character is

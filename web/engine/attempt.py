@@ -8,10 +8,11 @@ from typing import Any
 
 from agentcron.core.errors import InvalidSchedule, TargetUnavailable
 from agentcron.core.ledger import TaskRef
-from agentcron.core.runners import Runner, RunRequest, build_runner
+from agentcron.core.runners import build_runner
+from agentcron.core.runners.base import Runner, RunRequest
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler, HandlerRunner, HandlerRunnerType
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 
 
 def runner_for(config: dict[str, Any], handler: Handler | None) -> Runner:

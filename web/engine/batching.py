@@ -6,6 +6,11 @@ caller ``await submit(item)`` as if it had the transaction to itself; items subm
 flush is in flight wait and go together in the next one. Unless asked to linger, an idle
 caller is never delayed to wait for company: the first item of a quiet moment is flushed on
 the next turn of the loop.
+
+Without it each run was admitted and recorded in transactions of its own, 2.01 commits per
+run: a 10,000-run burst on PostgreSQL took 88.5 s, and 16.2 s (0.44 commits per run) once
+admissions and records went in batches and claims got cheaper (docs/benchmarks.md, "What
+changed in the engine for these figures").
 """
 
 from __future__ import annotations

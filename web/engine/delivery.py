@@ -24,8 +24,8 @@ from agentcron.core.logging import get_logger
 from agentcron.core.notify.delivery import DEFAULT_POLICY, deliver_run
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import run_view
-from agentcron.core.secrets import Keyring
-from agentcron.core.storage import Run
+from agentcron.core.secrets.keyring import Keyring
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.metrics import EngineMetrics
 
 log = get_logger("agentcron.engine")

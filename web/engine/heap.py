@@ -13,6 +13,10 @@ default the engine spent about a tenth of a burst's CPU in young collections tha
 little (a 10,000-run burst at concurrency 256: 2.45 and 2.49 s before, 2.26 and 2.25 s after,
 engine CPU 2.14 to 1.94 s). A young collection then walks at most those 25,000 objects: a
 few milliseconds.
+
+The pauses were measured with ``gc.callbacks`` in the engine's process, the young threshold
+by alternating bursts, both on PostgreSQL (docs/benchmarks.md: "a frozen heap", and "The
+claim admits the queue ahead").
 """
 
 from __future__ import annotations

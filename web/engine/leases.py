@@ -31,8 +31,8 @@ from datetime import datetime, timedelta
 from agentcron.core.clock import Clock
 from agentcron.core.ledger import RunStore
 from agentcron.core.logging import get_logger
-from agentcron.core.runners import CancelToken
-from agentcron.core.storage import Run
+from agentcron.core.runners.base import CancelToken
+from agentcron.core.storage.models import Run
 
 log = get_logger("agentcron.engine")
 

@@ -34,7 +34,7 @@ from agentcron.core.retention import PruneReport, RetentionPolicy, prune_runs
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
-from agentcron.core.secrets import Keyring
+from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
 from agentcron.core.storage.wakeups import listen
 from agentcron.web.engine.metrics import EngineMetrics

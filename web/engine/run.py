@@ -40,9 +40,11 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners.base import AttemptStopped, CancelToken, checked_outcome
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
-from agentcron.core.secrets import Keyring, load, referenced_secrets
+from agentcron.core.secrets.keyring import Keyring
+from agentcron.core.secrets.references import referenced_secrets
+from agentcron.core.secrets.resolution import load
 from agentcron.core.states import RunStatus
-from agentcron.core.storage import Run
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.attempt import request_for, runner_for
 from agentcron.web.engine.batching import GroupCommit, retrying
 from agentcron.web.engine.delivery import Deliveries, run_log

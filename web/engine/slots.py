@@ -12,7 +12,7 @@ import uuid
 from collections import deque
 from types import TracebackType
 
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken
 
 # Runs taken in hand beyond the free slots (``RunEngine.room``). Without a bound a claim of
 # 500 at concurrency 256 left 244 runs waiting, each admitted later in a small batch of its
@@ -40,6 +40,10 @@ class SlotGate:
     at concurrency 256 made that quadratic (110 ``Future.done()`` calls per run in a 10,000-run
     burst). Here a release pops the first waiter still waiting and hands it the slot, or
     frees the slot when none is; every step is O(1) per waiter.
+
+    Measured alone (10,000 runs at 256, a task each, one ``sleep(0)`` in its slot): 64.8 µs a
+    run with the semaphore, 51.9 with the gate (docs/benchmarks.md, "The slot gate"): 0.13 s of
+    that machine's 8.7 to 10.8 s burst at 256, less than the spread between its bursts.
     """
 
     def __init__(self, slots: int) -> None:

@@ -16,6 +16,12 @@ of the engine therefore runs under a ``Supervisor``, which promises:
   names it, so ``/readyz`` answers 503;
 - a body that returns has finished its work (the loop returns once stopping): it is not
   restarted; cancellation (``stop``) is never treated as a crash.
+
+Without it, a heartbeat that died of one ``KeyError`` renewed none of its replica's leases
+again while the service still looked healthy, and the other replicas took over runs that
+were still executing: 53 of 200 runs executed twice in the replica test. docs/reliability.md
+states the promise; ``tests/integration/test_supervision.py`` kills each task and watches it
+come back.
 """
 
 from __future__ import annotations

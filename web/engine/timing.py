@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from agentcron.core.runners import CancelToken
+from agentcron.core.runners.base import CancelToken
 
 
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

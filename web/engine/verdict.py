@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from agentcron.core.runners import RunOutcome
-from agentcron.core.secrets import redact, redact_json
-from agentcron.core.storage import Run
+from agentcron.core.runners.base import RunOutcome
+from agentcron.core.secrets.redaction import redact, redact_json
+from agentcron.core.storage.models import Run
 from agentcron.web.engine.delivery import run_log
 
 

@@ -39,7 +39,7 @@ from agentcron.core.notify.ssrf import (
     resolve,
     vet,
 )
-from agentcron.core.secrets import check_name
+from agentcron.core.secrets.references import check_name
 
 log = get_logger(__name__)
 

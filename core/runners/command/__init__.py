@@ -24,30 +24,7 @@ registered group when the service's end of its pipe closes (``reaper``).
 
 - ``config``: ``CommandRunnerType``, the runner's configuration validated and built;
 - ``runner``: ``CommandRunner``, one attempt: environment, start, stop, exit status;
-- ``process``: the started process's signals, suspension, exit and output tails.
-- ``reaper``: the per-service reaper and the gate every agent starts through.
+- ``process``: the started process's signals, suspension, exit and output tails;
+- ``reaper``: the per-service reaper and the gate every agent starts through;
+- ``preflight``: the warnings a saved runner gets for a program or script not found.
 """
-
-from __future__ import annotations
-
-from agentcron.core.runners.command.config import FIELDS, KILL_GRACE_SECONDS, CommandRunnerType
-from agentcron.core.runners.command.runner import (
-    EX_TEMPFAIL,
-    OUTPUT_LIMIT,
-    STDERR_LIMIT,
-    STDERR_LINES,
-    CommandRunner,
-    run_metadata,
-)
-
-__all__ = [
-    "EX_TEMPFAIL",
-    "FIELDS",
-    "KILL_GRACE_SECONDS",
-    "OUTPUT_LIMIT",
-    "STDERR_LIMIT",
-    "STDERR_LINES",
-    "CommandRunner",
-    "CommandRunnerType",
-    "run_metadata",
-]

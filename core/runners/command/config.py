@@ -16,7 +16,7 @@ from agentcron.core import policy
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.runners.base import Runner
 from agentcron.core.runners.command.runner import CommandRunner
-from agentcron.core.secrets import check_reference
+from agentcron.core.secrets.references import check_reference
 
 KILL_GRACE_SECONDS = 5.0
 FIELDS = frozenset({"type", "argv", "agent", "params", "env", "kill_grace_seconds"})

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.runners.base import Runner
 from agentcron.core.runners.openai.runner import OpenAIRunner
-from agentcron.core.secrets import check_name
+from agentcron.core.secrets.references import check_name
 
 FIELDS = frozenset(
     {

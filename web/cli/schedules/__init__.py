@@ -16,9 +16,6 @@ from __future__ import annotations
 import typer
 
 from agentcron.web.cli.schedules import crud, timetable
-from agentcron.web.cli.schedules.options import trigger_of
-from agentcron.web.cli.schedules.preview import preview
-from agentcron.web.cli.schedules.views import show_schedule
 
 app = typer.Typer(
     help="Schedules: list, show, add, pause, resume, run now, delete, skip, backfill.",
@@ -34,4 +31,4 @@ app.command("backfill")(timetable.backfill)
 app.command("run")(timetable.run_now)
 app.command("delete")(crud.delete)
 
-__all__ = ["app", "preview", "show_schedule", "trigger_of"]
+__all__ = ["app"]
