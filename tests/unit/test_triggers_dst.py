@@ -1,617 +1,481 @@
-"""DST rules of cron triggers (docs/design.md, promise 2) as a named table.
+"""DST rules of cron triggers (docs/design.md, promise 2) as one named table, each rule once.
 
-Expectations are local wall-clock strings with offsets, because aware datetimes that are equal
-in UTC can differ locally. Every expectation was derived from the rules and the tzdata
-transitions (listed per zone below, as printed by zoneinfo), not from the implementation:
+Each row gives an expression, its zone, its DST policy (none: the job kind's default), an
+instant to ask from, and the next fire times as local wall-clock strings with offsets (aware
+datetimes that are equal in UTC can differ locally) followed by the rule ``dst_rule`` names for
+each (``-`` for none). Every expectation was derived by hand from the rules and the tzdata
+transitions below (as printed by zoneinfo), not from the implementation:
 
-* America/New_York   2025-03-09 02:00 -05 -> 03:00 -04 (gap 02:00-03:00)
-                     2025-11-02 02:00 -04 -> 01:00 -05 (01:00-02:00 twice)
-* Europe/London      2025-03-30 01:00 +00 -> 02:00 +01; 2025-10-26 02:00 +01 -> 01:00 +00
-* Australia/Sydney   2025-04-06 03:00 +11 -> 02:00 +10; 2025-10-05 02:00 +10 -> 03:00 +11
-* Australia/Lord_Howe 2025-04-06 02:00 +11 -> 01:30 +10:30; 2025-10-05 02:00 +10:30 -> 02:30 +11
-* Pacific/Chatham    2025-04-06 03:45 +13:45 -> 02:45 +12:45;
-                     2025-09-28 02:45 +12:45 -> 03:45 +13:45
-* America/Havana     2025-03-09 00:00 -05 -> 01:00 -04; 2025-11-02 01:00 -04 -> 00:00 -05
-* America/Santiago   2025-04-06 00:00 -03 -> 2025-04-05 23:00 -04; 2025-09-07 00:00 -04 -> 01:00 -03
-* Africa/Casablanca  2025-02-23 03:00 +01 -> 02:00 +00 (Ramadan); 2025-04-06 02:00 +00 -> 03:00 +01
-* Antarctica/Troll   2025-03-30 01:00 +00 -> 03:00 +02; 2025-10-26 03:00 +02 -> 01:00 +00 (2 h)
+* America/New_York    2025-03-09 02:00 -05 -> 03:00 -04 (02:00-02:59 does not occur)
+                      2025-11-02 02:00 -04 -> 01:00 -05 (01:00-01:59 occurs twice)
 
-A brute-force oracle at the end re-derives the fire set minute by minute around each of these
-transitions and checks ``next_fire`` from many starting points against it.
+New York holds every rule once. Each other zone adds one row per shape of change New York does
+not have:
+
+* Australia/Lord_Howe 2025-10-05 02:00 +10:30 -> 02:30 +11 (a 30-minute gap);
+                      2025-04-06 02:00 +11 -> 01:30 +10:30 (only 01:30-01:59 occurs twice)
+* Pacific/Chatham     2025-09-28 02:45 +12:45 -> 03:45 +13:45 (off the hour)
+* America/Havana      2025-03-09 00:00 -05 -> 01:00 -04 (midnight does not occur)
+* America/Santiago    2025-04-06 00:00 -03 -> 2025-04-05 23:00 -04 (repeats the day before)
+* Africa/Casablanca   2025-02-23 03:00 +01 -> 02:00 +00 (negative DST: +00 during Ramadan)
+* Antarctica/Troll    2025-03-30 01:00 +00 -> 03:00 +02; 2025-10-26 03:00 +02 -> 01:00 +00
+                      (a 2-hour shift)
+
+The brute-force oracle of tests/unit/test_triggers_property.py checks these changes under every
+policy, and any zone and year.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from agentcron.core.triggers import CronTrigger, in_zone, next_fire, preview
-from agentcron.core.triggers.cron import parse_cron
+from agentcron.core.errors import InvalidSchedule
+from agentcron.core.triggers import (
+    CronTrigger,
+    IntervalTrigger,
+    OneShotTrigger,
+    describe,
+    dst_rule,
+    in_zone,
+    next_fire,
+    parse_trigger,
+    preview,
+    trigger_from_dict,
+    trigger_to_dict,
+)
 
-# (id, cron, zone, after, expected local fire times)
-CASES: list[tuple[str, str, str, str, list[str]]] = [
-    # ---- America/New_York ----
+NY = "America/New_York"
+LORD_HOWE = "Australia/Lord_Howe"
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+# (id, cron, zone, policy, after, ["<local fire time> <dst_rule or ->", ...])
+CASES: list[tuple[str, str, str, dict[str, str], str, list[str]]] = [
+    # ---- America/New_York: the spring gap ----
     (
         "fixed_gap_new_york",
         "30 2 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-03-08T12:00:00-05:00",
-        ["2025-03-09T03:00:00-04:00", "2025-03-10T02:30:00-04:00"],
+        ["2025-03-09T03:00:00-04:00 gap_shift", "2025-03-10T02:30:00-04:00 -"],
     ),
     (
+        "fixed_gap_skip_new_york",
+        "30 2 * * *",
+        NY,
+        {"dst_gap": "skip"},
+        "2025-03-08T12:00:00-05:00",
+        ["2025-03-10T02:30:00-04:00 -", "2025-03-11T02:30:00-04:00 -"],
+    ),
+    (
+        # Two skipped times shift to one instant: one fire.
         "fixed_gap_collapse_new_york",
         "0,30 2 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-03-08T12:00:00-05:00",
-        ["2025-03-09T03:00:00-04:00", "2025-03-10T02:00:00-04:00", "2025-03-10T02:30:00-04:00"],
+        [
+            "2025-03-09T03:00:00-04:00 gap_shift",
+            "2025-03-10T02:00:00-04:00 -",
+            "2025-03-10T02:30:00-04:00 -",
+        ],
     ),
     (
-        # 02:00 and 02:30 land on 03:00, which the expression also lists: one fire, not two.
-        "fixed_gap_set_new_york",
+        # 02:00 and 02:30 land on 03:00, which the expression also lists: one ordinary fire.
+        "fixed_gap_onto_a_match_new_york",
         "0,30 2,3 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-03-08T12:00:00-05:00",
-        ["2025-03-09T03:00:00-04:00", "2025-03-09T03:30:00-04:00", "2025-03-10T02:00:00-04:00"],
+        [
+            "2025-03-09T03:00:00-04:00 -",
+            "2025-03-09T03:30:00-04:00 -",
+            "2025-03-10T02:00:00-04:00 -",
+        ],
+    ),
+    (
+        # 03:00 ends the gap, but nothing this job lists was skipped.
+        "fixed_at_the_end_of_the_gap_new_york",
+        "0 3 * * *",
+        NY,
+        {},
+        "2025-03-08T12:00:00-05:00",
+        ["2025-03-09T03:00:00-04:00 -", "2025-03-10T03:00:00-04:00 -"],
     ),
     (
         "wildcard_gap_new_york",
         "*/30 * * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-03-09T01:00:00-05:00",
-        ["2025-03-09T01:30:00-05:00", "2025-03-09T03:00:00-04:00", "2025-03-09T03:30:00-04:00"],
+        [
+            "2025-03-09T01:30:00-05:00 -",
+            "2025-03-09T03:00:00-04:00 -",
+            "2025-03-09T03:30:00-04:00 -",
+        ],
     ),
     (
+        "wildcard_gap_shift_new_york",
+        "*/20 2 * * *",
+        NY,
+        {"dst_gap": "shift"},
+        "2025-03-08T12:00:00-05:00",
+        [
+            "2025-03-09T03:00:00-04:00 gap_shift",
+            "2025-03-10T02:00:00-04:00 -",
+            "2025-03-10T02:20:00-04:00 -",
+        ],
+    ),
+    (
+        # The hour field starts with '*': a wildcard job, whatever the values.
         "wildcard_hour_step_gap_new_york",
         "0 */2 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-03-09T00:30:00-05:00",
-        ["2025-03-09T04:00:00-04:00", "2025-03-09T06:00:00-04:00"],
+        ["2025-03-09T04:00:00-04:00 -", "2025-03-09T06:00:00-04:00 -"],
     ),
     (
         "fixed_hour_step_gap_new_york",
         "0 0-23/2 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-03-09T00:30:00-05:00",
-        ["2025-03-09T03:00:00-04:00", "2025-03-09T04:00:00-04:00", "2025-03-09T06:00:00-04:00"],
+        [
+            "2025-03-09T03:00:00-04:00 gap_shift",
+            "2025-03-09T04:00:00-04:00 -",
+            "2025-03-09T06:00:00-04:00 -",
+        ],
     ),
+    # ---- America/New_York: the repeated hour ----
     (
-        # croniter alone fires this twice.
         "fixed_fold_new_york",
         "30 1 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-11-01T12:00:00-04:00",
-        ["2025-11-02T01:30:00-04:00", "2025-11-03T01:30:00-05:00", "2025-11-04T01:30:00-05:00"],
+        ["2025-11-02T01:30:00-04:00 repeat_first", "2025-11-03T01:30:00-05:00 -"],
+    ),
+    (
+        "fixed_fold_last_new_york",
+        "30 1 * * *",
+        NY,
+        {"dst_repeat": "last"},
+        "2025-11-01T12:00:00-04:00",
+        ["2025-11-02T01:30:00-05:00 repeat_last", "2025-11-03T01:30:00-05:00 -"],
+    ),
+    (
+        "fixed_fold_both_new_york",
+        "30 1 * * *",
+        NY,
+        {"dst_repeat": "both"},
+        "2025-11-01T12:00:00-04:00",
+        [
+            "2025-11-02T01:30:00-04:00 repeat_both",
+            "2025-11-02T01:30:00-05:00 repeat_both",
+            "2025-11-03T01:30:00-05:00 -",
+        ],
     ),
     (
         "wildcard_fold_new_york",
         "*/30 * * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-11-02T00:40:00-04:00",
         [
-            "2025-11-02T01:00:00-04:00",
-            "2025-11-02T01:30:00-04:00",
-            "2025-11-02T01:00:00-05:00",
-            "2025-11-02T01:30:00-05:00",
-            "2025-11-02T02:00:00-05:00",
+            "2025-11-02T01:00:00-04:00 repeat_both",
+            "2025-11-02T01:30:00-04:00 repeat_both",
+            "2025-11-02T01:00:00-05:00 repeat_both",
+            "2025-11-02T01:30:00-05:00 repeat_both",
+            "2025-11-02T02:00:00-05:00 -",
         ],
     ),
     (
+        "wildcard_fold_first_new_york",
+        "*/30 * * * *",
+        NY,
+        {"dst_repeat": "first"},
+        "2025-11-02T00:45:00-04:00",
+        [
+            "2025-11-02T01:00:00-04:00 repeat_first",
+            "2025-11-02T01:30:00-04:00 repeat_first",
+            "2025-11-02T02:00:00-05:00 -",
+        ],
+    ),
+    (
+        "wildcard_fold_last_new_york",
+        "*/30 * * * *",
+        NY,
+        {"dst_repeat": "last"},
+        "2025-11-02T00:45:00-04:00",
+        [
+            "2025-11-02T01:00:00-05:00 repeat_last",
+            "2025-11-02T01:30:00-05:00 repeat_last",
+            "2025-11-02T02:00:00-05:00 -",
+        ],
+    ),
+    (
+        # The minute field starts with '*': a wildcard job, both passes.
         "wildcard_minute_step_fold_new_york",
         "*/20 1 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-11-02T00:00:00-04:00",
         [
-            "2025-11-02T01:00:00-04:00",
-            "2025-11-02T01:20:00-04:00",
-            "2025-11-02T01:40:00-04:00",
-            "2025-11-02T01:00:00-05:00",
-            "2025-11-02T01:20:00-05:00",
-            "2025-11-02T01:40:00-05:00",
-            "2025-11-03T01:00:00-05:00",
+            "2025-11-02T01:00:00-04:00 repeat_both",
+            "2025-11-02T01:20:00-04:00 repeat_both",
+            "2025-11-02T01:40:00-04:00 repeat_both",
+            "2025-11-02T01:00:00-05:00 repeat_both",
+            "2025-11-02T01:20:00-05:00 repeat_both",
+            "2025-11-02T01:40:00-05:00 repeat_both",
+            "2025-11-03T01:00:00-05:00 -",
         ],
     ),
     (
         "fixed_minute_step_fold_new_york",
         "0-59/20 1 * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-11-02T00:00:00-04:00",
         [
-            "2025-11-02T01:00:00-04:00",
-            "2025-11-02T01:20:00-04:00",
-            "2025-11-02T01:40:00-04:00",
-            "2025-11-03T01:00:00-05:00",
+            "2025-11-02T01:00:00-04:00 repeat_first",
+            "2025-11-02T01:20:00-04:00 repeat_first",
+            "2025-11-02T01:40:00-04:00 repeat_first",
+            "2025-11-03T01:00:00-05:00 -",
         ],
     ),
+    # ---- America/New_York: asked from inside the repeated hour (strictly after, by instant) ----
     (
-        "second_pass_fixed_new_york",
+        "fixed_fold_asked_at_its_fire_new_york",
         "30 1 * * *",
-        "America/New_York",
-        "2025-11-02T01:10:00-05:00",
-        ["2025-11-03T01:30:00-05:00"],
+        NY,
+        {},
+        "2025-11-02T01:30:00-04:00",
+        ["2025-11-03T01:30:00-05:00 -"],
     ),
     (
-        "second_pass_wildcard_new_york",
+        "fixed_fold_asked_in_the_second_pass_new_york",
+        "30 1 * * *",
+        NY,
+        {},
+        "2025-11-02T01:10:00-05:00",
+        ["2025-11-03T01:30:00-05:00 -"],
+    ),
+    (
+        "wildcard_fold_asked_in_the_second_pass_new_york",
         "*/30 * * * *",
-        "America/New_York",
+        NY,
+        {},
         "2025-11-02T01:10:00-05:00",
-        ["2025-11-02T01:30:00-05:00", "2025-11-02T02:00:00-05:00"],
+        ["2025-11-02T01:30:00-05:00 repeat_both", "2025-11-02T02:00:00-05:00 -"],
     ),
-    # ---- Europe/London ----
     (
-        "fixed_gap_london",
+        "fixed_fold_last_asked_between_the_passes_new_york",
         "30 1 * * *",
-        "Europe/London",
-        "2025-03-29T12:00:00+00:00",
-        ["2025-03-30T02:00:00+01:00", "2025-03-31T01:30:00+01:00"],
+        NY,
+        {"dst_repeat": "last"},
+        "2025-11-02T01:45:00-04:00",
+        ["2025-11-02T01:30:00-05:00 repeat_last", "2025-11-03T01:30:00-05:00 -"],
     ),
     (
-        "wildcard_gap_london",
-        "15 * * * *",
-        "Europe/London",
-        "2025-03-30T00:30:00+00:00",
-        ["2025-03-30T02:15:00+01:00", "2025-03-30T03:15:00+01:00"],
-    ),
-    (
-        "fixed_fold_london",
+        "fixed_fold_both_asked_between_the_passes_new_york",
         "30 1 * * *",
-        "Europe/London",
-        "2025-10-25T12:00:00+01:00",
-        ["2025-10-26T01:30:00+01:00", "2025-10-27T01:30:00+00:00"],
+        NY,
+        {"dst_repeat": "both"},
+        "2025-11-02T01:45:00-04:00",
+        ["2025-11-02T01:30:00-05:00 repeat_both", "2025-11-03T01:30:00-05:00 -"],
     ),
-    (
-        "wildcard_fold_london",
-        "30 * * * *",
-        "Europe/London",
-        "2025-10-26T00:45:00+01:00",
-        ["2025-10-26T01:30:00+01:00", "2025-10-26T01:30:00+00:00", "2025-10-26T02:30:00+00:00"],
-    ),
-    (
-        "fixed_step_fold_london",
-        "0-59/30 1 * * *",
-        "Europe/London",
-        "2025-10-26T00:45:00+01:00",
-        ["2025-10-26T01:00:00+01:00", "2025-10-26T01:30:00+01:00", "2025-10-27T01:00:00+00:00"],
-    ),
-    # ---- Australia/Sydney (southern hemisphere: autumn in April) ----
-    (
-        "fixed_fold_sydney",
-        "30 2 * * *",
-        "Australia/Sydney",
-        "2025-04-05T12:00:00+11:00",
-        ["2025-04-06T02:30:00+11:00", "2025-04-07T02:30:00+10:00"],
-    ),
-    (
-        "wildcard_fold_sydney",
-        "*/30 2 * * *",
-        "Australia/Sydney",
-        "2025-04-06T01:45:00+11:00",
-        [
-            "2025-04-06T02:00:00+11:00",
-            "2025-04-06T02:30:00+11:00",
-            "2025-04-06T02:00:00+10:00",
-            "2025-04-06T02:30:00+10:00",
-            "2025-04-07T02:00:00+10:00",
-        ],
-    ),
-    (
-        "wildcard_hour_step_fold_sydney",
-        "0 */2 * * *",
-        "Australia/Sydney",
-        "2025-04-06T00:30:00+11:00",
-        ["2025-04-06T02:00:00+11:00", "2025-04-06T02:00:00+10:00", "2025-04-06T04:00:00+10:00"],
-    ),
-    (
-        "fixed_hour_step_fold_sydney",
-        "0 0-23/2 * * *",
-        "Australia/Sydney",
-        "2025-04-06T00:30:00+11:00",
-        ["2025-04-06T02:00:00+11:00", "2025-04-06T04:00:00+10:00"],
-    ),
-    (
-        "fixed_gap_sydney",
-        "30 2 * * *",
-        "Australia/Sydney",
-        "2025-10-04T12:00:00+10:00",
-        ["2025-10-05T03:00:00+11:00", "2025-10-06T02:30:00+11:00"],
-    ),
-    (
-        "wildcard_gap_sydney",
-        "0 * * * *",
-        "Australia/Sydney",
-        "2025-10-05T01:30:00+10:00",
-        ["2025-10-05T03:00:00+11:00", "2025-10-05T04:00:00+11:00"],
-    ),
-    # ---- Australia/Lord_Howe (30-minute shift) ----
+    # ---- Australia/Lord_Howe (30-minute shifts) ----
     (
         "fixed_gap_lord_howe",
         "15 2 * * *",
-        "Australia/Lord_Howe",
+        LORD_HOWE,
+        {},
         "2025-10-04T12:00:00+10:30",
-        ["2025-10-05T02:30:00+11:00", "2025-10-06T02:15:00+11:00"],
+        ["2025-10-05T02:30:00+11:00 gap_shift", "2025-10-06T02:15:00+11:00 -"],
     ),
     (
-        # 02:00 and 02:15 are skipped and land on 02:30, which is also listed: one fire.
-        "fixed_gap_collapse_lord_howe",
-        "0,15,30 2 * * *",
-        "Australia/Lord_Howe",
-        "2025-10-04T12:00:00+10:30",
-        ["2025-10-05T02:30:00+11:00", "2025-10-06T02:00:00+11:00", "2025-10-06T02:15:00+11:00"],
-    ),
-    (
-        "wildcard_gap_lord_howe",
-        "*/15 * * * *",
-        "Australia/Lord_Howe",
-        "2025-10-05T01:40:00+10:30",
-        ["2025-10-05T01:45:00+10:30", "2025-10-05T02:30:00+11:00", "2025-10-05T02:45:00+11:00"],
-    ),
-    (
-        "fixed_fold_lord_howe",
-        "45 1 * * *",
-        "Australia/Lord_Howe",
-        "2025-04-05T12:00:00+11:00",
-        ["2025-04-06T01:45:00+11:00", "2025-04-07T01:45:00+10:30"],
-    ),
-    (
+        # Only 01:30-01:59 repeats: 02:00 is an ordinary time.
         "wildcard_fold_lord_howe",
         "*/15 * * * *",
-        "Australia/Lord_Howe",
+        LORD_HOWE,
+        {},
         "2025-04-06T01:20:00+11:00",
         [
-            "2025-04-06T01:30:00+11:00",
-            "2025-04-06T01:45:00+11:00",
-            "2025-04-06T01:30:00+10:30",
-            "2025-04-06T01:45:00+10:30",
-            "2025-04-06T02:00:00+10:30",
+            "2025-04-06T01:30:00+11:00 repeat_both",
+            "2025-04-06T01:45:00+11:00 repeat_both",
+            "2025-04-06T01:30:00+10:30 repeat_both",
+            "2025-04-06T01:45:00+10:30 repeat_both",
+            "2025-04-06T02:00:00+10:30 -",
         ],
     ),
-    # ---- Pacific/Chatham (+12:45 / +13:45, transitions at 02:45 / 03:45) ----
+    # ---- Pacific/Chatham (+12:45 / +13:45, changes at 02:45 / 03:45) ----
     (
         "fixed_gap_chatham",
         "0 3 * * *",
         "Pacific/Chatham",
+        {},
         "2025-09-27T12:00:00+12:45",
-        ["2025-09-28T03:45:00+13:45", "2025-09-29T03:00:00+13:45"],
+        ["2025-09-28T03:45:00+13:45 gap_shift", "2025-09-29T03:00:00+13:45 -"],
     ),
-    (
-        "fixed_gap_collapse_chatham",
-        "0,30 3 * * *",
-        "Pacific/Chatham",
-        "2025-09-27T12:00:00+12:45",
-        ["2025-09-28T03:45:00+13:45", "2025-09-29T03:00:00+13:45", "2025-09-29T03:30:00+13:45"],
-    ),
-    (
-        "wildcard_gap_chatham",
-        "*/30 * * * *",
-        "Pacific/Chatham",
-        "2025-09-28T02:20:00+12:45",
-        ["2025-09-28T02:30:00+12:45", "2025-09-28T04:00:00+13:45"],
-    ),
-    (
-        "fixed_fold_chatham",
-        "0 3 * * *",
-        "Pacific/Chatham",
-        "2025-04-05T12:00:00+13:45",
-        ["2025-04-06T03:00:00+13:45", "2025-04-07T03:00:00+12:45"],
-    ),
-    (
-        "wildcard_fold_chatham",
-        "0 * * * *",
-        "Pacific/Chatham",
-        "2025-04-06T02:30:00+13:45",
-        ["2025-04-06T03:00:00+13:45", "2025-04-06T03:00:00+12:45", "2025-04-06T04:00:00+12:45"],
-    ),
-    # ---- America/Havana (transitions at midnight) ----
-    (
-        "fixed_gap_havana",
-        "30 0 * * *",
-        "America/Havana",
-        "2025-03-08T12:00:00-05:00",
-        ["2025-03-09T01:00:00-04:00", "2025-03-10T00:30:00-04:00"],
-    ),
+    # ---- America/Havana (changes at midnight) ----
     (
         "fixed_midnight_gap_havana",
         "@midnight",
         "America/Havana",
+        {},
         "2025-03-08T12:00:00-05:00",
-        ["2025-03-09T01:00:00-04:00", "2025-03-10T00:00:00-04:00"],
+        ["2025-03-09T01:00:00-04:00 gap_shift", "2025-03-10T00:00:00-04:00 -"],
     ),
-    (
-        "wildcard_gap_havana",
-        "*/30 * * * *",
-        "America/Havana",
-        "2025-03-08T23:10:00-05:00",
-        ["2025-03-08T23:30:00-05:00", "2025-03-09T01:00:00-04:00", "2025-03-09T01:30:00-04:00"],
-    ),
-    (
-        "fixed_fold_havana",
-        "30 0 * * *",
-        "America/Havana",
-        "2025-11-01T12:00:00-04:00",
-        ["2025-11-02T00:30:00-04:00", "2025-11-03T00:30:00-05:00"],
-    ),
-    (
-        "wildcard_hour_step_fold_havana",
-        "0 */2 * * *",
-        "America/Havana",
-        "2025-11-01T23:30:00-04:00",
-        ["2025-11-02T00:00:00-04:00", "2025-11-02T00:00:00-05:00", "2025-11-02T02:00:00-05:00"],
-    ),
-    (
-        "fixed_hour_step_fold_havana",
-        "0 0-23/2 * * *",
-        "America/Havana",
-        "2025-11-01T23:30:00-04:00",
-        ["2025-11-02T00:00:00-04:00", "2025-11-02T02:00:00-05:00"],
-    ),
-    # ---- America/Santiago (gap at midnight, fold at 23:00) ----
-    (
-        "fixed_gap_santiago",
-        "30 0 * * *",
-        "America/Santiago",
-        "2025-09-06T12:00:00-04:00",
-        ["2025-09-07T01:00:00-03:00", "2025-09-08T00:30:00-03:00"],
-    ),
-    (
-        "wildcard_gap_santiago",
-        "*/30 * * * *",
-        "America/Santiago",
-        "2025-09-06T23:10:00-04:00",
-        ["2025-09-06T23:30:00-04:00", "2025-09-07T01:00:00-03:00"],
-    ),
+    # ---- America/Santiago (the repeated hour is 23:00 of the day before) ----
     (
         "fixed_fold_santiago",
         "30 23 * * *",
         "America/Santiago",
+        {},
         "2025-04-05T12:00:00-03:00",
-        ["2025-04-05T23:30:00-03:00", "2025-04-06T23:30:00-04:00"],
+        ["2025-04-05T23:30:00-03:00 repeat_first", "2025-04-06T23:30:00-04:00 -"],
     ),
-    (
-        "wildcard_fold_santiago",
-        "30 * * * *",
-        "America/Santiago",
-        "2025-04-05T22:45:00-03:00",
-        ["2025-04-05T23:30:00-03:00", "2025-04-05T23:30:00-04:00", "2025-04-06T00:30:00-04:00"],
-    ),
-    # ---- Africa/Casablanca (negative DST: +00 during Ramadan, +01 otherwise) ----
+    # ---- Africa/Casablanca (negative DST) ----
     (
         "fixed_fold_casablanca",
         "30 2 * * *",
         "Africa/Casablanca",
+        {},
         "2025-02-22T12:00:00+01:00",
-        ["2025-02-23T02:30:00+01:00", "2025-02-24T02:30:00+00:00"],
-    ),
-    (
-        "wildcard_fold_casablanca",
-        "*/30 2 * * *",
-        "Africa/Casablanca",
-        "2025-02-23T01:45:00+01:00",
-        [
-            "2025-02-23T02:00:00+01:00",
-            "2025-02-23T02:30:00+01:00",
-            "2025-02-23T02:00:00+00:00",
-            "2025-02-23T02:30:00+00:00",
-            "2025-02-24T02:00:00+00:00",
-        ],
-    ),
-    (
-        "fixed_gap_casablanca",
-        "30 2 * * *",
-        "Africa/Casablanca",
-        "2025-04-05T12:00:00+00:00",
-        ["2025-04-06T03:00:00+01:00", "2025-04-07T02:30:00+01:00"],
-    ),
-    (
-        "wildcard_gap_casablanca",
-        "*/30 * * * *",
-        "Africa/Casablanca",
-        "2025-04-06T01:10:00+00:00",
-        ["2025-04-06T01:30:00+00:00", "2025-04-06T03:00:00+01:00", "2025-04-06T03:30:00+01:00"],
+        ["2025-02-23T02:30:00+01:00 repeat_first", "2025-02-24T02:30:00+00:00 -"],
     ),
     # ---- Antarctica/Troll (a 2-hour shift) ----
     (
+        # 01:00 and 02:00 both lie in the gap: one fire at its end.
         "fixed_gap_collapse_troll",
         "0 1,2 * * *",
         "Antarctica/Troll",
+        {},
         "2025-03-29T12:00:00+00:00",
-        ["2025-03-30T03:00:00+02:00", "2025-03-31T01:00:00+02:00"],
+        ["2025-03-30T03:00:00+02:00 gap_shift", "2025-03-31T01:00:00+02:00 -"],
     ),
     (
-        "fixed_fold_troll",
-        "30 2 * * *",
-        "Antarctica/Troll",
-        "2025-10-25T12:00:00+02:00",
-        ["2025-10-26T02:30:00+02:00", "2025-10-27T02:30:00+00:00"],
-    ),
-    (
-        "wildcard_fold_troll",
+        # Asked from the first pass, past 02:00: the second pass of 01:00 lies ahead in time.
+        "wildcard_fold_asked_in_the_first_pass_troll",
         "0 * * * *",
         "Antarctica/Troll",
-        "2025-10-26T00:30:00+02:00",
-        [
-            "2025-10-26T01:00:00+02:00",
-            "2025-10-26T02:00:00+02:00",
-            "2025-10-26T01:00:00+00:00",
-            "2025-10-26T02:00:00+00:00",
-            "2025-10-26T03:00:00+00:00",
-        ],
-    ),
-    (
-        # Asked from the first pass, past 02:00: the second pass at 01:00 lies ahead in time.
-        "first_pass_wildcard_troll",
-        "0 * * * *",
-        "Antarctica/Troll",
+        {},
         "2025-10-26T02:30:00+02:00",
-        ["2025-10-26T01:00:00+00:00"],
+        ["2025-10-26T01:00:00+00:00 repeat_both"],
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("cron", "zone", "after", "expected"),
+    ("cron", "zone", "policy", "after", "expected"),
     [pytest.param(*case[1:], id=case[0]) for case in CASES],
 )
-def test_dst_table(cron: str, zone: str, after: str, expected: list[str]) -> None:
-    trigger = CronTrigger(cron, zone)
+def test_dst_change(
+    cron: str, zone: str, policy: dict[str, str], after: str, expected: list[str]
+) -> None:
+    trigger = CronTrigger(cron, zone, policy.get("dst_gap"), policy.get("dst_repeat"))
     fires = preview(trigger, datetime.fromisoformat(after), len(expected))
     assert all(fire.tzinfo is UTC for fire in fires)  # instants answer in UTC
-    assert [in_zone(trigger, fire).isoformat() for fire in fires] == expected
+    got = [f"{in_zone(trigger, f).isoformat()} {dst_rule(trigger, f) or '-'}" for f in fires]
+    assert got == expected
 
 
-def test_second_pass_instant_has_fold_and_right_utc() -> None:
-    trigger = CronTrigger("*/30 * * * *", "America/New_York")
-    fire = next_fire(trigger, datetime.fromisoformat("2025-11-02T01:10:00-05:00"))
-    assert fire == datetime(2025, 11, 2, 6, 30, tzinfo=UTC)
-    assert in_zone(trigger, fire).fold == 1  # shown in its zone: the second 01:30
+def test_a_time_that_is_always_in_a_gap_never_fires() -> None:
+    # 2011-12-30 did not exist in Samoa; under skip the schedule has nothing left to fire.
+    trigger = CronTrigger("0 12 30 12 *", "Pacific/Apia", dst_gap="skip")
+    fire = next_fire(trigger, datetime(2011, 12, 1, tzinfo=UTC))
+    assert fire is not None and fire.year == 2012
 
 
-def test_next_fire_never_at_or_before_after() -> None:
-    trigger = CronTrigger("30 1 * * *", "America/New_York")
-    # Exactly at the first pass: the next fire is the next day, not the same instant.
-    at_fire = datetime.fromisoformat("2025-11-02T01:30:00-04:00")
-    assert next_fire(trigger, at_fire) == datetime.fromisoformat("2025-11-03T01:30:00-05:00")
-    # The same wall time in the second pass is later in UTC, and still no fire today.
-    second = datetime.fromisoformat("2025-11-02T01:30:00-05:00")
-    assert next_fire(trigger, second) == datetime.fromisoformat("2025-11-03T01:30:00-05:00")
+def test_dst_rule_is_none_for_other_kinds_and_rejects_a_naive_due() -> None:
+    start = datetime(2025, 3, 9, 7, tzinfo=UTC)  # the end of New York's gap
+    assert dst_rule(IntervalTrigger(60, start), start) is None
+    assert dst_rule(OneShotTrigger(start), start) is None
+    with pytest.raises(ValueError, match="aware"):
+        dst_rule(CronTrigger("@daily"), datetime(2025, 1, 1))
 
 
-def test_after_in_any_zone() -> None:
-    trigger = CronTrigger("30 2 * * *", "America/New_York")
-    in_utc = datetime(2025, 3, 9, 6, 59, 59, 999_999, tzinfo=UTC)
-    in_tokyo = in_utc.astimezone(ZoneInfo("Asia/Tokyo"))
-    expected = "2025-03-09T03:00:00-04:00"
-    for after in (in_utc, in_tokyo):
-        fire = next_fire(trigger, after)
-        assert fire is not None and in_zone(trigger, fire).isoformat() == expected
+# --------------------------------------------------------------------------------------------
+# Policies as input: validation, stored form, description
+# --------------------------------------------------------------------------------------------
+
+
+def test_policies_are_parsed_and_stored_only_when_given() -> None:
+    data = {"cron": "30 2 * * *", "timezone": NY, "dst_gap": "skip"}
+    trigger = parse_trigger(data, NOW)
+    assert trigger == CronTrigger("30 2 * * *", NY, dst_gap="skip")
+    assert trigger_to_dict(trigger) == data
+    assert trigger_from_dict(trigger_to_dict(trigger)) == trigger
+    plain = parse_trigger({"cron": "30 2 * * *", "dst_gap": None, "dst_repeat": None}, NOW)
+    assert trigger_to_dict(plain) == {"cron": "30 2 * * *", "timezone": "UTC"}
+    both = CronTrigger("*/5 * * * *", "Europe/London", "shift", "first")
+    assert trigger_from_dict(trigger_to_dict(both)) == both
+
+
+def test_effective_policies_default_by_job_kind() -> None:
+    fixed, wildcard = CronTrigger("30 2 * * *"), CronTrigger("*/30 2 * * *")
+    assert (fixed.gap_policy, fixed.repeat_policy) == ("shift", "first")
+    assert (wildcard.gap_policy, wildcard.repeat_policy) == ("skip", "both")
+    chosen = CronTrigger("30 2 * * *", dst_gap="skip", dst_repeat="last")
+    assert (chosen.gap_policy, chosen.repeat_policy) == ("skip", "last")
 
 
 @pytest.mark.parametrize(
-    ("cron", "zone", "day"),
+    ("data", "field"),
     [
-        pytest.param("*/30 * * * *", "America/New_York", "2025-11-02", id="wildcard_fold_ny"),
-        pytest.param("30 1 * * *", "America/New_York", "2025-11-02", id="fixed_fold_ny"),
-        pytest.param("0,30 2 * * *", "America/New_York", "2025-03-09", id="fixed_gap_ny"),
-        pytest.param("*/15 * * * *", "Australia/Lord_Howe", "2025-04-06", id="wildcard_lh"),
+        ({"cron": "@daily", "dst_gap": "later"}, "trigger.dst_gap"),
+        ({"cron": "@daily", "dst_gap": "SKIP"}, "trigger.dst_gap"),
+        ({"cron": "@daily", "dst_gap": 1}, "trigger.dst_gap"),
+        ({"cron": "@daily", "dst_gap": ["skip"]}, "trigger.dst_gap"),
+        ({"cron": "@daily", "dst_repeat": "twice"}, "trigger.dst_repeat"),
+        ({"cron": "@daily", "dst_repeat": "shift"}, "trigger.dst_repeat"),
+        ({"cron": "@daily", "dst_repeat": {"x": 1}}, "trigger.dst_repeat"),
+        ({"every_seconds": 60, "dst_gap": "skip"}, "trigger.dst_gap"),
+        ({"every_seconds": 60, "dst_repeat": "both"}, "trigger.dst_repeat"),
+        ({"at": "2030-01-01T00:00:00Z", "dst_repeat": "first"}, "trigger.dst_repeat"),
     ],
 )
-def test_next_fire_is_pure(cron: str, zone: str, day: str) -> None:
-    """next_fire(t) depends on t alone, not on where an iteration started."""
-    trigger = CronTrigger(cron, zone)
-    # UTC throughout: aware datetimes sharing one ZoneInfo compare by wall clock, not instant.
-    start = datetime.fromisoformat(day).replace(tzinfo=ZoneInfo(zone)).astimezone(UTC)
-    start -= timedelta(hours=6)
-    walked = [fire.astimezone(UTC) for fire in preview(trigger, start, 80)]
-    for origin in (start + timedelta(minutes=17 * k) for k in range(1, 40)):
-        expected = next(fire for fire in walked if fire > origin)
-        found = next_fire(trigger, origin)
-        assert found is not None
-        assert found.astimezone(UTC) == expected
+def test_bad_policies_name_the_field(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger(data, NOW)
+    assert caught.value.field == field
 
 
-# --------------------------------------------------------------------------------------------
-# A brute-force oracle, written from the rules alone, around every transition above
-# --------------------------------------------------------------------------------------------
-
-
-def cron_matches(cron: str, wall: datetime) -> bool:
-    """Whether the wall clock ``wall`` matches ``cron`` by Debian's field rules."""
-    spec = parse_cron(cron)
-    dom = wall.day in spec.days
-    dow = (wall.weekday() + 1) % 7 in spec.weekdays
-    day = (dom or dow) if not (spec.dom_star or spec.dow_star) else (dom and dow)
-    return (
-        wall.minute in spec.minutes
-        and wall.hour in spec.hours
-        and wall.month in spec.months
-        and day
-    )
-
-
-def _oracle(cron: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
-    """Fire instants in ``(start, end]`` by scanning every UTC minute.
-
-    Wildcard jobs fire at every instant whose wall clock matches; fixed-time jobs fire for each
-    matched wall time L at the first instant whose wall clock reads L or later (all the zones
-    here shift on whole minutes, so a minute scan is exact).
-    """
-    wildcard = parse_cron(cron).wildcard
-    fires: list[datetime] = []
-    instant = start - timedelta(hours=30)
-    high_water = instant.astimezone(zone).replace(tzinfo=None)
-    while instant <= end:
-        instant += timedelta(minutes=1)
-        wall = instant.astimezone(zone).replace(tzinfo=None)
-        if wildcard:
-            fired = cron_matches(cron, wall)
-        else:
-            fired = False
-            probe = high_water + timedelta(minutes=1)
-            while probe <= wall:  # every wall time reached for the first time at `instant`
-                fired = fired or cron_matches(cron, probe)
-                probe += timedelta(minutes=1)
-            high_water = max(high_water, wall)
-        if fired and start < instant <= end:
-            fires.append(instant)
-    return fires
-
-
-TRANSITIONS = [
-    ("America/New_York", "2025-03-09T07:00:00+00:00"),
-    ("America/New_York", "2025-11-02T06:00:00+00:00"),
-    ("Europe/London", "2025-03-30T01:00:00+00:00"),
-    ("Europe/London", "2025-10-26T01:00:00+00:00"),
-    ("Australia/Sydney", "2025-04-05T16:00:00+00:00"),
-    ("Australia/Sydney", "2025-10-04T16:00:00+00:00"),
-    ("Australia/Lord_Howe", "2025-04-05T15:00:00+00:00"),
-    ("Australia/Lord_Howe", "2025-10-04T15:30:00+00:00"),
-    ("Pacific/Chatham", "2025-04-05T14:00:00+00:00"),
-    ("Pacific/Chatham", "2025-09-27T14:00:00+00:00"),
-    ("America/Havana", "2025-03-09T05:00:00+00:00"),
-    ("America/Havana", "2025-11-02T05:00:00+00:00"),
-    ("America/Santiago", "2025-04-06T03:00:00+00:00"),
-    ("America/Santiago", "2025-09-07T04:00:00+00:00"),
-    ("Africa/Casablanca", "2025-02-23T02:00:00+00:00"),
-    ("Africa/Casablanca", "2025-04-06T02:00:00+00:00"),
-    ("Antarctica/Troll", "2025-03-30T01:00:00+00:00"),
-    ("Antarctica/Troll", "2025-10-26T01:00:00+00:00"),
-]
-ORACLE_CRONS = [
-    "*/15 * * * *",
-    "0 * * * *",
-    "0-59/15 0-23 * * *",
-    "0 0-23/2 * * *",
-    "0 */2 * * *",
-    "45 23,0,1,2,3 * * *",
-    "0,30 0-3 * * *",
-]
+def test_bad_policy_message_lists_the_choices_and_does_not_echo_much() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        parse_trigger({"cron": "@daily", "dst_gap": "x" * 5000}, NOW)
+    assert "'shift' or 'skip'" in str(caught.value)
+    assert len(str(caught.value)) < 200
 
 
 @pytest.mark.parametrize(
-    ("zone", "transition"),
-    [pytest.param(z, t, id=f"{z.split('/')[-1].lower()}_{t[:10]}") for z, t in TRANSITIONS],
+    ("trigger", "text"),
+    [
+        (CronTrigger("30 2 * * *", NY), "At 02:30, America/New_York"),
+        # The default, given explicitly, reads as the default.
+        (CronTrigger("30 2 * * *", NY, "shift", "first"), "At 02:30, America/New_York"),
+        (
+            CronTrigger("30 2 * * *", NY, "skip", "both"),
+            (
+                "At 02:30, America/New_York; times in a DST gap are skipped; "
+                "a repeated hour runs twice"
+            ),
+        ),
+        (
+            CronTrigger("*/15 * * * *", "Europe/London", dst_gap="shift"),
+            "Every 15 minutes, Europe/London; times in a DST gap run when it ends",
+        ),
+        (
+            CronTrigger("*/15 * * * *", "Europe/London", dst_repeat="last"),
+            "Every 15 minutes, Europe/London; a repeated hour runs once, second pass",
+        ),
+    ],
 )
-@pytest.mark.parametrize("cron", ORACLE_CRONS)
-def test_against_brute_force_oracle(zone: str, transition: str, cron: str) -> None:
-    # The tzdata transition itself must be where the table above says it is.
-    instant = datetime.fromisoformat(transition)
-    tz = ZoneInfo(zone)
-    assert (
-        instant.astimezone(tz).utcoffset()
-        != (instant - timedelta(seconds=1)).astimezone(tz).utcoffset()
-    )
-
-    start, end = instant - timedelta(hours=5), instant + timedelta(hours=5)
-    expected = _oracle(cron, tz, start, end)
-    trigger = CronTrigger(cron, zone)
-    got = [f for f in preview(trigger, start, len(expected) + 1) if f <= end]
-    assert [f.astimezone(UTC) for f in got] == expected
-    # And from arbitrary points, not only from fire times.
-    for k in range(0, 600, 13):
-        origin = start + timedelta(minutes=k, seconds=29)
-        following = [f for f in expected if f > origin]
-        found = next_fire(trigger, origin)
-        if following:
-            # Compared in UTC: PEP 495 makes == False across zones for an ambiguous time.
-            assert found is not None
-            assert found.astimezone(UTC) == following[0]
+def test_describe_mentions_a_policy_that_is_not_the_default(
+    trigger: CronTrigger, text: str
+) -> None:
+    assert describe(trigger) == text

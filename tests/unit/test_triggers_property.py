@@ -3,16 +3,19 @@
 Cron expressions are generated from parts whose meaning is known: each field's value set is
 computed here from the Debian rules (values, ranges, reversed ranges that wrap, steps, lists,
 names, 0 and 7 for Sunday, the OR/AND day rule), never by asking the parser. They are checked
-in IANA zones (every zone can be drawn; the DST-heavy ones more often) from instants between
-1900 and 2100, many of them a few hours from a UTC-offset transition, against an oracle that
-walks the local wall-clock minutes between consecutive due times, segment by segment between
-the zone's transitions:
+in IANA zones (every zone can be drawn; the DST-heavy ones more often), under every DST policy
+(``dst_gap``, ``dst_repeat``, or neither), from instants between 1900 and 2100, many of them a
+few hours from a UTC-offset transition, against the one brute-force oracle of these rules
+(``oracle``), which reads the wall-clock minutes of the zone segment by segment between its
+transitions:
 
-* a wildcard job (minute or hour field starting with ``*``) fires at every instant whose wall
-  clock reads a matching minute: both passes of a repeated time, nothing for a skipped one;
-* a fixed-time job fires for each matching wall time ``m`` once, at the first instant whose
-  wall clock reads ``m`` or later: the first pass of a repeated time, the end of a gap for a
-  skipped one, and several skipped times collapse into one fire.
+* a local time read once fires then;
+* a local time read twice (a clock set back) fires at its first pass (``first``), its second
+  (``last``) or both (``both``);
+* a local time never read (a clock set forward) fires at the first instant after the jump
+  (``shift``) or not at all (``skip``); times shifted to one instant fire once;
+* without a policy, a fixed-time job shifts and fires the first pass, a wildcard job (minute
+  or hour field starting with ``*``) skips and fires both.
 
 Only the public functions of ``core.triggers`` are used. Examples are derandomised (the same
 inputs on every run, so CI cannot flake) and counts are kept modest for a 2-core machine.
@@ -26,7 +29,7 @@ import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone
-from itertools import pairwise
+from itertools import islice, pairwise
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -36,10 +39,13 @@ from hypothesis import strategies as st
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.triggers import (
+    GAP_POLICIES,
     MAX_INTERVAL_SECONDS,
+    REPEAT_POLICIES,
     CronTrigger,
     IntervalTrigger,
     OneShotTrigger,
+    fire_times,
     is_wildcard_job,
     next_fire,
     parse_trigger,
@@ -150,15 +156,6 @@ class Cron:
         dow = day.isoweekday() % 7 in self.fields[DOW].values
         return (dom or dow) if self.day_or else (dom and dow)
 
-    def matches(self, wall: datetime) -> bool:
-        return (
-            wall.second == 0
-            and wall.microsecond == 0
-            and wall.minute in self.fields[MIN].values
-            and wall.hour in self.fields[HOUR].values
-            and self.day_matches(wall.date())
-        )
-
     def walls(self, low: datetime, high: datetime) -> Iterator[datetime]:
         """Every matching wall-clock minute in ``[low, high)``, in order (naive)."""
         day = low.date()
@@ -242,16 +239,22 @@ MACROS = {
 }
 
 
-def _macro_fields(expansion: str) -> tuple[Field, Field, Field, Field, Field]:
-    parts = expansion.split()
+def known(text: str) -> Cron:
+    """The meaning of a plain expression: numbers, lists, ``*``, ``a-b`` and ``/n`` steps (no
+    names, no wrapping ranges), as the macros and the fixed sweep below use."""
     fields = []
-    for index, part in enumerate(parts):
+    for index, part in enumerate(text.split()):
         spec = SPECS[index]
-        values = set(range(spec.low, spec.high + 1)) if part == "*" else {int(part)}
-        if index == DOW:
-            values = (values - {7}) | ({0} if 7 in values else set())
+        values: set[int] = set()
+        for item in part.split(","):
+            base, _, step = item.partition("/")
+            low, _, high = base.partition("-")
+            first, last = (spec.low, spec.high) if base == "*" else (int(low), int(high or low))
+            values.update(range(first, last + 1, int(step or 1)))
+        if index == DOW and 7 in values:
+            values = (values - {7}) | {0}
         fields.append(Field(part, frozenset(values)))
-    return fields[0], fields[1], fields[2], fields[3], fields[4]
+    return Cron(text, (fields[0], fields[1], fields[2], fields[3], fields[4]))
 
 
 @st.composite
@@ -264,7 +267,7 @@ def crons(draw: st.DrawFn, focus: datetime | None = None) -> Cron:
     if focus is None and draw(st.integers(0, 15)) == 0:
         macro = draw(st.sampled_from(sorted(MACROS)))
         text = draw(st.sampled_from((macro, macro.upper())))
-        return Cron(text, _macro_fields(MACROS[macro]))
+        return Cron(text, known(MACROS[macro]).fields)
     fields = [draw(_field(index)) for index in range(5)]
     if focus is not None and draw(st.integers(0, 3)) > 0:
         near = sorted({(focus + k * timedelta(minutes=30)).hour for k in range(-3, 4)})
@@ -350,10 +353,36 @@ def uniform_instants() -> st.SearchStrategy[datetime]:
     )
 
 
+@dataclass(frozen=True)
+class Case:
+    """An expression in a zone with DST policies (``None``: the job kind's default), asked
+    from an instant."""
+
+    cron: Cron
+    zone: str
+    gap: str | None
+    repeat: str | None
+    after: datetime
+
+    def trigger(self) -> CronTrigger:
+        data = {"cron": self.cron.text, "timezone": self.zone}
+        trigger = parse_trigger(data | {"dst_gap": self.gap, "dst_repeat": self.repeat}, NOW)
+        assert isinstance(trigger, CronTrigger)
+        return trigger
+
+    @property
+    def policies(self) -> tuple[str, str]:
+        """The effective (gap, repeat) policies: a fixed-time job shifts and fires the first
+        pass, a wildcard job skips and fires both."""
+        if self.cron.wildcard:
+            return self.gap or "skip", self.repeat or "both"
+        return self.gap or "shift", self.repeat or "first"
+
+
 @st.composite
-def cron_cases(draw: st.DrawFn) -> tuple[Cron, str, datetime]:
-    """(expression, zone, instant): mostly a few hours before or after one of the zone's
-    transitions in a random year, with the expression often aimed at that transition."""
+def cron_cases(draw: st.DrawFn) -> Case:
+    """Mostly a few hours before or after one of the zone's transitions in a random year, with
+    the expression often aimed at that transition, under any DST policy."""
     zone_name = draw(zones)
     zone = ZoneInfo(zone_name)
     found = transitions_in_year(zone_name, draw(years)) if draw(st.integers(0, 3)) else ()
@@ -368,69 +397,62 @@ def cron_cases(draw: st.DrawFn) -> tuple[Cron, str, datetime]:
         after = draw(uniform_instants())
         cron = draw(crons())
     assume(not cron.never_fires)
+    gap = draw(st.sampled_from((None, "shift", "skip")))
+    repeat = draw(st.sampled_from((None, "first", "last", "both")))
     # The caller's instant may be in any zone: only the instant counts.
     shown_in = draw(st.sampled_from((UTC, zone, ZoneInfo("Asia/Kolkata"))))
-    return cron, zone_name, after.astimezone(shown_in)
+    return Case(cron, zone_name, gap, repeat, after.astimezone(shown_in))
 
 
 # ---------------------------------------------------------------------------------------------
 # The oracle: fire instants from the rules, segment by segment between transitions
 # ---------------------------------------------------------------------------------------------
 
+# Every pass of a wall time near the ends of a window lies within this much of them: no zone
+# moves its clock back by more than a day (the date-line moves included).
+MARGIN = timedelta(hours=30)
 
-def oracle(cron: Cron, zone: ZoneInfo, after: datetime, end: datetime) -> list[datetime]:
-    """The fire instants in ``(after, end]`` (UTC), from the DST rules of the module docstring.
+
+def oracle(case: Case, end: datetime) -> list[datetime]:
+    """The fire instants in ``(case.after, end]`` (UTC), from the DST rules alone.
 
     Between two transitions the offset ``o`` is constant, so the instants ``[a, b)`` read the
-    wall times ``[a + o, b + o)``; every matching wall minute there is enumerated. A fixed-time
-    job fires only for wall times never read before (the high-water mark ``high``), at
-    ``max(a, m - o)``: ``m - o`` for a time read in this segment, the segment start ``a`` (the
-    end of the gap) for a time the clock jumped over.
+    wall times ``[a + o, b + o)``: a matching wall minute ``m`` read there is read at ``m - o``.
+    A time read once fires then; a time read twice (a clock set back) fires at its first, last
+    or both passes by the repeat policy; a time the clock jumps over (a clock set forward) is
+    read never, and under ``shift`` fires at the jump. The fires are a set, so times shifted
+    to one jump fire once.
     """
-    start = after.astimezone(UTC).replace(microsecond=0) - timedelta(hours=30)
-    last = end.astimezone(UTC) + SECOND
-    bounds = [start, *transitions(zone, start, last), last]
-    fires: set[datetime] = set()
-    high: datetime | None = None
-    for a, b in pairwise(bounds):
+    gap, repeat = case.policies
+    zone = ZoneInfo(case.zone)
+    start = case.after.astimezone(UTC).replace(microsecond=0) - MARGIN
+    last = end.astimezone(UTC) + MARGIN
+    changes = transitions(zone, start, last)
+    passes: dict[datetime, list[datetime]] = {}
+    for a, b in pairwise([start, *changes, last]):
         o = _offset(a, zone)
-        wall_a = (a + o).replace(tzinfo=None)
-        wall_b = (b + o).replace(tzinfo=None)
-        if cron.wildcard:
-            fires.update((m - o).replace(tzinfo=UTC) for m in cron.walls(wall_a, wall_b))
-            continue
-        if high is None:
-            high = wall_a
-        if wall_b > high:
-            for m in cron.walls(high, wall_b):
-                fires.add(max(a, (m - o).replace(tzinfo=UTC)))
-            high = wall_b
-    return sorted(f for f in fires if after < f <= end)
+        for m in case.cron.walls((a + o).replace(tzinfo=None), (b + o).replace(tzinfo=None)):
+            passes.setdefault(m, []).append((m - o).replace(tzinfo=UTC))
+    fires: set[datetime] = set()
+    for read in passes.values():
+        fires.update({"first": read[:1], "last": read[-1:], "both": read}[repeat])
+    for change in changes if gap == "shift" else ():
+        jumped = case.cron.walls(wall(change - SECOND, zone) + SECOND, wall(change, zone))
+        if any(m not in passes for m in jumped):
+            fires.add(change)
+    return sorted(f for f in fires if case.after < f <= end)
 
 
-def occurrences(local: datetime, zone: ZoneInfo) -> list[datetime]:
-    """The instants (UTC) whose wall clock reads ``local``: one, two (repeated) or none (gap)."""
-    candidates = {local.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1)}
-    return sorted(c for c in candidates if wall(c, zone) == local)
-
-
-def _trigger(cron: Cron, zone_name: str) -> CronTrigger:
-    trigger = parse_trigger({"cron": cron.text, "timezone": zone_name}, NOW)
-    assert isinstance(trigger, CronTrigger)
-    return trigger
-
-
-def _fires(trigger: CronTrigger, after: datetime, count: int = 8) -> list[datetime]:
-    """Up to ``count`` due times, cut after 400 days past the first (sparse expressions such as
-    Feb 29 on a Monday would otherwise make the oracle walk centuries)."""
-    fires = preview(trigger, after, count)
+def _fires(trigger: CronTrigger, after: datetime, count: int = 8, hours: int = 0) -> list[datetime]:
+    """Up to ``count`` due times, or all those of the next ``hours`` if there are more (so that
+    a dense expression reaches a transition too), cut after 400 days past the first (sparse
+    expressions such as Feb 29 on a Monday would otherwise make the oracle walk centuries)."""
+    fires = list(islice(fire_times(trigger, after, after + timedelta(hours=hours)), 500))
+    if len(fires) < count:
+        fires = preview(trigger, after, count)
     assert fires, "a valid cron expression has a next due time"
     horizon = fires[0] + timedelta(days=400)
     return [f for i, f in enumerate(fires) if i < 2 or f <= horizon]
-
-
-def _utc(values: list[datetime]) -> list[datetime]:
-    return [v.astimezone(UTC) for v in values]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,67 +478,79 @@ def test_expression_accepted_unless_it_never_fires(cron: Cron) -> None:
 
 @PROPERTY
 @given(cron_cases())
-def test_due_times_increase_and_each_matches_or_is_the_gap_shift(
-    case: tuple[Cron, str, datetime],
+def test_due_times_are_the_oracles(case: Case) -> None:
+    """The due times are exactly the oracle's, in UTC: none that should fire (by the cron
+    meaning and the DST rules) is missed between them, none is added, none doubled."""
+    fires = _fires(case.trigger(), case.after, hours=8)
+    assert all(fire.tzinfo is UTC for fire in fires)
+    assert fires == oracle(case, fires[-1])
+
+
+# Changes in 2025 of the zones of the named table (tests/unit/test_triggers_dst.py), each swept
+# with every policy.
+SWEPT = [
+    ("America/New_York", "2025-03-09T07:00:00+00:00"),
+    ("America/New_York", "2025-11-02T06:00:00+00:00"),
+    ("Australia/Lord_Howe", "2025-04-05T15:00:00+00:00"),
+    ("Australia/Lord_Howe", "2025-10-04T15:30:00+00:00"),
+    ("Pacific/Chatham", "2025-04-05T14:00:00+00:00"),
+    ("Pacific/Chatham", "2025-09-27T14:00:00+00:00"),
+    ("America/Havana", "2025-03-09T05:00:00+00:00"),
+    ("America/Havana", "2025-11-02T05:00:00+00:00"),
+    ("America/Santiago", "2025-04-06T03:00:00+00:00"),
+    ("Africa/Casablanca", "2025-02-23T02:00:00+00:00"),
+    ("Africa/Casablanca", "2025-04-06T02:00:00+00:00"),
+    ("Antarctica/Troll", "2025-03-30T01:00:00+00:00"),
+    ("Antarctica/Troll", "2025-10-26T01:00:00+00:00"),
+]
+
+
+@pytest.mark.parametrize(
+    ("zone", "at"),
+    [pytest.param(z, t, id=f"{z.split('/')[-1].lower()}_{t[:10]}") for z, t in SWEPT],
+)
+@pytest.mark.parametrize("cron", ["*/15 * * * *", "0,30 0-3 * * *", "45 23,0,1,2,3 * * *"])
+@pytest.mark.parametrize(
+    ("gap", "repeat"),
+    [(None, None)] + [(gap, repeat) for gap in GAP_POLICIES for repeat in REPEAT_POLICIES],
+)
+def test_due_times_around_known_transitions_are_the_oracles(
+    zone: str, at: str, cron: str, gap: str | None, repeat: str | None
 ) -> None:
-    cron, zone_name, after = case
-    zone = ZoneInfo(zone_name)
-    fires = _fires(_trigger(cron, zone_name), after)
-    utc = _utc(fires)
-    assert utc[0] > after
-    assert all(a < b for a, b in pairwise(utc)), "due times strictly increase"
-    for fire in fires:
-        # An instant in UTC; the zone shows it with that zone's offset at that instant.
-        assert fire.tzinfo is UTC
-        fire = fire.astimezone(zone)
-        assert fire.utcoffset() == _offset(fire, zone)
-        local = wall(fire, zone)
-        if cron.matches(local):
-            passes = occurrences(local, zone)
-            assert fire.astimezone(UTC) in passes
-            if not cron.wildcard:
-                assert fire.astimezone(UTC) == passes[0], "fixed-time jobs fire at the first pass"
-            continue
-        # Otherwise only the documented shift: a fixed-time job whose wall time the clock
-        # jumped over fires at the first instant after the gap, i.e. at the transition.
-        assert not cron.wildcard, f"wildcard job fired at non-matching {local}"
-        before = _offset(fire - SECOND, zone)
-        now_offset = _offset(fire, zone)
-        assert before < now_offset, f"{fire} is not the end of a spring-forward gap"
-        skipped_from = (fire.astimezone(UTC) + before).replace(tzinfo=None)
-        assert any(cron.walls(skipped_from, local)), f"no matching time was skipped at {fire}"
-
-
-@PROPERTY
-@given(cron_cases())
-def test_no_due_time_is_skipped(case: tuple[Cron, str, datetime]) -> None:
-    """Every local minute between consecutive due times is scanned: none that should fire
-    (per the DST rules) lies between them, and the due times are exactly the oracle's."""
-    cron, zone_name, after = case
-    zone = ZoneInfo(zone_name)
-    fires = _utc(_fires(_trigger(cron, zone_name), after))
-    assert fires == oracle(cron, zone, after, fires[-1])
+    """Five hours either side of each transition, under every policy and the job kind's
+    default: the due times are the oracle's, and ``next_fire`` from instants all through them
+    gives the next one."""
+    transition = datetime.fromisoformat(at)
+    assert transitions(ZoneInfo(zone), transition - SECOND, transition) == [transition]
+    case = Case(known(cron), zone, gap, repeat, transition - timedelta(hours=5))
+    end = transition + timedelta(hours=5)
+    expected = oracle(case, end)
+    trigger = case.trigger()
+    assert [f for f in preview(trigger, case.after, len(expected) + 1) if f <= end] == expected
+    for origin in (case.after + timedelta(minutes=k, seconds=29) for k in range(0, 600, 13)):
+        following = [f for f in expected if f > origin]
+        if following:
+            assert next_fire(trigger, origin) == following[0], f"next_fire({origin})"
 
 
 @PROPERTY
 @given(cron_cases(), st.lists(st.floats(0, 1), min_size=1, max_size=12), st.sampled_from(ALL_ZONES))
 def test_next_fire_is_a_pure_function_of_the_instant(
-    case: tuple[Cron, str, datetime], fractions: list[float], asked_in: str
+    case: Case, fractions: list[float], asked_in: str
 ) -> None:
     """From any instant, ``next_fire`` gives the next due time of one fixed walk: where an
     iteration started never matters (so asking from the second pass of a repeated hour never
     returns the first pass), and the zone the instant is written in does not either."""
-    cron, zone_name, asked = case
-    zone = ZoneInfo(zone_name)
-    trigger = _trigger(cron, zone_name)
-    walked = _utc(_fires(trigger, asked))
+    zone = ZoneInfo(case.zone)
+    trigger = case.trigger()
+    walked = _fires(trigger, case.after)  # in UTC, as every answer is
     # UTC throughout: arithmetic and comparisons on datetimes sharing a ZoneInfo use wall time.
-    after = asked.astimezone(UTC)
+    after = case.after.astimezone(UTC)
     span = walked[-1] - after
     origins = [after + span * f for f in fractions]
     origins += [w - timedelta(microseconds=1) for w in walked] + walked[:-1]
     # Inside every repeated stretch of wall time the walk crosses: second-pass origins.
-    for transition in transitions(zone, after.astimezone(UTC), walked[-1]):
+    for transition in transitions(zone, after, walked[-1]):
         if _offset(transition, zone) < _offset(transition - SECOND, zone):
             origins += [transition + k * timedelta(minutes=7, seconds=3) for k in range(9)]
     for origin in origins:
