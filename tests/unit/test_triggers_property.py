@@ -39,9 +39,7 @@ from hypothesis import strategies as st
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.triggers import (
-    GAP_POLICIES,
     MAX_INTERVAL_SECONDS,
-    REPEAT_POLICIES,
     CronTrigger,
     IntervalTrigger,
     OneShotTrigger,
@@ -53,6 +51,7 @@ from agentcron.core.triggers import (
     trigger_from_dict,
     trigger_to_dict,
 )
+from agentcron.core.triggers.kinds import GAP_POLICIES, REPEAT_POLICIES
 
 PROPERTY = settings(
     max_examples=200,
