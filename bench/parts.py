@@ -10,13 +10,13 @@ One repetition, on a fresh copy of a database holding ``--count`` one-shot sched
 one instant (those of the burst workload, cloned from a template populated once), after one
 that is not counted, so the process is as warm as a running engine:
 
-1. **claim**: ``Ledger.claim_due_jobs(now, limit, start)`` until nothing is due, as the loop
+1. **claim**: ``SqlRunStore.claim_due_jobs(now, limit, start)`` until nothing is due, as the loop
    calls it at concurrency 256 (``--limit`` 500, ``--start`` 256): ``start`` of each claim's
    runs are admitted by the claim, the rest are leased and wait ``pending``;
-2. **admit**: the waiting runs in batches of ``--batch`` through ``Ledger.admit_batch``, as
+2. **admit**: the waiting runs in batches of ``--batch`` through ``SqlRunStore.admit``, as
    the engine admits them ahead of their slot;
 3. **record**: every run ``succeeded`` in batches of ``--batch`` through
-   ``Ledger.record_batch``, as the engine's group commit records outcomes.
+   ``SqlRunStore.record``, as the engine's group commit records outcomes.
 
 CPU is this process's (``time.process_time``: Python, SQLAlchemy and asyncpg's protocol);
 wall includes the database's own work and the round trips. The heap is settled after the
@@ -51,7 +51,8 @@ from typing import Any
 from sqlalchemy import func, select
 
 from agentcron.core.clock import utcnow
-from agentcron.core.ledger import Ledger, Outcome
+from agentcron.core.ledger.sql import SqlRunStore
+from agentcron.core.ledger.store import Outcome
 from agentcron.core.logging import configure_logging
 from agentcron.core.states import RunStatus
 from agentcron.core.storage.database import Database
@@ -108,9 +109,9 @@ async def repetition(
     claim_part, admit_part, record_part = (rep.parts[name] for name in PARTS)
     with tempfile.TemporaryDirectory(prefix="agentcron-parts-") as data:
         owner = f"parts-{uuid.uuid4().hex[:8]}"
-        ledger = Ledger(db, owner=owner, data_dir=Path(data), clock=clock)
+        ledger = SqlRunStore(db, owner=owner, data_dir=Path(data), clock=clock)
         started: list[Run] = []
-        waiting: list[tuple[Run, str]] = []
+        waiting: list[Run] = []
         while True:
             claim = await claim_part.timed(ledger.claim_due_jobs(clock(), limit, start))
             if not claim.runs:
@@ -120,20 +121,20 @@ async def repetition(
                 if run.id in claim.started:
                     started.append(run)
                 else:
-                    waiting.append((run, claim.prepared[run.id]))
+                    waiting.append(run)
         for at in range(0, len(waiting), batch):
             chunk = waiting[at : at + batch]
-            decisions = await admit_part.timed(ledger.admit_batch(chunk))
+            decisions = await admit_part.timed(ledger.admit(chunk))
             admit_part.runs += len(chunk)
             for decision in decisions:
-                if decision is None or decision.action != "run" or decision.run is None:
+                if decision.action != "run" or decision.run is None:
                     raise SystemExit(f"a claimed run was not admitted: {decision}")
                 started.append(decision.run)
         for at in range(0, len(started), batch):
             outcomes = [
                 Outcome(run, RunStatus.SUCCEEDED, output="ok") for run in started[at : at + batch]
             ]
-            await record_part.timed(ledger.record_batch(outcomes))
+            await record_part.timed(ledger.record(outcomes))
             record_part.runs += len(outcomes)
     await _check(db, count)
     return rep

@@ -15,11 +15,12 @@ from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.pagination import Page, check_limit, decode_run_cursor, encode_cursor
 from agentcron.core.schedules.views import load_schedule, parse_id
-from agentcron.core.states import TERMINAL, RunStatus
+from agentcron.core.states import QUEUED_ORIGINS, TERMINAL, RunStatus
+from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.core.storage.wakeups import announce_change
-from agentcron.core.timeline import QUEUED_ORIGINS, promote_next, run_payload
+from agentcron.core.timeline import promote_next, queued_run, run_payload
 from agentcron.core.transitions import apply, cancelled
 
 # The run history's order, newest first: by when a run was written; runs written at once (the
@@ -74,7 +75,7 @@ class RunService:
         now = self.clock()
         async with self.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner)
-            run = _queued_run(schedule.id, "manual", run_payload(schedule), now, by)
+            run = queued_run(schedule.id, "manual", run_payload(schedule), now, by)
             session.add(run)
             await announce_change(self.db, session)
         self._changed()
@@ -90,7 +91,7 @@ class RunService:
             original, schedule = await _visible_run(session, run_id, owner)
             if schedule.deleted_at is not None:
                 raise Conflict("the schedule of this run was deleted; it cannot be replayed")
-            run = _queued_run(schedule.id, "replay", dict(original.payload), now, by)
+            run = queued_run(schedule.id, "replay", dict(original.payload), now, by)
             run.replay_of = original.id
             session.add(run)
             await announce_change(self.db, session)
@@ -111,7 +112,10 @@ class RunService:
             if run.status == RunStatus.PENDING:
                 apply(run, cancelled(now))
                 if run.origin in QUEUED_ORIGINS:
-                    await promote_next(session, run.schedule_id, now)  # woken just below
+                    # Its schedule's row, as a backfill or a resume holds it while it queues
+                    # runs: the next one is promoted by one of them, never by neither.
+                    await session.execute(q.lock_schedule(run.schedule_id))
+                    await promote_next(session, [run.schedule_id], now)  # woken just below
         self._changed()
         if self.on_cancel is not None:
             self.on_cancel(run.id)
@@ -173,25 +177,6 @@ class RunService:
                 .group_by(Run.status)
             )
             return {status: int(count) for status, count in rows.all()}
-
-
-def _queued_run(
-    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime, by: str | None
-) -> Run:
-    return Run(
-        id=uuid.uuid4(),
-        schedule_id=schedule_id,
-        trigger=trigger,
-        origin=trigger,
-        started_by=by,
-        due_at=None,
-        status=RunStatus.PENDING.value,
-        attempt=0,
-        payload=payload,
-        created_at=now,
-        available_at=now,
-        cancel_requested=False,
-    )
 
 
 async def _visible_run(

@@ -46,3 +46,6 @@ class RunReason(StrEnum):
 ACTIVE: tuple[str, ...] = (RunStatus.PENDING.value, RunStatus.RUNNING.value)
 TERMINAL: tuple[str, ...] = tuple(status.value for status in RunStatus if status not in ACTIVE)
 FAILURES: tuple[str, ...] = (RunStatus.FAILED.value, RunStatus.TIMED_OUT.value)
+# Origins of runs queued for past due times (catch-up on resume, backfill): unless asked
+# otherwise they run one at a time, oldest first (``core.timeline``).
+QUEUED_ORIGINS: tuple[str, ...] = ("catchup", "backfill")

@@ -19,17 +19,19 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import exists, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import exists, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from agentcron.core import triggers
-from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunReason, RunStatus
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.sql import runs as sql
 
 MAX_ROWS = 10  # due times of one gap written one row each
 COUNT_CAP = 30  # a summary row counts its due times up to this many (cron: ~0.1 ms each)
@@ -167,9 +169,29 @@ def gap_rows(
 # Origins of runs queued for past due times. Unless asked otherwise (``overlap: allow``), they
 # run one at a time, oldest first: only the head of a schedule's queue is claimable; the rest
 # wait with reason QUEUED and no availability until the run before them ends (``promote_next``).
-QUEUED_ORIGINS = ("catchup", "backfill")
 QUEUED = RunReason.QUEUED.value
 NEVER = datetime(2999, 1, 1, tzinfo=UTC)  # available_at of a queued run: only promotion frees it
+
+
+def queued_run(
+    schedule_id: uuid.UUID, trigger: str, payload: dict[str, Any], now: datetime, by: str | None
+) -> Run:
+    """A run asked for now (``manual``, ``replay``): pending, nobody's, claimable now; ``by``
+    is who asked."""
+    return Run(
+        id=uuid.uuid4(),
+        schedule_id=schedule_id,
+        trigger=trigger,
+        origin=trigger,
+        started_by=by,
+        due_at=None,
+        status=RunStatus.PENDING.value,
+        attempt=0,
+        payload=payload,
+        created_at=now,
+        available_at=now,
+        cancel_requested=False,
+    )
 
 
 def queued_rows(
@@ -222,31 +244,19 @@ def queue_under_way(schedule_id: uuid.UUID) -> Any:
     )
 
 
-async def promote_next(session: AsyncSession, schedule_id: uuid.UUID, now: datetime) -> bool:
-    """After a queued-origin run of the schedule ended: make the oldest waiting one claimable,
-    unless another queued-origin run is still under way (a retry pending, say). True when one
-    was made claimable (wake the loop)."""
-    busy = await session.scalar(
-        select(
-            exists().where(
-                Run.schedule_id == schedule_id,
-                Run.origin.in_(QUEUED_ORIGINS),
-                Run.status.in_(ACTIVE),
-                or_(Run.reason.is_(None), Run.reason != QUEUED),
-            )
-        )
-    )
-    if busy:
-        return False
-    head = await session.scalar(
-        select(Run.id)
-        .where(
-            Run.schedule_id == schedule_id, Run.status == RunStatus.PENDING, Run.reason == QUEUED
-        )
-        .order_by(Run.due_at)
-        .limit(1)
-    )
-    if head is None:
-        return False
-    await session.execute(update(Run).where(Run.id == head).values(reason=None, available_at=now))
-    return True
+async def promote_next(
+    connection: AsyncConnection | AsyncSession, schedule_ids: Iterable[uuid.UUID], now: datetime
+) -> bool:
+    """After a queued run of each schedule ended (its schedule's row held by the caller, so a
+    backfill or a resume queueing runs at once waits for it): the schedule's oldest waiting
+    run becomes claimable (``transitions.promoted``), unless another queued run of it is still
+    under way (a retry pending, say). True when one was (wake the loop)."""
+    promoted = False
+    for schedule_id in sorted(schedule_ids):
+        if await connection.scalar(sql.queue_busy(schedule_id)):
+            continue
+        head = await connection.scalar(sql.queue_head(schedule_id))
+        if head is not None:
+            await connection.execute(sql.promote(head, now))
+            promoted = True
+    return promoted

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
 from agentcron.core.errors import SchedulerUnavailable
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.logging import get_logger
 from agentcron.core.policy import ExecutionPolicy
 from agentcron.core.policy import configure as configure_policy
@@ -138,7 +138,7 @@ class Engine:
         self._loop: SchedulerLoop | None = None
         self._schedules: ScheduleService | None = None
         self._runs: RunService | None = None
-        self._ledger: Ledger | None = None
+        self._ledger: SqlRunStore | None = None
         self._started = False
 
     # -- what a host reads ------------------------------------------------------------
@@ -158,7 +158,7 @@ class Engine:
         return self._need(self._runs)
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> SqlRunStore:
         return self._need(self._ledger)
 
     @property
@@ -237,7 +237,7 @@ class Engine:
         except SchedulerUnavailable:
             # Start anyway: /readyz says 503 and the loop retries until the database is back.
             log.warning("schema_check_skipped", reason="database unavailable")
-        self._ledger = ledger = Ledger(
+        self._ledger = ledger = SqlRunStore(
             db,
             owner=settings.instance_id,
             lease_seconds=settings.lease_seconds,

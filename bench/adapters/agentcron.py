@@ -1,4 +1,4 @@
-"""agentcron in process: ``Ledger`` + ``SchedulerLoop`` on PostgreSQL (asyncpg) or SQLite
+"""agentcron in process: ``SqlRunStore`` + ``SchedulerLoop`` on PostgreSQL (asyncpg) or SQLite
 (aiosqlite), with the service's settings (``AGENTCRON_*``; defaults: concurrency 4, tick 10 s).
 
 Commands (each prints one JSON line at the end; ``idle`` prints two progress lines first):
@@ -25,7 +25,7 @@ Commands (each prints one JSON line at the end; ``idle`` prints two progress lin
 
 Every engine command counts the SQL statements the engine's SQLAlchemy engine executes
 (``before_cursor_execute``: an executemany is one statement; BEGIN/COMMIT and pool pings are
-not statements here) and times every ``Ledger.claim_due_jobs`` call. The adapter's own
+not statements here) and times every ``SqlRunStore.claim_due_jobs`` call. The adapter's own
 bookkeeping queries go through a second ``Database``, so they are counted in neither.
 """
 
@@ -50,7 +50,8 @@ from sqlalchemy import event, insert, text
 from agentcron.core import triggers
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
-from agentcron.core.ledger import Claim, Ledger
+from agentcron.core.ledger.sql import SqlRunStore
+from agentcron.core.ledger.store import Claim
 from agentcron.core.logging import configure_logging
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
@@ -213,7 +214,9 @@ class Engine:
             self.watch = ClockWatch(
                 clock, self.db, instance_id=f"bench-{os.getpid()}", metrics=EngineMetrics()
             )
-        self.ledger = Ledger(self.db, owner=f"bench-{os.getpid()}", data_dir=data_dir, clock=clock)
+        self.ledger = SqlRunStore(
+            self.db, owner=f"bench-{os.getpid()}", data_dir=data_dir, clock=clock
+        )
         self.ledger.claim_due_jobs = self._timed(self.ledger.claim_due_jobs)  # type: ignore[method-assign]
         self.loop = SchedulerLoop(
             self.ledger,

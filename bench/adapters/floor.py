@@ -28,8 +28,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentcron.core.config import Settings
-from agentcron.core.ledger import Claim, Outcome, Wakeup
 from agentcron.core.ledger.memory import MemoryRunStore
+from agentcron.core.ledger.store import Claim, Outcome, PreparedTask, StartDecision, Wakeup
 from agentcron.core.logging import configure_logging
 from agentcron.core.storage.models import Run, built
 from agentcron.core.transitions import finished
@@ -102,16 +102,14 @@ class FloorStore(MemoryRunStore):
         claim.full = bool(self.pending)
         return claim
 
-    async def admit_batch(self, runs: Sequence[tuple[Run, str]]) -> list[Any]:
-        from agentcron.core.ledger import PreparedTask, StartDecision
-
+    async def admit(self, runs: Sequence[Run]) -> list[StartDecision]:
         await asyncio.sleep(0)
         now = datetime.now(UTC)
         decisions = []
-        for run, workdir in runs:
+        for run in runs:
             run.__dict__.update(status="running", attempt=1, started_at=now)
             assert run.task_id is not None
-            decisions.append(StartDecision("run", run, PreparedTask(run.task_id, workdir)))
+            decisions.append(StartDecision("run", run, PreparedTask(run.task_id, WORKDIR)))
         return decisions
 
     async def renew_leases(
@@ -122,7 +120,7 @@ class FloorStore(MemoryRunStore):
         await asyncio.sleep(0)
         return dict.fromkeys(run_ids or (), False)
 
-    async def record_batch(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
+    async def record(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
         await asyncio.sleep(0)
         now, at = datetime.now(UTC), time.time()
         for outcome in outcomes:

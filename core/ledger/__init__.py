@@ -1,54 +1,11 @@
-"""The run ledger: the engine's verbs over the database, one module per noun.
+"""The run ledger: the engine's verbs over the runs it claims, admits, runs and records.
 
-- ``claim``: due schedules become leased ``pending`` runs; runs nobody holds are leased again;
-- ``attempts``: admit an attempt (``running``) and record its outcome one by one;
-- ``records``: record a batch of plain outcomes (one statement on PostgreSQL);
-- ``leases``: renew what this instance holds, give runs back, delivery leases.
+- ``store``: the ``RunStore`` contract (what holds after each verb, what it locks) and the
+  values the verbs take and give back;
+- ``sql``: ``SqlRunStore``, the contract over SQLite or PostgreSQL, one path for every run;
+- ``deliveries``: ``SqlDeliveries``, the delivery leases of finished runs;
+- ``memory``: ``MemoryRunStore``, the contract over dicts, for tests of the engine's logic.
 
-Every state change they write is one of ``core.transitions``. ``Ledger`` is all four over
-one database, for one engine instance (``owner``).
+What each verb decides comes from ``core.planning`` (a claim), ``core.admission`` (an
+admission) and ``core.transitions`` (every value written).
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-from agentcron.core.ledger.attempts import Attempts, breaker_note
-from agentcron.core.ledger.claim import Claiming
-from agentcron.core.ledger.records import Recording
-from agentcron.core.ledger.store import RunStore
-from agentcron.core.ledger.types import (
-    Claim,
-    Outcome,
-    PreparedTask,
-    StartDecision,
-    TaskRef,
-    Wakeup,
-    error_excerpt,
-    output_excerpt,
-)
-
-
-@dataclass
-class Ledger(Claiming, Attempts, Recording):
-    """Claim, admit, record and lease runs for the engine instance ``owner``: the SQL
-    ``RunStore``."""
-
-
-def _is_a_run_store(ledger: Ledger) -> RunStore:
-    return ledger  # mypy checks here that the ledger keeps the store's contract
-
-
-__all__ = [
-    "Claim",
-    "Ledger",
-    "Outcome",
-    "RunStore",
-    "PreparedTask",
-    "StartDecision",
-    "TaskRef",
-    "Wakeup",
-    "breaker_note",
-    "error_excerpt",
-    "output_excerpt",
-]

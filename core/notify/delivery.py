@@ -84,7 +84,7 @@ async def deliver_run(
     (channel type, final status) of each delivery made now (for the engine's metrics).
 
     Idempotent per (run, channel index), so a delivery interrupted by a crash can be made
-    again by anyone (``Ledger.take_over_deliveries``): a channel whose row is ``delivered`` or
+    again by anyone (``DeliveryStore.take_over``): a channel whose row is ``delivered`` or
     ``failed`` (its attempts exhausted, or a permanent error) is left alone; a ``pending`` row
     is reused and its attempts keep counting; a missing one is created. The webhook-id is
     ``<run id>.<index>`` every time, so a receiver can de-duplicate a repeat. ``keyring``

@@ -10,32 +10,29 @@ IMMEDIATE write transaction, which already serialises writers.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Integer,
     Select,
     Table,
     Update,
     and_,
-    bindparam,
     exists,
     func,
-    insert,
     or_,
     select,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from agentcron.core.states import ACTIVE, RunReason, RunStatus
+from agentcron.core.states import ACTIVE, RunStatus
 from agentcron.core.storage.liveness_sql import liveness_held
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.storage.types import UTCDateTime
-from agentcron.core.transitions import admitted, delivering
+from agentcron.core.transitions import delivering
 
 RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
 SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
@@ -57,6 +54,11 @@ def due_schedules(now: datetime, limit: int) -> Select[Schedule]:
     )
 
 
+def lock_schedule(schedule_id: uuid.UUID) -> Select[uuid.UUID]:
+    """The schedule's row, locked as an admission locks it (``FOR NO KEY UPDATE``)."""
+    return select(Schedule.id).where(Schedule.id == schedule_id).with_for_update(key_share=True)
+
+
 def insert_runs(dialect: str) -> Any:
     """Insert scheduled runs, executed with one parameter set per run (SQLAlchemy sends them
     as multi-row INSERTs); a (schedule_id, due_at) already present is skipped by the UNIQUE
@@ -73,20 +75,6 @@ _INSERT_RUNS = {
 }
 
 
-# The claim's writes of a whole batch, executed with one parameter set per row. Table-level
-# (Core) statements, not ORM bulk ones: the ORM's per-row bookkeeping was a fifth of a
-# claim's CPU, for rows the claim never reads back.
-INSERT_TASKS = insert(TASKS)
-ADVANCE_SCHEDULES = (
-    update(SCHEDULES)
-    .where(SCHEDULES.c.id == bindparam("b_id"))
-    .values(
-        next_run=bindparam("b_next_run", type_=UTCDateTime()),
-        scheduled_runs=bindparam("b_scheduled_runs", type_=Integer),
-    )
-)
-
-
 def claimable_runs(
     now: datetime,
     limit: int,
@@ -99,7 +87,7 @@ def claimable_runs(
     that nobody leases, pending or running ones whose lease expired (a dead replica's), those
     of the ``dead`` owners whose liveness lock is still held by nobody (checked again here, in
     the claim itself: a replica that came back in between keeps its runs), and those matched
-    by ``predecessors`` (a restarted engine's first claim, ``Ledger.claim_due_jobs``).
+    by ``predecessors`` (a restarted engine's first claim, ``SqlRunStore.claim_due_jobs``).
     ``schema``: the installation's (``Database.schema``), whose liveness locks are looked for."""
     taken = [
         and_(Run.lease_owner.is_(None), Run.available_at <= now),
@@ -115,15 +103,6 @@ def claimable_runs(
         .order_by(Run.available_at)
         .limit(limit)
         .with_for_update(skip_locked=True)
-    )
-
-
-def lease_runs(ids: Sequence[uuid.UUID], owner: str, until: datetime) -> Update:
-    return (
-        update(Run)
-        .where(Run.id.in_(ids))
-        .values(lease_owner=owner, lease_expires_at=until)
-        .returning(Run)
     )
 
 
@@ -177,95 +156,6 @@ def ask_to_stop(run_ids: Sequence[uuid.UUID]) -> Update:
     a run skipped is asked at the next look of the run waiting for it."""
     unheld = _locked_runs(Run.id.in_(run_ids), skip_locked=True)
     return update(Run).where(unheld).values(cancel_requested=True)
-
-
-def release_leases(owner: str, ids: Sequence[uuid.UUID], now: datetime) -> Update:
-    """Give queued (not yet started) runs back to the pool, available at once to any replica.
-
-    A run that started meanwhile is left alone: its attempt is executing here and is drained
-    (or released by ``release_for_takeover``); releasing it would let a replica run it twice.
-    At shutdown the heartbeat may renew the same runs meanwhile: both lock in id order.
-    """
-    pending = Run.status == RunStatus.PENDING.value
-    return (
-        update(Run)
-        .where(_locked_runs(Run.lease_owner == owner, Run.id.in_(ids), pending))
-        .values(
-            status=RunStatus.PENDING.value,
-            lease_owner=None,
-            lease_expires_at=None,
-            available_at=now,
-        )
-    )
-
-
-# The engine's batched statements are built once, with expanding IN parameters, so neither
-# building nor compiling them is paid per batch. Core on the tables: the ORM's bulk UPDATE by
-# primary key cannot express ``consecutive_failures + n``.
-
-# Admit prepared runs (``core.ledger``'s ``admit_batch``): mark running, count the attempt, if
-# this instance still leases the run, it is pending and nobody asked to cancel it, and its
-# schedule still lets it start without a look at its other runs (enabled, undeleted, overlap
-# ``allow``, isolated). The schedules are share-locked (``FOR SHARE`` on PostgreSQL; SQLite's
-# write transaction serialises anyway), so a pause either waits for the admission or is seen by
-# it: pause visibility stays immediate (docs/design.md, promise 9).
-#
-# Lock order, as every batched write takes it: the runs in id order (``LOCK_ADMITTABLE``, a
-# statement of its own), then the schedules in id order. One statement could not promise that:
-# PostgreSQL evaluated the schedules' subquery first, so an admission holding a schedule's share
-# lock waited for a run a record held, while the record, holding that run, waited to lock the
-# schedule (a deadlock, seen with three replicas on a loaded machine).
-_ADMITTABLE = (
-    RUNS.c.id.in_(bindparam("b_ids", expanding=True)),
-    RUNS.c.lease_owner == bindparam("b_owner"),
-    RUNS.c.status == RunStatus.PENDING.value,
-    RUNS.c.cancel_requested.is_(False),
-)
-LOCK_ADMITTABLE = select(RUNS.c.id).where(*_ADMITTABLE).order_by(RUNS.c.id).with_for_update()
-_OPEN_SCHEDULES = (
-    select(SCHEDULES.c.id)
-    .where(
-        SCHEDULES.c.id.in_(bindparam("b_schedule_ids", expanding=True)),
-        SCHEDULES.c.enabled.is_(True),
-        SCHEDULES.c.deleted_at.is_(None),
-        SCHEDULES.c.overlap == "allow",
-        SCHEDULES.c.mode == "isolated",
-    )
-    .order_by(SCHEDULES.c.id)
-    .with_for_update(read=True)
-)
-_ADMITTABLE_RUNS = select(RUNS.c.id).where(
-    *_ADMITTABLE, RUNS.c.schedule_id.in_(_OPEN_SCHEDULES.scalar_subquery())
-)
-ADMIT_RUNS = (
-    update(RUNS)
-    .where(RUNS.c.id.in_(_ADMITTABLE_RUNS.scalar_subquery()))
-    .values(
-        **admitted(
-            bindparam("b_now", type_=UTCDateTime()), bindparam("b_until", type_=UTCDateTime())
-        ),
-        attempt=RUNS.c.attempt + 1,
-        started_at=func.coalesce(RUNS.c.started_at, bindparam("b_now", type_=UTCDateTime())),
-    )
-    .returning(RUNS.c.id)
-)
-
-
-def running_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[uuid.UUID]:
-    """Other runs of the same schedule that are executing now."""
-    return select(Run.id).where(
-        Run.schedule_id == schedule_id, Run.id != run_id, Run.status == RunStatus.RUNNING.value
-    )
-
-
-def buffered_siblings(schedule_id: uuid.UUID, run_id: uuid.UUID) -> Select[int]:
-    """Other runs of the same schedule already waiting under ``buffer_one``."""
-    return select(func.count()).where(
-        Run.schedule_id == schedule_id,
-        Run.id != run_id,
-        Run.status == RunStatus.PENDING.value,
-        Run.reason == RunReason.BUFFERED.value,
-    )
 
 
 def next_wakeup(owner: str | None, schema: str | None) -> Select[*tuple[Any, ...]]:
@@ -339,6 +229,16 @@ def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
         .where(Run.id.in_(ids), Run.deliver_until.is_not(None))
         .values(deliver_until=until)
     )
+
+
+def task_workdirs(ids: Collection[uuid.UUID]) -> Select[uuid.UUID, str]:
+    """(id, workdir) of these tasks."""
+    return select(Task.id, Task.workdir).where(Task.id.in_(ids))
+
+
+def schedule_owners(ids: Collection[uuid.UUID]) -> Select[uuid.UUID, str]:
+    """(id, owner) of these schedules."""
+    return select(Schedule.id, Schedule.owner).where(Schedule.id.in_(ids))
 
 
 def end_deliveries(ids: Sequence[uuid.UUID]) -> Update:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.runs import RunService
@@ -42,7 +42,7 @@ async def make_engine(
         lease: float = LEASE,
         liveness: bool = False,
     ) -> Engine:
-        ledger = Ledger(db, owner=owner, lease_seconds=lease, data_dir=tmp_path / "data")
+        ledger = SqlRunStore(db, owner=owner, lease_seconds=lease, data_dir=tmp_path / "data")
         loop = SchedulerLoop(
             ledger,
             concurrency=concurrency,

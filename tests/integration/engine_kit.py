@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import select
 
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
@@ -138,7 +138,7 @@ def process_alive(pid: int) -> bool:
 @dataclass
 class Engine:
     db: Database
-    ledger: Ledger
+    ledger: SqlRunStore
     loop: SchedulerLoop
     schedules: ScheduleService
     data_dir: Path

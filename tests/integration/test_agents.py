@@ -317,7 +317,7 @@ async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
     queued = await crashed.runs.run_now(uuid.UUID(schedule_id), None)
     claim = await crashed.ledger.claim_due_jobs(crashed.ledger.clock())
     assert [run.id for run in claim.runs] == [queued.id]
-    decision = await crashed.ledger.start_attempt(queued.id)
+    decision = (await crashed.ledger.admit([queued]))[0]
     assert decision.action == "run" and decision.run and decision.task
     run, task = decision.run, decision.task
     request = RunRequest(
@@ -334,7 +334,7 @@ async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
     )
     outcome = await build_runner(run.payload["runner"]).run(request, CancelToken())
     assert outcome.output == "reply 2: question 2"
-    # ... replica A dies here: no finish_attempt, its lease runs out.
+    # ... replica A dies here: nothing recorded, its lease runs out.
 
     survivor: Engine = make_engine("replica-b")
     deadline = time.monotonic() + 15

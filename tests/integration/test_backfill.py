@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import func, select
 
 from agentcron.core.errors import InvalidSchedule
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
+from agentcron.core.ledger.store import Outcome
 from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.plans import RESUME_ALL_CAP
@@ -109,7 +110,7 @@ async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
     await service.skip_occurrence(schedule_id, (T0 + 7 * MINUTE).isoformat(), None)
     # Down until 00:08:30: 00:08 runs, 00:01-00:07 are accounted for (00:07 was skipped on
     # purpose before the outage).
-    ledger = Ledger(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
+    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
     await ledger.claim_due_jobs(T0 + 8 * MINUTE + 30 * S)
     clock.now = T0 + 9 * MINUTE
 
@@ -139,7 +140,7 @@ async def test_the_queue_moves_when_its_head_ends_however_it_ends(
     clock = Clock(T0 + 10 * MINUTE)
     service, schedule_id = await minutely(db, clock)
     await service.backfill(schedule_id, request(T0 + S, T0 + 4 * MINUTE), None)
-    ledger = Ledger(db, owner="t", lease_seconds=3600, data_dir=tmp_path, clock=clock)
+    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path, clock=clock)
 
     def heads(runs: list[Run]) -> list[datetime | None]:
         return [r.due_at for r in runs if r.status == "pending" and r.reason is None]
@@ -151,9 +152,9 @@ async def test_the_queue_moves_when_its_head_ends_however_it_ends(
 
     claim = await ledger.claim_due_jobs(clock.now)
     assert [run.due_at for run in claim.runs] == [T0 + 2 * MINUTE]
-    started = await ledger.start_attempt(claim.runs[0].id)
+    started = (await ledger.admit([claim.runs[0]]))[0]
     assert started.action == "run"
-    await ledger.finish_attempt(claim.runs[0].id, "failed", error="boom")  # ends badly
+    await ledger.record([Outcome(claim.runs[0], "failed", error="boom")])  # ends badly
     assert heads(await runs_of(db, schedule_id)) == [T0 + 3 * MINUTE]
 
 
@@ -163,7 +164,7 @@ async def test_backfill_with_overlap_allow_queues_them_all_claimable(
     clock = Clock(T0 + 10 * MINUTE)
     service, schedule_id = await minutely(db, clock)
     await service.backfill(schedule_id, request(T0, T0 + 5 * MINUTE, overlap="allow"), None)
-    claim = await Ledger(db, owner="t", data_dir=tmp_path).claim_due_jobs(clock.now)
+    claim = await SqlRunStore(db, owner="t", data_dir=tmp_path).claim_due_jobs(clock.now)
     assert sorted(run.due_at for run in claim.runs if run.due_at) == [
         T0 + k * MINUTE for k in range(5)
     ]
@@ -191,7 +192,7 @@ async def test_backfill_keeps_gap_summaries_true(db: Database, tmp_path: Path) -
     clock = Clock(T0 + 10 * S)
     service, schedule_id = await minutely(db, clock)
     # A day-long outage: ten rows, then a summary of the rest of the day.
-    await Ledger(db, owner="t", data_dir=tmp_path).claim_due_jobs(T0 + 24 * HOUR + 30 * S)
+    await SqlRunStore(db, owner="t", data_dir=tmp_path).claim_due_jobs(T0 + 24 * HOUR + 30 * S)
     clock.now = T0 + 25 * HOUR
     summary_due = T0 + (MAX_ROWS + 1) * MINUTE
     start, end = T0 + 12 * HOUR, T0 + 12 * HOUR + 3 * MINUTE

@@ -12,7 +12,7 @@ import httpx
 from sqlalchemy import insert
 
 from agentcron.core import triggers
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.planning import plan_due_times
 from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.specs import ScheduleUpdate
@@ -90,7 +90,7 @@ async def test_a_jittered_run_is_claimed_on_time_and_starts_at_its_offset(
     values = schedule_values(T0, trigger=trigger, next_run=T0 + 60 * S, jitter_seconds=30)
     async with db.session() as session:
         await session.execute(insert(Schedule), [values])
-    ledger = Ledger(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
+    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
     claim = await ledger.claim_due_jobs(T0 + 60 * S)
     [run] = claim.runs
     assert run.available_at == T0 + 60 * S + jitter_delay(values["id"], T0 + 60 * S, 30)

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, event, insert, update
 
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
@@ -92,7 +92,7 @@ async def test_the_skew_of_a_wrong_local_clock_is_measured(db: Database, off: fl
 @pg_only
 async def test_a_slow_replica_claims_when_the_database_says_due(db: Database) -> None:
     clock = await measured(db, offset(-30))  # this host's clock is 30 s slow
-    ledger = Ledger(db, owner="slow", clock=clock)
+    ledger = SqlRunStore(db, owner="slow", clock=clock)
     due = clock() - timedelta(milliseconds=200)  # due by the database's clock
     schedule_id = await add_schedule(db, due)
     assert clock.local() < due - timedelta(seconds=29)  # by its own clock: not for 29 s
@@ -106,7 +106,7 @@ async def test_a_slow_replica_claims_when_the_database_says_due(db: Database) ->
 @pg_only
 async def test_a_fast_replica_does_not_claim_early(db: Database) -> None:
     clock = await measured(db, offset(30))  # this host's clock is 30 s fast
-    ledger = Ledger(db, owner="fast", clock=clock)
+    ledger = SqlRunStore(db, owner="fast", clock=clock)
     due = clock() + timedelta(seconds=5)
     await add_schedule(db, due)
     assert clock.local() > due + timedelta(seconds=24)  # by its own clock: long due
@@ -119,7 +119,7 @@ async def test_the_loop_of_a_slow_replica_starts_a_run_at_its_database_due_time(
 ) -> None:
     fake.script("on-time", [succeed("ok")])
     clock = await measured(db, offset(-30))
-    ledger = Ledger(db, owner="slow", lease_seconds=2, data_dir=tmp_path, clock=clock)
+    ledger = SqlRunStore(db, owner="slow", lease_seconds=2, data_dir=tmp_path, clock=clock)
     # The tick alone would not come in time: the loop must sleep until the due time, judged
     # by the database's clock (by its own it would wait 30 s more).
     loop = SchedulerLoop(ledger, tick_seconds=30, clock=clock)
@@ -147,13 +147,13 @@ async def test_the_loop_of_a_slow_replica_starts_a_run_at_its_database_due_time(
 @pg_only
 async def test_a_fast_replica_does_not_take_over_a_live_lease(db: Database) -> None:
     holder_clock = await measured(db, utcnow)
-    holder = Ledger(db, owner="holder", lease_seconds=30, clock=holder_clock)
+    holder = SqlRunStore(db, owner="holder", lease_seconds=30, clock=holder_clock)
     await add_schedule(db, holder_clock() - timedelta(milliseconds=100))
     (run,) = (await holder.claim_due_jobs(holder_clock())).runs
-    assert (await holder.start_attempt(run.id)).action == "run"
+    assert ((await holder.admit([run]))[0]).action == "run"
 
     fast_clock = await measured(db, offset(60))  # 60 s fast: by its own clock, lapsed
-    fast = Ledger(db, owner="fast", lease_seconds=30, clock=fast_clock)
+    fast = SqlRunStore(db, owner="fast", lease_seconds=30, clock=fast_clock)
     lease = (await fetch_run(db, run.id)).lease_expires_at
     assert lease is not None and fast_clock.local() > lease
     claim = await fast.claim_due_jobs(fast_clock())

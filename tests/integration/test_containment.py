@@ -31,7 +31,7 @@ from agentcron.core.config import Settings
 from agentcron.core.errors import StartupError
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Task
-from agentcron.core.workdirs import adopt_legacy_directory
+from agentcron.core.workdirs import TaskDirectories, adopt_legacy_directory
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
 from tests.sandbox import HOST_PYTHON
@@ -305,19 +305,14 @@ def test_the_new_directory_wins_over_a_legacy_one(tmp_path: Path) -> None:
     assert sorted(p.name for p in new.iterdir()) == ["new.txt"]
 
 
-async def test_an_owner_that_is_not_a_path_component_is_refused(tmp_path: Path) -> None:
-    from agentcron.core.ledger import Ledger
-
-    ledger = Ledger(Database("sqlite+aiosqlite://"), owner="x", data_dir=tmp_path)
-    try:
-        for bad in ("..", "../bob", "a/b", ".hidden", ""):
-            with pytest.raises(ValueError, match="an owner is"):
-                ledger._workdir(bad, uuid.uuid4())
-        assert ledger._workdir("alice@example.org", uuid.UUID(int=1)).endswith(
-            "/tasks/alice@example.org/00000000-0000-0000-0000-000000000001"
-        )
-    finally:
-        await ledger.db.dispose()
+def test_an_owner_that_is_not_a_path_component_is_refused(tmp_path: Path) -> None:
+    workdir = TaskDirectories(tmp_path).workdir  # where every store puts a schedule's tasks
+    for bad in ("..", "../bob", "a/b", ".hidden", ""):
+        with pytest.raises(ValueError, match="an owner is"):
+            workdir(bad, uuid.uuid4())
+    assert workdir("alice@example.org", uuid.UUID(int=1)).endswith(
+        "/tasks/alice@example.org/00000000-0000-0000-0000-000000000001"
+    )
 
 
 # -- the sandbox ---------------------------------------------------------------------------

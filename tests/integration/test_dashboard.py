@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from sqlalchemy import update
 
 from agentcron.core.keys import create_key, revoke_key
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.schedules.views import schedule_view
@@ -78,7 +78,7 @@ def service(app: FastAPI) -> ScheduleService:
     return schedules
 
 
-def ledger(app: FastAPI) -> Ledger:
+def ledger(app: FastAPI) -> SqlRunStore:
     runs: RunService = app.state.runs
     return runs
 
@@ -528,7 +528,7 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
     where the timetable ends, and once nothing is left says it ended (the list and the page
     say "ended", not "enabled"); the edit form's preview counts the due times already taken."""
     key = await new_key(live_app, "alice")
-    engine = Ledger(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
+    engine = SqlRunStore(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
     hour = timedelta(hours=1)
     capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
     assert capped.next_run is not None

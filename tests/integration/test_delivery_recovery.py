@@ -23,7 +23,7 @@ import structlog
 from sqlalchemy import insert, update
 
 from agentcron.core import triggers
-from agentcron.core.ledger import Ledger, Outcome
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.notify import register_notifier
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
@@ -61,8 +61,10 @@ async def add(db: Database, notify: list[dict[str, Any]]) -> uuid.UUID:
     return uuid.UUID(str(row["id"]))
 
 
-def ledger(db: Database, tmp_path: Path) -> Ledger:
-    return Ledger(db, owner="replica-a", lease_seconds=30, data_dir=tmp_path, clock=lambda: NOW)
+def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
+    return SqlRunStore(
+        db, owner="replica-a", lease_seconds=30, data_dir=tmp_path, clock=lambda: NOW
+    )
 
 
 async def deliver_until(db: Database, run_id: uuid.UUID) -> datetime | None:
@@ -70,51 +72,6 @@ async def deliver_until(db: Database, run_id: uuid.UUID) -> datetime | None:
 
 
 # -- the lease is written with the outcome, only when a channel applies ---------------------
-
-
-async def test_record_batch_sets_deliver_until_only_when_a_channel_applies(
-    db: Database, tmp_path: Path
-) -> None:
-    cases = {  # schedule's channels, the run's status -> deliver_until
-        "success, default notify_on": (ON_SUCCESS, "succeeded", UNTIL),
-        "failure, default notify_on": (ON_SUCCESS, "failed", None),
-        "failure, notify_on failed": (ON_FAILURE, "failed", UNTIL),
-        "timed out, notify_on timed_out": (ON_FAILURE, "timed_out", UNTIL),
-        "success, notify_on failed": (ON_FAILURE, "succeeded", None),
-        "no channel": ([], "succeeded", None),
-    }
-    ids = {name: await add(db, notify) for name, (notify, _, _) in cases.items()}
-    me = ledger(db, tmp_path)
-    claim = await me.claim_due_jobs(NOW)
-    await me.admit_batch([(run, claim.prepared[run.id]) for run in claim.runs])
-    run_of = {run.schedule_id: run for run in claim.runs}
-    outcomes = [Outcome(run_of[ids[name]], status) for name, (_, status, _) in cases.items()]
-    assert await me.record_batch(outcomes) == [outcome.run for outcome in outcomes]
-
-    found = {name: await deliver_until(db, run_of[ids[name]].id) for name in cases}
-    assert found == {name: expected for name, (_, _, expected) in cases.items()}
-    # The caller's runs say what was written.
-    assert {name: run_of[ids[name]].deliver_until for name in cases} == found
-
-
-async def test_finish_attempt_sets_deliver_until_on_terminal_outcomes_only(
-    db: Database, tmp_path: Path
-) -> None:
-    ok, bad, retried = [await add(db, ON_SUCCESS) for _ in range(3)]
-    me = ledger(db, tmp_path)
-    claim = await me.claim_due_jobs(NOW)
-    run_of = {run.schedule_id: run.id for run in claim.runs}
-    for run_id in run_of.values():
-        assert (await me.start_attempt(run_id)).action == "run"
-
-    done = await me.finish_attempt(run_of[ok], "succeeded", output="fine")
-    assert done is not None and done.deliver_until == UNTIL
-    failed = await me.finish_attempt(run_of[bad], "failed", error="no")
-    assert failed is not None and failed.deliver_until is None  # default notify_on
-    # A transient failure going back to pending is no outcome: nothing to deliver yet.
-    await me.finish_attempt(run_of[retried], "pending", error="blip", retry_when=NOW)
-    assert await deliver_until(db, run_of[retried]) is None
-    assert await deliver_until(db, run_of[ok]) == UNTIL
 
 
 async def test_the_loop_clears_deliver_until_once_delivered(

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import insert, select, update
 
 from agentcron.core import triggers
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
 from tests.factories import schedule_values
@@ -49,8 +49,8 @@ async def runs_of(db: Database, schedule_id: uuid.UUID) -> list[tuple[datetime |
         return [(run.due_at, run.dst_rule) for run in found]
 
 
-def ledger(db: Database, tmp_path: Path) -> Ledger:
-    return Ledger(db, owner="dst", lease_seconds=30, data_dir=tmp_path)
+def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
+    return SqlRunStore(db, owner="dst", lease_seconds=30, data_dir=tmp_path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from sqlalchemy import select
 
 from agentcron.core.errors import RunPermanentError
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.notify import validate_channels
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.notify.delivery import deliver_run, delivery_body
@@ -758,7 +758,7 @@ async def test_the_engine_mails_a_finished_run_once(
     fake = FakeRunnerType()
     register_runner_type(fake)
     fake.script("digest", [succeed(OUTPUT)])
-    ledger = Ledger(db, owner="engine-mail", lease_seconds=2.0, data_dir=tmp_path / "data")
+    ledger = SqlRunStore(db, owner="engine-mail", lease_seconds=2.0, data_dir=tmp_path / "data")
     loop = SchedulerLoop(ledger, tick_seconds=0.2, drain_timeout=2.0)
     ledger.on_change = loop.wake
     spec = ScheduleCreate(

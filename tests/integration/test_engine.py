@@ -1,4 +1,4 @@
-"""The engine in-process: ``SchedulerLoop`` + ``Ledger`` on SQLite and PostgreSQL.
+"""The engine in-process: ``SchedulerLoop`` + ``SqlRunStore`` on SQLite and PostgreSQL.
 
 Each test builds a loop with a short tick and lease, schedules work through the
 ``ScheduleService`` (which wakes the loop), and waits on the database with a deadline. Agent
@@ -14,13 +14,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, insert, select
 
-from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
+from agentcron.core import triggers
+from agentcron.core.runners.fake import (
+    DEFAULT_SCRIPT,
+    FakeRunnerType,
+    permanent,
+    sleep,
+    succeed,
+    transient,
+)
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.states import TERMINAL
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
+from tests.factories import schedule_values
 from tests.integration.engine_kit import (
     HOURLY,
     OWNER,
@@ -375,7 +385,7 @@ async def test_a_run_claimed_before_pause_is_skipped(
     assert [(run.schedule_id, run.due_at) for run in claim.runs] == [(schedule.id, first_due)]
     await engine.schedules.pause(schedule.id, None, None)
 
-    decision = await engine.ledger.start_attempt(claim.runs[0].id)
+    decision = (await engine.ledger.admit([claim.runs[0]]))[0]
     assert decision.action == "done"
     run = await fetch_run(engine.db, claim.runs[0].id)
     assert (run.status, run.reason) == ("skipped", "paused")
@@ -558,19 +568,19 @@ async def test_stop_while_an_attempt_is_being_admitted_neither_loses_nor_repeats
 ) -> None:
     engine = make_engine(drain_timeout=5, start=False)
     runner = fake.script("quick", [sleep(0.2, "finished")])
-    real_start = engine.ledger.start_attempt
+    real_admit = engine.ledger.admit
     admitted = asyncio.Event()
 
-    async def slow_start(run_id: uuid.UUID) -> Any:
-        decision = await real_start(run_id)
-        if decision.action == "run":
+    async def slow_admit(runs: Any) -> Any:
+        decisions = await real_admit(runs)
+        if any(decision.action == "run" for decision in decisions):
             # The attempt is committed as running but not executing yet; on PostgreSQL a
             # concurrent release waits for the row lock and lands exactly here.
             admitted.set()
             await asyncio.sleep(0.3)
-        return decision
+        return decisions
 
-    monkeypatch.setattr(engine.ledger, "start_attempt", slow_start)
+    monkeypatch.setattr(engine.ledger, "admit", slow_admit)
     engine.loop.start()
     schedule = await engine.create(spec(fake.config("quick"), HOURLY))
     queued = await engine.run_now(schedule.id)
@@ -621,3 +631,41 @@ async def test_file_channel_gets_one_line_per_succeeded_run(
 
 
 # -- resilience ---------------------------------------------------------------------------
+async def test_the_loop_admits_and_records_a_burst_in_batches(
+    make_engine: MakeEngine, fake: FakeRunnerType
+) -> None:
+    fake.script("broken", [permanent("no")] * 40)
+    # A lease of seconds, not the kit's 2 s: on a loaded machine the fences would rightly stop
+    # attempts whose renewal came late and the runs would show attempt 2, which is not what
+    # this test is about (the fences have their tests in test_leases.py).
+    engine = make_engine(start=False, lease=10.0)
+    now = datetime.now(UTC)
+    trigger = triggers.trigger_to_dict(triggers.OneShotTrigger(at=now))
+    rows = [
+        schedule_values(
+            now,
+            name=f"burst {i}",
+            trigger=trigger,
+            next_run=now,
+            runner=fake.config("broken" if i % 5 == 0 else DEFAULT_SCRIPT),
+        )
+        for i in range(200)
+    ]
+    async with engine.db.session() as session:
+        await session.execute(insert(Schedule), rows)
+    engine.loop.start()
+
+    async def settled() -> list[Any] | None:
+        async with engine.db.session(write=False) as session:
+            runs = list((await session.execute(select(Run.status, Run.attempt))).all())
+        return runs if len(runs) == 200 and all(r.status in TERMINAL for r in runs) else None
+
+    runs = await wait_for(settled, within=60, what="200 runs finished")
+    assert sorted({(r.status, r.attempt) for r in runs}) == [("failed", 1), ("succeeded", 1)]
+    assert sum(1 for r in runs if r.status == "failed") == 40
+    async with engine.db.session(write=False) as session:
+        last = dict((await session.execute(select(Schedule.name, Schedule.last_status))).all())
+    assert last["burst 0"] == "failed" and last["burst 1"] == "succeeded"
+    # Batched: fewer transactions than runs, for both admissions and results.
+    flushes = engine.loop.flushes
+    assert 0 < flushes["admissions"] < 200 and 0 < flushes["results"] < 200

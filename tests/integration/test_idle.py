@@ -15,7 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcron.core.clock import DatabaseClock
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.storage.database import Database
@@ -89,7 +89,7 @@ async def test_the_database_clock_adds_one_read_per_measurement_to_an_idle_loop(
     interval = 0.5
     clock = DatabaseClock()
     watch = ClockWatch(clock, db, instance_id=OWNER, metrics=EngineMetrics(), interval=interval)
-    ledger = Ledger(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path, clock=clock)
+    ledger = SqlRunStore(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path, clock=clock)
     loop = SchedulerLoop(ledger, tick_seconds=0.1, clock=clock)
     schedules = ScheduleService(db, clock=clock)
     for _ in range(3):
@@ -134,7 +134,7 @@ async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_d
 async def test_liveness_keeps_an_idle_loop_at_one_statement_per_wake_up(
     db: Database, fake: FakeRunnerType, tmp_path: Path
 ) -> None:
-    ledger = Ledger(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path)
+    ledger = SqlRunStore(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path)
     loop = SchedulerLoop(ledger, tick_seconds=0.1, liveness=True)
     assert loop.liveness is not None
     schedules = ScheduleService(db)

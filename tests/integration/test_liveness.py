@@ -21,7 +21,8 @@ import structlog
 from sqlalchemy import text
 
 from agentcron.core.clock import DatabaseClock
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
+from agentcron.core.ledger.store import Outcome
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
@@ -46,12 +47,12 @@ sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
 
 async def running_under(
-    db: Database, ledger: Ledger, runner: dict[str, object], **overrides: Any
+    db: Database, ledger: SqlRunStore, runner: dict[str, object], **overrides: Any
 ) -> Run:
     """A run of a new schedule, claimed and started by ``ledger`` (lease 30 s)."""
     await add_schedule(db, ledger.clock() - timedelta(milliseconds=100), runner=runner, **overrides)
     (run,) = (await ledger.claim_due_jobs(ledger.clock())).runs
-    decision = await ledger.start_attempt(run.id)
+    decision = (await ledger.admit([run]))[0]
     assert decision.action == "run" and decision.run is not None
     return decision.run
 
@@ -76,8 +77,8 @@ async def test_the_same_owners_lock_in_another_database_does_not_vouch_for_its_r
     elsewhere = Database(await clone_pg(pg_server))
     clock = DatabaseClock()
     await clock.measure(db)
-    holder = Ledger(db, owner=f"replica-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
-    other = Ledger(db, owner="other", lease_seconds=30, clock=clock)
+    holder = SqlRunStore(db, owner=f"replica-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
+    other = SqlRunStore(db, owner="other", lease_seconds=30, clock=clock)
     liveness = Liveness(elsewhere, holder.owner)
     keeping = asyncio.create_task(liveness.keep())
     try:
@@ -98,8 +99,8 @@ async def test_a_vanished_session_makes_its_owner_dead_and_its_runs_taken_at_onc
 ) -> None:
     clock = DatabaseClock()
     await clock.measure(db)
-    holder = Ledger(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
-    other = Ledger(db, owner="other", lease_seconds=30, clock=clock)
+    holder = SqlRunStore(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
+    other = SqlRunStore(db, owner="other", lease_seconds=30, clock=clock)
     liveness = Liveness(db, holder.owner)
     keeping = asyncio.create_task(liveness.keep())
     try:
@@ -126,9 +127,10 @@ async def test_a_vanished_session_makes_its_owner_dead_and_its_runs_taken_at_onc
 
         claim = await other.claim_due_jobs(clock(), dead=dead)
         assert [taken.id for taken in claim.runs] == [run.id] and claim.recovered == 1
-        decision = await other.start_attempt(run.id)
+        before = run.attempt
+        decision = (await other.admit([run]))[0]
         assert decision.action == "run" and decision.run is not None
-        assert decision.run.attempt == run.attempt + 1 == 2
+        assert decision.run.attempt == before + 1 == 2
         assert decision.run.task_id == run.task_id
         assert (await fetch_run(db, run.id)).lease_owner == "other"
         print(f"\nliveness: owner dead and run taken {time.monotonic() - gone:.2f} s after")
@@ -159,14 +161,16 @@ async def test_a_terminated_session_is_noticed_and_the_lock_taken_again(db: Data
     assert not liveness.held
 
 
-async def finished_with_a_delivery_owed(db: Database, ledger: Ledger, url: str, secret: str) -> Run:
+async def finished_with_a_delivery_owed(
+    db: Database, ledger: SqlRunStore, url: str, secret: str
+) -> Run:
     """A run ``ledger`` ran and recorded ``succeeded``, its webhook delivery leased to it for
     30 s and not made: the state its process leaves when it dies right after recording."""
     notify = [{"type": "webhook", "url": url, "secret": secret}]
     run = await running_under(
         db, ledger, {"type": "python", "callable": "os:getcwd"}, notify=notify
     )
-    done = await ledger.finish_attempt(run.id, "succeeded", output="five bullets")
+    (done,) = await ledger.record([Outcome(run, "succeeded", output="five bullets")])
     assert done is not None and done.deliverer == ledger.owner
     assert done.deliver_until is not None and done.deliver_until > ledger.clock()
     return done
@@ -183,7 +187,7 @@ async def test_a_vanished_deliverers_deliveries_are_taken_at_once(
 ) -> None:
     clock = DatabaseClock()
     await clock.measure(db)
-    holder = Ledger(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
+    holder = SqlRunStore(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
     liveness = Liveness(db, holder.owner)
     keeping = asyncio.create_task(liveness.keep())
     try:
@@ -218,10 +222,10 @@ async def test_a_vanished_deliverers_deliveries_are_taken_at_once(
 async def test_a_restarted_engine_makes_its_predecessors_deliveries_at_its_first_look(
     db: Database, tmp_path: Path, receiver: Receiver, secret: str
 ) -> None:
-    predecessor = Ledger(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
+    predecessor = SqlRunStore(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
     run = await finished_with_a_delivery_owed(db, predecessor, receiver.url(), secret)
     # The predecessor died here (its delivery lease has 30 s to go); its successor starts.
-    successor = Ledger(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
+    successor = SqlRunStore(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
     loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True, allow_private=True)
     began = time.monotonic()
     loop.start()
@@ -243,10 +247,10 @@ async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_c
     # The predecessor's attempt is only written (admitted), never played: the successor's is
     # the script's first.
     fake.script("long", [succeed("continued")])
-    predecessor = Ledger(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
+    predecessor = SqlRunStore(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
     run = await running_under(db, predecessor, fake.config("long"))
     # The predecessor died here (its lease has 30 s to go); its successor starts.
-    successor = Ledger(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
+    successor = SqlRunStore(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
     loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True)  # as web/host.py says
     began = time.monotonic()
     loop.start()

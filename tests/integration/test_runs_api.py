@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from sqlalchemy import update
 
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
 
@@ -259,7 +259,7 @@ async def runs_of_a_restart(
             .values(next_run=first_due)
         )
     back = first_due + timedelta(minutes=99)
-    ledger = Ledger(db, owner="after-restart", lease_seconds=30, data_dir=data_dir)
+    ledger = SqlRunStore(db, owner="after-restart", lease_seconds=30, data_dir=data_dir)
     claim = await ledger.claim_due_jobs(back, 500)
     assert len(claim.runs) == 100 and len({run.created_at for run in claim.runs}) == 1
     batch = sorted(claim.runs, key=lambda run: run.due_at or back, reverse=True)

@@ -14,7 +14,7 @@ from sqlalchemy import insert, select
 
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict, InvalidSchedule
-from agentcron.core.ledger import Ledger
+from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage.database import Database
@@ -44,8 +44,8 @@ async def timeline(db: Database, schedule_id: uuid.UUID) -> list[Run]:
         return list(found)
 
 
-def ledger(db: Database, tmp_path: Path) -> Ledger:
-    return Ledger(db, owner="timeline", lease_seconds=30, data_dir=tmp_path)
+def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
+    return SqlRunStore(db, owner="timeline", lease_seconds=30, data_dir=tmp_path)
 
 
 async def test_missed_due_times_get_skipped_rows_beside_the_run(
@@ -250,7 +250,7 @@ async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
     assert again.id == skipped.id  # idempotent
 
     # A lease longer than the test's minutes, so no claim takes an earlier one's runs over.
-    engine = Ledger(db, owner="timeline", lease_seconds=3600, data_dir=tmp_path)
+    engine = SqlRunStore(db, owner="timeline", lease_seconds=3600, data_dir=tmp_path)
     claimed = []
     for k in (1, 2, 3):
         claimed += (await engine.claim_due_jobs(T0 + k * MINUTE + S)).runs

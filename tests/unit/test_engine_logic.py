@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from agentcron.core.errors import SchedulerUnavailable
-from agentcron.core.ledger import Claim
 from agentcron.core.ledger.memory import MemoryRunStore
+from agentcron.core.ledger.store import Claim
 from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType, permanent, sleep, succeed, transient
 from agentcron.core.storage.models import Run
@@ -178,7 +178,7 @@ async def test_a_runner_type_that_is_gone_fails_the_run_and_pauses_the_schedule(
     )
 
 
-async def test_the_breaker_trips_from_the_schedule_streak_on_the_batched_path(
+async def test_the_breaker_trips_from_the_schedule_streak(
     bench: Bench,
 ) -> None:
     bench.fake.script("broken", [permanent("boom")])
@@ -192,7 +192,7 @@ async def test_the_breaker_trips_from_the_schedule_streak_on_the_batched_path(
     assert (
         schedule.paused_note is not None and "after 2 failed runs in a row" in schedule.paused_note
     )
-    assert bench.store.calls.get("record_batch", 0) >= 2  # plain outcomes went in batches
+    assert bench.store.calls.get("record", 0) >= 2
 
 
 # -- admission and concurrency --------------------------------------------------------------
@@ -260,14 +260,14 @@ async def test_a_stop_while_outcomes_are_being_recorded_keeps_them(bench: Bench)
     schedule = bench.store.add_schedule(bench.fake.config("quick"))
     queued = [bench.store.queue(schedule) for _ in range(3)]
     recording = asyncio.Event()
-    record = bench.store.record_batch
+    record = bench.store.record
 
     async def record_slowly(outcomes: Any) -> Any:
         recording.set()
         await asyncio.sleep(0.3)
         return await record(outcomes)
 
-    bench.store.record_batch = record_slowly  # type: ignore[method-assign]
+    bench.store.record = record_slowly  # type: ignore[method-assign]
     loop = bench.loop(concurrency=4, drain_timeout=3)
     await asyncio.wait_for(recording.wait(), 5)
     await loop.stop()
@@ -392,7 +392,7 @@ async def test_stop_releases_a_long_attempt_and_the_queue_for_another_replica(
 
 
 @pytest.mark.parametrize(
-    "verb", ["next_wakeup", "claim_due_jobs", "admit_batch", "record_batch", "renew_leases"]
+    "verb", ["next_wakeup", "claim_due_jobs", "admit", "record", "renew_leases"]
 )
 async def test_the_loop_survives_a_verb_that_fails_and_the_run_still_happens(
     bench: Bench, verb: str
@@ -402,7 +402,7 @@ async def test_the_loop_survives_a_verb_that_fails_and_the_run_still_happens(
     bench.store.fail_next(verb, SchedulerUnavailable("database unreachable"))
     loop = bench.loop(concurrency=1)
     first = bench.store.queue(schedule)
-    second = bench.store.queue(schedule)  # goes through admit_batch: the claim admitted one
+    second = bench.store.queue(schedule)
     for queued in (first, second):
         run = await bench.until(queued.id, "succeeded", within=5)
         assert run.output == "fine"
@@ -423,8 +423,10 @@ async def test_quick_runs_queued_in_hand_are_admitted_before_their_slot_frees(
     # half a second would have the fences stop attempts (rightly) and attempts be counted
     # twice, which is not what this test is about (``..._starts_under_its_renewed_lease`` is).
     bench.store.lease_seconds = 6.0
-    schedule = bench.store.add_schedule(bench.fake.config("quick"))
-    queued = [bench.store.queue(schedule) for _ in range(600)]
+    now = bench.store.clock()
+    hourly = {"every_seconds": 3600, "start_at": now.isoformat()}
+    for _ in range(600):  # due at once: the claim plans them, and gives each its task
+        bench.store.add_schedule(bench.fake.config("quick"), trigger=hourly, next_run=now)
     admitted_by_claim: list[int] = []
     claim = bench.store.claim_due_jobs
 
@@ -436,17 +438,18 @@ async def test_quick_runs_queued_in_hand_are_admitted_before_their_slot_frees(
     bench.store.claim_due_jobs = claim_counted  # type: ignore[method-assign]
     loop = bench.loop(concurrency=4)
     most = 0  # runs in hand: the queue ahead grows once attempts are seen to be quick
-    while not all(bench.store.run(run.id).status == "succeeded" for run in queued):
+    runs = bench.store.runs.values()
+    while sum(run.status == "succeeded" for run in runs) < 600:
         most = max(most, len(loop.engine.held))
         await asyncio.sleep(0.002)
     assert most > 4 + QUEUE_AHEAD, most
-    admissions = bench.store.calls.get("admit_batch", 0)
+    admissions = bench.store.calls.get("admit", 0)
     claims = bench.store.calls["claim_due_jobs"]
     print(f"\n600 quick runs: {admissions} admissions, {claims} claims, {most} in hand at most")
     assert admissions <= 600 // 8  # 148 when each waits for its slot to be admitted
     # Once attempts are quick, the claim itself admits the queue ahead, not only free slots.
     assert max(admitted_by_claim) > 4, admitted_by_claim
-    assert all(bench.store.run(run.id).attempt == 1 for run in queued)
+    assert len(runs) == 600 and all(run.attempt == 1 for run in runs)
 
 
 async def test_runs_waiting_behind_slow_attempts_stay_pending(bench: Bench) -> None:

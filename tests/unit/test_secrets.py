@@ -243,7 +243,7 @@ def test_every_string_of_a_result_is_redacted_keys_included() -> None:
 
 
 def test_an_attempts_result_is_redacted_before_it_is_recorded() -> None:
-    verdict = Verdict(Run(), "/nonexistent", 10.0, "engine", uuid.uuid4(), batch=False)
+    verdict = Verdict(Run(), "/nonexistent", 10.0, "engine", uuid.uuid4())
     verdict.outcome = RunOutcome(output=VALUE, result={"session": "s-1", "token": VALUE})
     redact_verdict(verdict, {"openai": VALUE})
     assert verdict.outcome is not None

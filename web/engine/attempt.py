@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcron.core.errors import InvalidSchedule, TargetUnavailable
-from agentcron.core.ledger import TaskRef
+from agentcron.core.ledger.store import TaskRef
 from agentcron.core.runners import build_runner
 from agentcron.core.runners.base import Runner, RunRequest
 from agentcron.core.runners.containment import Containment

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentcron.core.clock import Clock
 from agentcron.core.errors import SchedulerUnavailable
-from agentcron.core.ledger import RunStore
+from agentcron.core.ledger.store import RunStore
 from agentcron.core.logging import get_logger
 from agentcron.core.notify.delivery import DEFAULT_POLICY, deliver_run
 from agentcron.core.retry import RetryPolicy
@@ -101,7 +101,7 @@ class Deliveries:
             except Exception as exc:  # a failed delivery never fails the run
                 # Not worth retrying on every lease: a bug does not go away by itself.
                 bound.error("delivery_error", error=str(exc))
-            await self.ledger.end_deliveries([run.id])
+            await self.ledger.deliveries.end([run.id])
         except Exception as exc:  # the lease then runs out: the next look finds nothing left
             bound.error("delivery_lease_not_cleared", error=str(exc))
         finally:
@@ -113,7 +113,7 @@ class Deliveries:
         """Take over deliveries nobody makes (their lease ran out, their deliverer is one of
         the ``dead``, or, with ``predecessors``, the engine this one replaces left them) and
         make them here; True if any."""
-        taken = await self.ledger.take_over_deliveries(now, DELIVERY_BATCH, dead, predecessors)
+        taken = await self.ledger.deliveries.take_over(now, DELIVERY_BATCH, dead, predecessors)
         for run, workdir in taken:
             if run.id not in self.delivering:  # ours already: its renewal just lapsed
                 bound = run_log(run, self.ledger.owner)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from agentcron.core.clock import Clock
-from agentcron.core.ledger import RunStore
+from agentcron.core.ledger.store import RunStore
 from agentcron.core.logging import get_logger
 from agentcron.core.runners.base import CancelToken
 from agentcron.core.storage.models import Run
@@ -130,7 +130,7 @@ class LeaseKeeper:
                 # and a slow receiver after a burst can hold thousands of deliveries open.
                 if self.delivering:
                     try:
-                        await self.ledger.renew_deliveries(self.clock(), list(self.delivering))
+                        await self.ledger.deliveries.renew(self.clock(), list(self.delivering))
                     except Exception as exc:
                         self.on_error(exc)
             else:

@@ -2,7 +2,7 @@
 
 The loop waits on whichever comes first: the earliest due time, a wake-up (a schedule changed
 here, or a PostgreSQL NOTIFY from another replica), the stop event, or the tick. It then claims
-due work (``Ledger.claim_due_jobs``) and hands every claimed run to the run engine
+due work (``RunStore.claim_due_jobs``) and hands every claimed run to the run engine
 (``web.engine.run``: what happens to one run); a full batch loops again at once. Deliveries whose
 process died before it was done are taken over at the look that finds it dead (its liveness
 lock gone, or, restarted, at the first look), or when their lease runs out. The loop
@@ -27,7 +27,7 @@ from functools import partial
 
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import AgentcronError, SchedulerUnavailable
-from agentcron.core.ledger import RunStore
+from agentcron.core.ledger.store import RunStore
 from agentcron.core.logging import get_logger
 from agentcron.core.notify.delivery import DEFAULT_POLICY
 from agentcron.core.retention import PruneReport, RetentionPolicy, prune_runs
@@ -377,8 +377,8 @@ class SchedulerLoop:
         try:
             await self.ledger.release(queued)
             # Admitted by the claim, stopped before their attempt began: running rows.
-            for run_id in [run_id for run_id in idle if run_id in engine.admitted]:
-                await self.ledger.release_for_takeover(run_id)
+            admitted = [run_id for run_id in idle if run_id in engine.admitted]
+            await self.ledger.release(admitted, started=True)
         except AgentcronError as exc:
             # Kept instead: their leases run out and they are taken over, as after a crash.
             log.warning("runs_not_released", runs=len(idle), error=exc.message)

@@ -2,16 +2,17 @@
 
 1. **Dispatch**: every run a claim leased here gets a task; a jittered run sleeps until its
    ``available_at``.
-2. **Admit**, under the concurrency semaphore: a prepared run (task made by the claim, no look
-   at other runs needed) in a batch (``Ledger.admit_batch``), any other alone
-   (``Ledger.start_attempt``: overlap policy, the task's run lock, or why it does not start).
+2. **Admit**, under the concurrency semaphore, in a batch with the runs starting at the same
+   moment (``RunStore.admit``: overlap policy, the task's run lock, or why it does not start);
+   a run the claim admitted skips this, and one that needs no look at other runs may be
+   admitted before its slot frees, while attempts are quick.
 3. **Execute**: the runner (chosen by ``web.engine.attempt``) runs the agent under the timeout with
    a cooperative cancel token; ``web.engine.leases`` renews the lease and stops the attempt if the
    lease may be another's. Referenced secrets are resolved now and redacted from everything
    recorded.
-4. **Record**, with the slot freed: plain outcomes in a batch (``Ledger.record_batch``), a
-   retry, a chat turn, a cancel or a runner gone alone (``Ledger.finish_attempt``); either way
-   the ledger applies the circuit breaker and hands back the run as written.
+4. **Record**, with the slot freed, in a batch with the outcomes of the same moment
+   (``RunStore.record``): an end, a retry, a cancel, a chat turn, a runner gone; the store
+   applies the circuit breaker and hands back the run as written.
 5. **Deliver**, outside the slot, under a delivery lease (``web.engine.delivery``).
 """
 
@@ -22,7 +23,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -33,7 +34,7 @@ from agentcron.core.errors import (
     RunPermanentError,
     TargetUnavailable,
 )
-from agentcron.core.ledger import Outcome, PreparedTask, RunStore, StartDecision
+from agentcron.core.ledger.store import Outcome, PreparedTask, RunStore, StartDecision
 from agentcron.core.logging import logs_at
 from agentcron.core.notify.delivery import DEFAULT_POLICY, TRIPPED
 from agentcron.core.retry import RetryPolicy
@@ -43,7 +44,6 @@ from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.secrets.references import referenced_secrets
 from agentcron.core.secrets.resolution import load
-from agentcron.core.states import RunStatus
 from agentcron.core.storage.models import Run
 from agentcron.web.engine.attempt import request_for, runner_for
 from agentcron.web.engine.batching import GroupCommit, retrying
@@ -123,32 +123,43 @@ class RunEngine(Slots):
             keyring=keyring,
         )
         self.metrics.in_flight.set_function(lambda: len(self.tokens))
-        self.admissions = GroupCommit(retrying(ledger.admit_batch), name="agentcron-admissions")
-        # Outcomes wait a little to share a transaction: no run waits on its record (its slot is
-        # already free), and in a burst this cuts the transactions several times over.
-        self.results = GroupCommit(
-            retrying(ledger.record_batch), linger=RESULT_LINGER, name="agentcron-results"
+        # Runs that start at the same moment share an admission's transaction, and outcomes
+        # wait a little to share a record's: no run waits on its record (its slot is already
+        # free), and in a burst this cuts the transactions several times over.
+        self.admissions: GroupCommit[Run, StartDecision] = GroupCommit(
+            retrying(self._admit), name="agentcron-admissions"
+        )
+        self.results: GroupCommit[Outcome, Run | None] = GroupCommit(
+            retrying(self._store), linger=RESULT_LINGER, name="agentcron-results"
         )
 
+    # The store's verbs, looked up at each batch (so a test may stand in for one).
+    async def _admit(self, runs: Sequence[Run]) -> list[StartDecision]:
+        return await self.ledger.admit(runs)
+
+    async def _store(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
+        return await self.ledger.record(outcomes)
+
     def dispatch(self, run: Run, workdir: str | None = None, *, started: bool = False) -> None:
-        """Take a claimed run in hand. ``started``: the claim admitted it (``Claim.started``,
-        ``workdir`` its task's directory): it runs as soon as it has its slot."""
+        """Take a claimed run in hand. ``workdir``: the run's task came with the claim (it
+        needs no look at other runs); ``started``: the claim admitted it too, and it runs as
+        soon as it has its slot."""
         if run.id in self.held:
             return
         self.held.add(run.id)
-        if started:
+        decision = None
+        if started and workdir is not None and run.task_id is not None:
             self.admitted.add(run.id)
-        job = self._execute(run, workdir, started=started)
+            decision = StartDecision("run", run, PreparedTask(run.task_id, workdir))
+        job = self._execute(run, decision, ahead=workdir is not None)
         task = asyncio.create_task(job, name=f"agentcron-run-{run.id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _execute(self, run: Run, prepared: str | None, *, started: bool = False) -> None:
-        """Admit, run and record one run. ``prepared`` is the working directory of a run whose
-        task came with the claim: admitted by the claim (``started``), it just runs; else
-        (``Claim.prepared``) it is admitted in a batch with the runs starting at the same
-        moment; if that fails, or for any other run, ``start_attempt`` admits it alone or says
-        why it does not run."""
+    async def _execute(self, run: Run, decision: StartDecision | None, *, ahead: bool) -> None:
+        """Admit, run and record one run. ``decision``: the claim admitted it. ``ahead``: it
+        needs no look at other runs, so it may be admitted before its slot frees (while
+        attempts are quick), and a slot then goes on to it with no round trip."""
         verdict: Verdict | None = None
         try:
             # A jittered run (``jitter_seconds``) was claimed at its due time but starts at its
@@ -156,42 +167,29 @@ class RunEngine(Slots):
             delay = (run.available_at - self.clock()).total_seconds()
             if delay > 0:
                 await sleep_or_stop(self._stop, delay)
-            if prepared is not None and not started and self.admit_ahead():
-                # Admitted in place (the run as now written), as the claim admits: the slot
-                # then goes on to it with no round trip. Not admitted: ``start_attempt`` says why.
-                started = await self.admissions.submit((run, prepared)) is not None
-                if started:
+            if decision is None and ahead and self.admit_ahead():
+                decision = await self.admissions.submit(run)
+                if decision.action == "run":
                     self.admitted.add(run.id)  # a stop gives it back as a running attempt
-                else:
-                    prepared = None
             while not self._stop.is_set():
                 async with self.semaphore:
                     if self._stop.is_set():
                         break
-                    decision: StartDecision | None = None
-                    if started and prepared is not None and run.task_id is not None:
+                    if run.id in self.admitted:
                         # Admitted before its slot freed: a long wait is confirmed first.
-                        fresh = await self.leases.confirm(run)
-                        task = PreparedTask(run.task_id, prepared)
-                        decision = StartDecision("run" if fresh else "lost", run, task)
-                    elif prepared is not None:
-                        decision = await self.admissions.submit((run, prepared))
-                    if decision is None:
-                        prepared = None
-                        decision = await self.ledger.start_attempt(run.id)
+                        if not await self.leases.confirm(run):
+                            self.admitted.discard(run.id)
+                            decision = StartDecision("lost")
+                    elif decision is None or decision.action == "wait":
+                        decision = await self.admissions.submit(run)
+                    assert decision is not None  # the claim's, or admitted ahead, or just now
                     if decision.action == "run":
                         # The slot is freed once the agent is done; recording happens outside
                         # it, in a batch with the runs finishing at the same moment.
-                        verdict = await self._attempt(decision, batch=prepared is not None)
+                        verdict = await self._attempt(decision)
                         break
-                if decision.action in ("done", "lost"):
-                    if decision.action == "done" and decision.run is not None:
-                        self.metrics.ended(decision.run.status, decision.run.trigger)
-                        run_log(run, self.ledger.owner).info(
-                            "run_not_started",
-                            status=decision.run.status,
-                            reason=decision.run.reason,
-                        )
+                if decision.action != "wait":
+                    self._not_started(run, decision)
                     return
                 await sleep_or_stop(self._stop, WAIT_POLL_SECONDS)
             if verdict is not None:
@@ -214,7 +212,15 @@ class RunEngine(Slots):
                 self.held.discard(run.id)
                 self.slot_freed.set()
 
-    async def _attempt(self, decision: StartDecision, *, batch: bool) -> Verdict:
+    def _not_started(self, run: Run, decision: StartDecision) -> None:
+        """The run ended without an attempt (``done``), or is not ours (``lost``)."""
+        if decision.action == "done" and decision.run is not None:
+            self.metrics.ended(decision.run.status, decision.run.trigger)
+            run_log(run, self.ledger.owner).info(
+                "run_not_started", status=decision.run.status, reason=decision.run.reason
+            )
+
+    async def _attempt(self, decision: StartDecision) -> Verdict:
         """Run the agent for an admitted attempt; return what to record."""
         run, task = decision.run, decision.task
         assert run is not None and task is not None
@@ -226,7 +232,7 @@ class RunEngine(Slots):
         self.leases.fence(run.id, run.lease_expires_at)
         timeout = float(payload["timeout_seconds"])
         deadline = AttemptDeadline(token, timeout, HARD_STOP_GRACE)
-        verdict = Verdict(run, task.workdir, timeout, self.ledger.owner, task.id, batch)
+        verdict = Verdict(run, task.workdir, timeout, self.ledger.owner, task.id)
         if run.due_at is not None and run.attempt == 1:
             delay = (self.clock() - run.due_at).total_seconds()
             self.metrics.start_delay.observe(max(0.0, delay))
@@ -295,91 +301,37 @@ class RunEngine(Slots):
 
     async def _record(self, verdict: Verdict) -> None:
         """Write the outcome of an attempt, then hand the finished run to delivery."""
-        run = verdict.run
-        if verdict.cancelled is not None:
-            await self._record_cancelled(verdict)
-            return
-        payload = run.payload
-        if verdict.outcome is not None and verdict.error is None:
-            # A result is a JSON column the batch's statement does not carry: written alone.
-            if verdict.batch and not verdict.outcome.turns and verdict.outcome.result is None:
-                recorded = await self.results.submit(
-                    Outcome(run, RunStatus.SUCCEEDED, output=verdict.outcome.output)
-                )
-                await self._finished(recorded, verdict)
-                return
-            finished = await self.ledger.finish_attempt(
-                run.id,
-                RunStatus.SUCCEEDED,
-                output=verdict.outcome.output,
-                turns=verdict.outcome.turns,
-                result=verdict.outcome.result,
-            )
-        elif verdict.transient and run.attempt < int(payload["max_attempts"]):
-            policy = RetryPolicy(max_attempts=int(payload["max_attempts"]), base=self.retry_base)
-            retry_at = self.clock() + timedelta(seconds=policy.delay(run.attempt))
-            await self.ledger.finish_attempt(
-                run.id, RunStatus.PENDING, error=verdict.error, retry_when=retry_at
-            )
-            verdict.bound.warning(
-                "run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat()
-            )
-            self.wake()
-            return
-        elif verdict.batch and not verdict.unavailable:
-            recorded = await self.results.submit(
-                Outcome(run, RunStatus.FAILED, error=verdict.error)
-            )
-            await self._finished(recorded, verdict)
-            return
-        else:
-            finished = await self.ledger.finish_attempt(
-                run.id, RunStatus.FAILED, error=verdict.error, pause_schedule=verdict.unavailable
-            )
-            if verdict.unavailable:
-                verdict.bound.error("schedule_paused", reason=verdict.error)
-        await self._finished(finished, verdict)
-
-    async def _record_cancelled(self, verdict: Verdict) -> None:
         run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
-        if reason == "shutdown":
-            await self.ledger.release_for_takeover(run.id)
-            bound.info("run_released", reason="shutdown")
-            return
         if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
             # The one line that says this replica stopped an attempt it could no longer vouch
             # for; the run goes on elsewhere (or here) as a new attempt.
             self.metrics.leases_lost.inc()
-            bound.warning(
-                "run_lease_lost",
-                cause="taken over" if reason == LEASE_LOST else "renewal not confirmed in time",
-                action="attempt stopped",
-            )
-            if reason == LEASE_UNCONFIRMED:
-                # Still ours if the database only answered late: give it back at once rather
-                # than let it wait out the lease. Unreachable, the lease simply runs out.
-                with contextlib.suppress(Exception):
-                    await self.ledger.release_for_takeover(run.id)
+            cause = "taken over" if reason == LEASE_LOST else "renewal not confirmed in time"
+            bound.warning("run_lease_lost", cause=cause, action="attempt stopped")
+        if reason in ("shutdown", LEASE_UNCONFIRMED):
+            # Still ours if the database only answered late: given back at once rather than
+            # left to wait out the lease. Unreachable, the lease simply runs out.
+            with contextlib.suppress(Exception):
+                await self.ledger.release([run.id], started=True)
+            if reason == "shutdown":
+                bound.info("run_released", reason="shutdown")
             return
-        if reason == "timeout":
-            # The attempt's half-finished output is not saved, so channels that ask for
-            # timed_out runs get the record without it (docs/design.md, promise 8).
-            error = f"timed out after {verdict.timeout:g} s"
-            if verdict.batch:
-                finished = await self.results.submit(Outcome(run, RunStatus.TIMED_OUT, error=error))
-            else:
-                finished = await self.ledger.finish_attempt(
-                    run.id, RunStatus.TIMED_OUT, error=error
-                )
-            await self._finished(finished, verdict)
+        attempts = int(run.payload["max_attempts"])
+        retry_at = None
+        if verdict.transient and run.attempt < attempts:
+            policy = RetryPolicy(max_attempts=attempts, base=self.retry_base)
+            retry_at = self.clock() + timedelta(seconds=policy.delay(run.attempt))
+        outcome = verdict.to_record(retry_at)
+        if outcome is None:
             return
-        # A cancelled run keeps what its agent had printed: nothing is delivered for it.
-        finished = await self.ledger.finish_attempt(
-            run.id, RunStatus.CANCELLED, output=verdict.partial
-        )
-        if finished is not None:
-            self.metrics.ended(finished.status, finished.trigger)
-            bound.info("run_finished", status=finished.status)
+        recorded = await self.results.submit(outcome)
+        if retry_at is not None:
+            bound.warning("run_retry_scheduled", error=verdict.error, retry_at=retry_at.isoformat())
+            self.wake()
+            return
+        if verdict.unavailable:
+            bound.error("schedule_paused", reason=verdict.error)
+        await self._finished(recorded, verdict)
 
     async def _finished(self, run: Run | None, verdict: Verdict) -> None:
         if run is None:

@@ -98,7 +98,7 @@ class Slots:
         self.held: set[uuid.UUID] = set()  # runs leased by this process
         self.tokens: dict[uuid.UUID, CancelToken] = {}  # attempts executing now
         # Runs the claim admitted that have not begun their attempt yet: at shutdown they are
-        # given back as running attempts are (``release_for_takeover``), not as queued ones.
+        # given back as running attempts are (``release(started=True)``), not as queued ones.
         self.admitted: set[uuid.UUID] = set()
         # Set whenever a run leaves ``held``: the loop, out of room, waits on it to claim more.
         self.slot_freed = asyncio.Event()

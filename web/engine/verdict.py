@@ -11,11 +11,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from agentcron.core.ledger.store import Outcome
 from agentcron.core.runners.base import RunOutcome
 from agentcron.core.secrets.redaction import redact, redact_json
+from agentcron.core.states import RunStatus
 from agentcron.core.storage.models import Run
 from agentcron.web.engine.delivery import run_log
 
@@ -29,7 +32,6 @@ class Verdict:
     timeout: float
     owner: str  # this engine's instance id, named in every line about the run
     task_id: uuid.UUID
-    batch: bool  # a prepared run: plain outcomes are recorded in a batch
     outcome: RunOutcome | None = None
     error: str | None = None
     transient: bool = False
@@ -44,6 +46,31 @@ class Verdict:
         none (binding it and building its two info lines were about a sixth of the engine's
         own work per run)."""
         return run_log(self.run, self.owner, attempt=self.run.attempt, task_id=str(self.task_id))
+
+    def to_record(self, retry_at: datetime | None) -> Outcome | None:
+        """What the store records of the attempt (``RunStore.record``); None when nothing is
+        recorded: an attempt stopped without an outcome (shutdown, a lease lost or
+        unconfirmed) is given back or was taken, and goes on as a new attempt. ``retry_at``:
+        when a transient failure is tried again, None when no attempt is left."""
+        run, cancelled = self.run, self.cancelled
+        if cancelled == "timeout":
+            # The half-finished output is not kept: channels that ask for timed_out runs get
+            # the record without it (docs/design.md, promise 8).
+            return Outcome(run, RunStatus.TIMED_OUT, error=f"timed out after {self.timeout:g} s")
+        if cancelled == "cancel":
+            # A cancelled run keeps what its agent had printed: nothing is delivered for it.
+            return Outcome(run, RunStatus.CANCELLED, output=self.partial)
+        if cancelled is not None:
+            return None
+        if self.outcome is not None and self.error is None:
+            done = self.outcome
+            result = None if done.result is None else dict(done.result)
+            return Outcome(
+                run, RunStatus.SUCCEEDED, output=done.output, result=result, turns=done.turns
+            )
+        if self.transient and retry_at is not None:
+            return Outcome(run, RunStatus.PENDING, error=self.error, retry_at=retry_at)
+        return Outcome(run, RunStatus.FAILED, error=self.error, pause_schedule=self.unavailable)
 
 
 def redact_verdict(verdict: Verdict, secrets: Mapping[str, str]) -> None:

@@ -1,0 +1,210 @@
+"""The run stores the contract suite holds to one contract: the memory store, and the SQL store
+on SQLite and on PostgreSQL (each test runs on the three).
+
+A ``World`` arranges and reads what a test needs the same way for every store: schedules and
+runs as users and other replicas would leave them, and the rows as stored.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from sqlalchemy import insert, select, update
+
+from agentcron.core.ledger.memory import MemoryRunStore
+from agentcron.core.ledger.sql import SqlRunStore
+from agentcron.core.ledger.store import RunStore
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Task
+from agentcron.core.timeline import run_payload
+from tests.conftest import PgServer, clone_pg
+from tests.factories import schedule_values
+
+T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
+DUE = T0 + timedelta(seconds=60)
+NOW = DUE + timedelta(seconds=1)
+LEASE = 30.0
+OWNER = "replica-a"
+HOURLY = {"every_seconds": 3600, "start_at": T0.isoformat()}
+
+
+class World(Protocol):
+    store: RunStore
+    kind: str
+
+    async def schedule(self, **fields: Any) -> uuid.UUID:
+        """A schedule due at ``DUE`` (``next_run``), hourly from ``T0``; ``fields`` win."""
+
+    async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
+        """A run of the schedule as run now leaves it: pending, nobody's, claimable now."""
+
+    async def run(self, run_id: uuid.UUID) -> Run:
+        """The run as stored."""
+
+    async def schedule_row(self, schedule_id: uuid.UUID) -> Schedule:
+        """The schedule as stored."""
+
+    async def runs_of(self, schedule_id: uuid.UUID) -> list[Run]:
+        """The schedule's runs as stored."""
+
+    async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
+        """Change a run behind the store's back (another replica, the API)."""
+
+    async def set_schedule(self, schedule_id: uuid.UUID, **values: Any) -> None:
+        """Change a schedule behind the store's back (a user's pause, a deletion)."""
+
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any] | None:
+        """The task's working directory, conversation and run lock, or None."""
+
+
+def _run_row(schedule: Schedule | dict[str, Any], **fields: Any) -> dict[str, Any]:
+    payload = run_payload(schedule) if isinstance(schedule, Schedule) else fields.pop("payload")
+    return {
+        "id": uuid.uuid4(),
+        "schedule_id": schedule.id if isinstance(schedule, Schedule) else schedule["id"],
+        "trigger": "manual",
+        "origin": "manual",
+        "status": "pending",
+        "attempt": 0,
+        "payload": payload,
+        "created_at": NOW,
+        "available_at": NOW,
+        "cancel_requested": False,
+        **fields,
+    }
+
+
+class SqlWorld:
+    def __init__(self, db: Database, data_dir: Path, kind: str) -> None:
+        self.db, self.kind = db, kind
+        self.store = SqlRunStore(
+            db, owner=OWNER, lease_seconds=LEASE, data_dir=data_dir, clock=lambda: NOW
+        )
+
+    async def schedule(self, **fields: Any) -> uuid.UUID:
+        row = schedule_values(T0, **{"trigger": HOURLY, "next_run": DUE, **fields})
+        async with self.db.session() as session:
+            await session.execute(insert(Schedule), [row])
+        return uuid.UUID(str(row["id"]))
+
+    async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
+        schedule = await self.schedule_row(schedule_id)
+        row = _run_row(schedule, **fields)
+        async with self.db.session() as session:
+            await session.execute(insert(Run), [row])
+        return await self.run(row["id"])
+
+    async def run(self, run_id: uuid.UUID) -> Run:
+        async with self.db.session(write=False) as session:
+            run = await session.get(Run, run_id)
+        assert run is not None
+        return run
+
+    async def schedule_row(self, schedule_id: uuid.UUID) -> Schedule:
+        async with self.db.session(write=False) as session:
+            schedule = await session.get(Schedule, schedule_id)
+        assert schedule is not None
+        return schedule
+
+    async def runs_of(self, schedule_id: uuid.UUID) -> list[Run]:
+        async with self.db.session(write=False) as session:
+            found = await session.execute(select(Run).where(Run.schedule_id == schedule_id))
+            return list(found.scalars())
+
+    async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
+        async with self.db.session() as session:
+            await session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+    async def set_schedule(self, schedule_id: uuid.UUID, **values: Any) -> None:
+        async with self.db.session() as session:
+            statement = update(Schedule).where(Schedule.id == schedule_id).values(**values)
+            await session.execute(statement)
+
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any] | None:
+        async with self.db.session(write=False) as session:
+            task = await session.get(Task, task_id)
+        if task is None:
+            return None
+        return {
+            "workdir": task.workdir,
+            "conversation": task.conversation,
+            "lock_run_id": task.lock_run_id,
+        }
+
+
+class MemoryWorld:
+    kind = "memory"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.memory = MemoryRunStore(
+            owner=OWNER, lease_seconds=LEASE, data_dir=data_dir, clock=lambda: NOW
+        )
+        self.store = self.memory
+
+    async def schedule(self, **fields: Any) -> uuid.UUID:
+        values = schedule_values(T0, **{"trigger": HOURLY, "next_run": DUE, **fields})
+        runner = values.pop("runner")
+        return self.memory.add_schedule(runner, **values).id
+
+    async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
+        run = Run(**_run_row(self.memory.schedules[schedule_id], **fields))
+        self.memory.runs[run.id] = run
+        return self.memory.run(run.id)
+
+    async def run(self, run_id: uuid.UUID) -> Run:
+        return self.memory.run(run_id)
+
+    async def schedule_row(self, schedule_id: uuid.UUID) -> Schedule:
+        return self.memory.schedules[schedule_id]
+
+    async def runs_of(self, schedule_id: uuid.UUID) -> list[Run]:
+        runs = self.memory.runs.values()
+        return [self.memory.run(run.id) for run in runs if run.schedule_id == schedule_id]
+
+    async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
+        for name, value in values.items():
+            setattr(self.memory.runs[run_id], name, value)
+
+    async def set_schedule(self, schedule_id: uuid.UUID, **values: Any) -> None:
+        for name, value in values.items():
+            setattr(self.memory.schedules[schedule_id], name, value)
+
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any] | None:
+        task = self.memory.tasks.get(task_id)
+        if task is None:
+            return None
+        return {key: task[key] for key in ("workdir", "conversation", "lock_run_id")}
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+async def world(
+    backend: str, tmp_path: Path, sqlite_template: Path, pg_server: PgServer | None
+) -> AsyncIterator[World]:
+    """The store of ``backend``, empty, with a fresh database of its own (tests/conftest.py)."""
+    if backend == "memory":
+        yield MemoryWorld(tmp_path)
+        return
+    if backend == "sqlite":
+        shutil.copy(sqlite_template, tmp_path / "agentcron.db")
+        url = f"sqlite+aiosqlite:///{tmp_path / 'agentcron.db'}"
+    else:
+        url = await clone_pg(pg_server)
+    db = Database(url)
+    try:
+        yield SqlWorld(db, tmp_path, backend)
+    finally:
+        await db.dispose()
+        if pg_server is not None and backend == "postgresql":
+            await pg_server.give_back(url)

@@ -1,0 +1,206 @@
+"""The lock order every write that locks several rows takes (core/ledger/store.py): runs in id
+order, then their schedules, then tasks; a write that holds a schedule first never waits for
+one of its runs. Only PostgreSQL has row locks to break it (SQLite's writer lock serialises),
+so these run there, each with another transaction holding the rows a deadlock would need."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, select, text, update
+
+from agentcron.core import triggers
+from agentcron.core.ledger.sql import SqlRunStore
+from agentcron.core.ledger.store import Outcome
+from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run, Schedule, Task
+from agentcron.core.tasks import delete_task
+from tests.contract.conftest import DUE, NOW, T0
+from tests.factories import schedule_values
+
+pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
+
+
+async def add(db: Database, **overrides: Any) -> uuid.UUID:
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    row = schedule_values(T0, **{"trigger": trigger, "next_run": DUE, **overrides})
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [row])
+    return uuid.UUID(str(row["id"]))
+
+
+async def add_pending(db: Database, like: Run, owner: str, run_id: uuid.UUID | None = None) -> Run:
+    """A manual run of ``like``'s schedule, pending and leased to ``owner``."""
+    row = {
+        "id": run_id or uuid.uuid4(),
+        "schedule_id": like.schedule_id,
+        "trigger": "manual",
+        "status": "pending",
+        "attempt": 0,
+        "payload": like.payload,
+        "created_at": NOW,
+        "available_at": NOW,
+        "lease_owner": owner,
+        "lease_expires_at": NOW + timedelta(seconds=30),
+        "cancel_requested": False,
+    }
+    async with db.session() as session:
+        await session.execute(insert(Run), [row])
+        return await session.get(Run, row["id"])  # type: ignore[return-value]
+
+
+def store(db: Database, tmp_path: Path) -> SqlRunStore:
+    return SqlRunStore(
+        db, owner="replica-a", lease_seconds=30, data_dir=tmp_path, clock=lambda: NOW
+    )
+
+
+async def lock_then(db: Database, *statements: Any) -> Any:
+    """A transaction of its own, holding the rows ``statements`` lock."""
+    holder = await db.engine.connect()
+    transaction = await holder.begin()
+    for statement in statements:
+        await holder.execute(statement)
+    return holder, transaction
+
+
+async def take_within(holder: Any, statement: Any) -> None:
+    """Lock one more row, as a write that holds the first ones would: a deadlock would hang
+    here, so it must come within 2 s."""
+    await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
+    await holder.execute(statement)
+
+
+def run_lock(run_id: uuid.UUID) -> Any:
+    return select(Run.id).where(Run.id == run_id).with_for_update()
+
+
+def schedule_lock(schedule_id: uuid.UUID) -> Any:
+    return select(Schedule.id).where(Schedule.id == schedule_id).with_for_update()
+
+
+async def test_an_admission_locks_its_runs_before_their_schedules(
+    db: Database, tmp_path: Path
+) -> None:
+    """A record holds a run and then locks its schedule; an admission of that run waiting for
+    it must not hold the schedule meanwhile."""
+    schedule_id = await add(db)
+    me = store(db, tmp_path)
+    (run,) = (await me.claim_due_jobs(NOW)).runs
+    holder, transaction = await lock_then(db, run_lock(run.id))
+    admission = asyncio.create_task(me.admit([run]))
+    await asyncio.sleep(0.5)  # the admission is now waiting for the run
+    assert not admission.done()
+    await take_within(holder, schedule_lock(schedule_id))
+    await transaction.commit()
+    await holder.close()
+    (decision,) = await asyncio.wait_for(admission, 10)
+    assert decision.action == "run"
+
+
+async def test_a_deletion_never_waits_for_a_run_while_it_holds_the_schedule(
+    db: Database, tmp_path: Path
+) -> None:
+    """It ends the runs nobody holds at once and leaves the others to their admission
+    (pending) or their lease renewal (running)."""
+    schedule_id = await add(db)
+    me = store(db, tmp_path)
+    (running,) = (await me.claim_due_jobs(NOW, start=1)).runs
+    held, free = [await add_pending(db, running, me.owner) for _ in range(2)]
+    holder, transaction = await lock_then(
+        db, *(run_lock(id) for id in sorted([running.id, held.id]))
+    )
+    await asyncio.wait_for(ScheduleService(db, clock=lambda: NOW).delete(schedule_id, None), 10)
+    await take_within(holder, schedule_lock(schedule_id))
+    await transaction.commit()
+    await holder.close()
+    async with db.session(write=False) as session:
+        ended = await session.get(Run, free.id)
+    assert ended is not None and (ended.status, ended.reason) == ("cancelled", "schedule_deleted")
+    (decision,) = await me.admit([held])
+    assert decision.run is not None
+    assert (decision.action, decision.run.reason) == ("done", "schedule_deleted")
+    assert await me.renew_leases(NOW) == {running.id: True}
+    (stopped,) = await me.record([Outcome(running, "cancelled")])
+    assert stopped is not None and stopped.error == "its schedule was deleted"
+
+
+async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_path: Path) -> None:
+    """An admission under ``cancel_other`` holds the schedule when it asks the running run to
+    stop; it skips the run a record holds, and asks again at its next look."""
+    schedule_id = await add(db, overlap="cancel_other")
+    me = store(db, tmp_path)
+    (first,) = (await me.claim_due_jobs(NOW)).runs
+    assert (await me.admit([first]))[0].action == "run"
+    second = await add_pending(db, first, me.owner)
+    holder, transaction = await lock_then(db, run_lock(first.id))
+    (decision,) = await asyncio.wait_for(me.admit([second]), 10)
+    assert decision.action == "wait"
+    await take_within(holder, schedule_lock(schedule_id))
+    await transaction.commit()
+    await holder.close()
+    assert (await me.renew_leases(NOW))[first.id] is False  # skipped while it was held
+    assert (await me.admit([second]))[0].action == "wait"  # the next look asks it
+    assert (await me.renew_leases(NOW))[first.id] is True
+
+
+async def test_a_release_locks_its_runs_in_id_order(db: Database, tmp_path: Path) -> None:
+    """Giving back queued runs at shutdown races the heartbeat's renewal of the same runs,
+    which locks them in id order; the release must too, whatever order its scan finds them."""
+    await add(db)
+    me = store(db, tmp_path)
+    (first,) = (await me.claim_due_jobs(NOW)).runs
+    ids = sorted(uuid.uuid4() for _ in range(3))
+    for run_id in reversed(ids):  # stored highest id first: a scan meets it first
+        await add_pending(db, first, me.owner, run_id)
+    holder, transaction = await lock_then(db, run_lock(ids[0]))
+    release = asyncio.create_task(me.release(ids))
+    await asyncio.sleep(0.5)  # the release now waits for the lowest id, holding none
+    assert not release.done()
+    await take_within(holder, run_lock(ids[2]))
+    await transaction.commit()
+    await holder.close()
+    await asyncio.wait_for(release, 10)
+    async with db.session(write=False) as session:
+        owners = (await session.execute(select(Run.lease_owner).where(Run.id.in_(ids)))).scalars()
+        assert set(owners) == {None}
+
+
+async def test_a_task_deletion_locks_its_schedule_before_the_task(
+    db: Database, tmp_path: Path
+) -> None:
+    """An admission holds its run, then its schedule, then the schedule's task; deleting
+    that task must take the schedule before the task too."""
+    schedule_id = await add(db, mode="persistent", overlap="skip")
+    task_id = uuid.uuid4()
+    async with db.session() as session:
+        session.add(
+            Task(
+                id=task_id,
+                schedule_id=schedule_id,
+                owner="local",
+                workdir=str(tmp_path),
+                conversation=[],
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        )
+        await session.execute(
+            update(Schedule).where(Schedule.id == schedule_id).values(task_id=task_id)
+        )
+    holder, transaction = await lock_then(db, schedule_lock(schedule_id))
+    deletion = asyncio.create_task(delete_task(db, task_id, None))
+    await asyncio.sleep(0.5)  # the deletion now waits for the schedule
+    assert not deletion.done()
+    await take_within(holder, select(Task.id).where(Task.id == task_id).with_for_update())
+    await transaction.commit()
+    await holder.close()
+    await asyncio.wait_for(deletion, 10)
+    async with db.session(write=False) as session:
+        assert await session.get(Task, task_id) is None
