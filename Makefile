@@ -48,7 +48,7 @@ run: install-runtime ## migrate the SQLite database, add the example schedule, s
 test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium and bubblewrap as root)
 	sh scripts/install-chromium
 	sh scripts/install-bubblewrap
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/unit tests/integration tests/e2e tests/faults tests/test_bench_smoke.py
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/unit tests/contract tests/integration tests/e2e tests/faults tests/test_bench_smoke.py
 	$(BIN)/pytest -m solo tests/e2e tests/faults tests/test_bench_smoke.py
 
 lint: install ## ruff and mypy (strict)
