@@ -76,7 +76,8 @@ async def test_sends_system_history_and_prompt_in_order_and_returns_both_turns(
         {"role": "assistant", "content": "first answer", "run_id": earlier},
     ]
     req = request("second question", history=history)
-    outcome = await run(server, req, system="You are terse.", temperature=0.2, max_tokens=50)
+    options = {"system": "You are terse.", "temperature": 0.2, "max_tokens": 50}
+    outcome = await run(server, req, base_url=server.base_url + "/", **options)
 
     assert len(server.requests) == 1
     sent = server.requests[0]
@@ -128,12 +129,6 @@ async def test_a_resumed_run_does_not_send_its_own_turn_twice(server: ChatServer
     ]
 
 
-async def test_a_trailing_slash_in_base_url_is_ignored(server: ChatServer) -> None:
-    runner = build_runner(validate_runner(config(server.base_url + "/")))
-    await runner.run(request(), CancelToken())
-    assert server.requests[0].path == "/v1/chat/completions"
-
-
 # -- classification -----------------------------------------------------------------------
 
 
@@ -179,15 +174,6 @@ async def test_a_long_server_message_is_truncated(server: ChatServer) -> None:
         await run(server)
     assert len(str(caught.value)) < openai_reply.MESSAGE_LIMIT + 100
     assert str(caught.value).endswith("…")
-
-
-async def test_a_server_echoing_the_key_gets_it_redacted(server: ChatServer) -> None:
-    message = f"Incorrect API key provided: {KEY}. Check it and try again."
-    server.script(Reply(status=401, json={"error": {"message": message}}))
-    with pytest.raises(RunPermanentError) as caught:
-        await run(server)
-    assert "Incorrect API key provided: [redacted]. Check it" in str(caught.value)
-    assert_no_key(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -300,27 +286,22 @@ async def test_a_token_already_set_cancels_at_once(server: ChatServer) -> None:
 # -- the key ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [None, "", "   "])
-async def test_a_missing_key_variable_is_permanent_and_names_it(
-    server: ChatServer, monkeypatch: pytest.MonkeyPatch, value: str | None
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("", "is not set"),
+        ("   ", "is not set"),
+        ("sk-é-secret", "cannot be sent in an HTTP header"),
+    ],
+)
+async def test_a_key_that_is_blank_or_cannot_be_a_header_is_permanent_and_not_echoed(
+    server: ChatServer, monkeypatch: pytest.MonkeyPatch, value: str, says: str
 ) -> None:
-    if value is None:
-        monkeypatch.delenv(KEY_ENV)
-    else:
-        monkeypatch.setenv(KEY_ENV, value)
+    monkeypatch.setenv(KEY_ENV, value)
     with pytest.raises(RunPermanentError) as caught:
         await run(server)
-    assert KEY_ENV in str(caught.value) and "not set" in str(caught.value)
-    assert server.requests == []
-
-
-async def test_a_key_that_cannot_be_a_header_is_refused_without_echoing_it(
-    server: ChatServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(KEY_ENV, "sk-é-secret")
-    with pytest.raises(RunPermanentError) as caught:
-        await run(server)
-    assert "sk-é-secret" not in str(caught.value) and KEY_ENV in str(caught.value)
+    assert KEY_ENV in str(caught.value) and says in str(caught.value)
+    assert "sk-é" not in str(caught.value)
     assert server.requests == []
 
 
