@@ -5,32 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners import build_runner, validate_runner
-from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.base import CancelToken, RunOutcome, TransientRunError
 from agentcron.core.runners.command.runner import OUTPUT_LIMIT
+from tests.factories import run_request
 
 PY = sys.executable
-
-
-def request(workdir: Path, prompt: str = "hello agent", attempt: int = 1) -> RunRequest:
-    return RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=attempt,
-        trigger="schedule",
-        due_at=datetime(2025, 1, 6, 8, 0, tzinfo=UTC),
-        prompt=prompt,
-        workdir=workdir,
-        timeout_seconds=30,
-    )
 
 
 async def run(
@@ -42,7 +27,7 @@ async def run(
     **config: object,
 ) -> RunOutcome:
     runner = build_runner(validate_runner({"type": "command", "argv": argv, **config}))
-    return await runner.run(request(workdir, prompt), token or CancelToken())
+    return await runner.run(run_request(workdir=workdir, prompt=prompt), token or CancelToken())
 
 
 def process_state(pid: int) -> str | None:
@@ -79,10 +64,6 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def same_directory(reported: str, expected: Path) -> bool:
-    return expected.is_dir() and Path(reported).resolve() == expected.resolve()
-
-
 def read_text(path: Path) -> str:
     return path.read_text().strip() if path.exists() else ""
 
@@ -105,47 +86,13 @@ async def wait_for_file(path: Path, within: float = 10.0) -> str:
     raise AssertionError(f"{path} was not written within {within} s")
 
 
-async def test_prompt_arrives_on_stdin(tmp_path: Path) -> None:
+async def test_prompt_arrives_on_stdin_in_the_task_directory_made_on_demand(
+    tmp_path: Path,
+) -> None:
     prompt = "Summarise today's headlines.\nLine two, ünïcode."
-    outcome = await run(["cat"], tmp_path, prompt=prompt)
-    assert outcome.output == prompt
-
-
-async def test_run_identity_is_in_the_environment(tmp_path: Path) -> None:
-    req = request(tmp_path, attempt=2)
-    runner = build_runner(
-        validate_runner(
-            {
-                "type": "command",
-                "argv": [
-                    "sh",
-                    "-c",
-                    (
-                        'printf "%s|%s|%s|%s|%s|%s|%s" "$AGENTCRON_RUN_ID" '
-                        '"$AGENTCRON_SCHEDULE_ID" "$AGENTCRON_TASK_ID" "$AGENTCRON_ATTEMPT" '
-                        '"$AGENTCRON_TRIGGER" "$AGENTCRON_DUE_AT" "$EXTRA"'
-                    ),
-                ],
-                "env": {"EXTRA": "configured"},
-            }
-        )
-    )
-    outcome = await runner.run(req, CancelToken())
-    assert outcome.output.split("|") == [
-        str(req.run_id),
-        str(req.schedule_id),
-        str(req.task_id),
-        "2",
-        "schedule",
-        "2025-01-06T08:00:00+00:00",
-        "configured",
-    ]
-
-
-async def test_cwd_is_the_task_workdir_created_on_demand(tmp_path: Path) -> None:
     workdir = tmp_path / "tasks" / "abc"
-    outcome = await run([PY, "-c", "import os; print(os.getcwd(), end='')"], workdir)
-    assert same_directory(outcome.output, workdir)
+    outcome = await run(["sh", "-c", "cat; pwd"], workdir, prompt=prompt)
+    assert outcome.output == f"{prompt}{workdir.resolve()}\n"
 
 
 async def test_output_is_the_last_64_kib_of_stdout(tmp_path: Path) -> None:
@@ -158,9 +105,19 @@ async def test_output_is_the_last_64_kib_of_stdout(tmp_path: Path) -> None:
     assert outcome.output == expected
 
 
-async def test_exit_75_is_transient(tmp_path: Path) -> None:
-    with pytest.raises(TransientRunError, match="exit code 75"):
-        await run(["sh", "-c", "echo try later >&2; exit 75"], tmp_path)
+@pytest.mark.parametrize(
+    ("argv", "error", "message"),
+    [
+        (["sh", "-c", "echo try later >&2; exit 75"], TransientRunError, "exit code 75"),
+        (["sh", "-c", "kill -9 $$"], TransientRunError, "SIGKILL"),  # a foreign signal
+        (["/nonexistent/agent-binary"], RunPermanentError, "cannot start"),
+    ],
+)
+async def test_exit_75_and_a_foreign_signal_are_transient_a_missing_executable_permanent(
+    argv: list[str], error: type[Exception], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(error, match=message):
+        await run(argv, tmp_path)
 
 
 async def test_other_exit_codes_are_permanent_with_the_stderr_tail(tmp_path: Path) -> None:
@@ -231,8 +188,3 @@ async def test_background_child_does_not_outlive_a_finished_run(tmp_path: Path) 
     assert outcome.output == "started\n"
     child = int(read_text(tmp_path / "child.pid"))
     assert await eventually_dead(child)
-
-
-async def test_death_by_a_foreign_signal_is_transient(tmp_path: Path) -> None:
-    with pytest.raises(TransientRunError, match="SIGKILL"):
-        await run(["sh", "-c", "kill -9 $$"], tmp_path)

@@ -76,8 +76,14 @@ async def test_sends_system_history_and_prompt_in_order_and_returns_both_turns(
         {"role": "assistant", "content": "first answer", "run_id": earlier},
     ]
     req = request("second question", history=history)
-    options = {"system": "You are terse.", "temperature": 0.2, "max_tokens": 50}
-    outcome = await run(server, req, base_url=server.base_url + "/", **options)
+    outcome = await run(
+        server,
+        req,
+        base_url=server.base_url + "/",  # a trailing slash is ignored
+        system="You are terse.",
+        temperature=0.2,
+        max_tokens=50,
+    )
 
     assert len(server.requests) == 1
     sent = server.requests[0]

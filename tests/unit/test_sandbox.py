@@ -21,23 +21,16 @@ from agentcron.core.runners import build_runner, validate_runner
 from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
 from agentcron.core.runners.containment import Containment, Sandbox, check_sandbox
 from tests.e2e.conftest import processes_with
+from tests.factories import run_request
+from tests.unit.test_command_runner import wait_for_file
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
 
 
 def request(workdir: Path, sandbox: Sandbox) -> RunRequest:
-    return RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=1,
-        trigger="manual",
-        due_at=None,
-        prompt="hello agent",
-        workdir=workdir,
-        timeout_seconds=30,
-        containment=Containment(sandbox=sandbox),
+    return run_request(
+        workdir=workdir, prompt="hello agent", containment=Containment(sandbox=sandbox)
     )
 
 
@@ -84,21 +77,6 @@ def states(text: str) -> set[str]:
 
 def real(path: Path) -> str:
     return os.path.realpath(path)
-
-
-def read_text(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        return ""
-
-
-async def wait_for_file(path: Path, within: float = 10.0) -> str:
-    for _ in range(int(within / 0.02)):
-        if text := read_text(path):
-            return text
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} was not written within {within} s")
 
 
 async def none_left(text: str, within: float = 5.0) -> bool:
