@@ -640,18 +640,6 @@ def test_interval_fires_on_its_grid_strictly_after(
     assert next_fire(trigger, fires[1]) == fires[2]
 
 
-@QUICK
-@given(st.integers(), aware_instants)
-def test_interval_out_of_range_is_rejected(every: int, start_at: datetime) -> None:
-    data = {"every_seconds": every, "start_at": start_at.isoformat()}
-    if 1 <= every <= MAX_INTERVAL_SECONDS:
-        assert isinstance(parse_trigger(data, NOW), IntervalTrigger)
-        return
-    with pytest.raises(InvalidSchedule) as caught:
-        parse_trigger(data, NOW)
-    assert caught.value.field == "trigger.every_seconds"
-
-
 any_instant = st.builds(
     lambda naive, minutes: naive.replace(tzinfo=timezone(timedelta(minutes=minutes))),
     st.one_of(  # years 1 to 9999, often within a day of either end
