@@ -1,4 +1,8 @@
-"""The ``command`` runner with real processes: stdin, environment, exit codes, cancellation."""
+"""The ``command`` runner with real processes: stdin, output, exit codes, cancellation.
+
+Tests taking ``containment`` run their agent as is and inside bubblewrap; what only the sandbox
+does is in test_sandbox.py.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,28 @@ from pathlib import Path
 
 import pytest
 
-from agentcron.core.errors import RunPermanentError
+from agentcron.core.errors import RunPermanentError, TargetUnavailable
 from agentcron.core.runners import build_runner, validate_runner
 from agentcron.core.runners.base import CancelToken, RunOutcome, TransientRunError
 from agentcron.core.runners.command.runner import OUTPUT_LIMIT
+from agentcron.core.runners.containment import Containment, Sandbox
+from tests.e2e.conftest import processes_with
 from tests.factories import run_request
 
 PY = sys.executable
+
+
+@pytest.fixture(params=["unconfined", "sandboxed"])
+def containment(request: pytest.FixtureRequest, tmp_path: Path) -> Containment:
+    if request.param == "unconfined":
+        return Containment()
+    return Containment(sandbox=Sandbox(request.getfixturevalue("bwrap"), tmp_path / "data"))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A task's directory in the data directory, made by the runner."""
+    return tmp_path / "data" / "tasks" / "alice" / "s1"
 
 
 async def run(
@@ -24,10 +43,25 @@ async def run(
     *,
     prompt: str = "hello agent",
     token: CancelToken | None = None,
+    containment: Containment | None = None,
     **config: object,
 ) -> RunOutcome:
     runner = build_runner(validate_runner({"type": "command", "argv": argv, **config}))
-    return await runner.run(run_request(workdir=workdir, prompt=prompt), token or CancelToken())
+    req = run_request(workdir=workdir, prompt=prompt, containment=containment or Containment())
+    return await runner.run(req, token or CancelToken())
+
+
+def marker(workdir: Path) -> str:
+    """A mark unique to the test, for its agent's argv, to find its processes in /proc."""
+    return f"agentcron-command-test-{abs(hash(str(workdir)))}"
+
+
+async def none_left(text: str, within: float = 5.0) -> bool:
+    for _ in range(int(within / 0.05)):
+        if not processes_with(text):
+            return True
+        await asyncio.sleep(0.05)
+    return not processes_with(text)
 
 
 def process_state(pid: int) -> str | None:
@@ -64,6 +98,10 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def real(path: Path) -> str:
+    return os.path.realpath(path)
+
+
 def read_text(path: Path) -> str:
     return path.read_text().strip() if path.exists() else ""
 
@@ -86,13 +124,12 @@ async def wait_for_file(path: Path, within: float = 10.0) -> str:
     raise AssertionError(f"{path} was not written within {within} s")
 
 
-async def test_prompt_arrives_on_stdin_in_the_task_directory_made_on_demand(
-    tmp_path: Path,
+async def test_prompt_arrives_on_stdin_in_the_task_directory(
+    workdir: Path, containment: Containment
 ) -> None:
     prompt = "Summarise today's headlines.\nLine two, ünïcode."
-    workdir = tmp_path / "tasks" / "abc"
-    outcome = await run(["sh", "-c", "cat; pwd"], workdir, prompt=prompt)
-    assert outcome.output == f"{prompt}{workdir.resolve()}\n"
+    outcome = await run(["sh", "-c", "cat; pwd"], workdir, prompt=prompt, containment=containment)
+    assert outcome.output == f"{prompt}{real(workdir)}\n"
 
 
 async def test_output_is_the_last_64_kib_of_stdout(tmp_path: Path) -> None:
@@ -109,15 +146,17 @@ async def test_output_is_the_last_64_kib_of_stdout(tmp_path: Path) -> None:
     ("argv", "error", "message"),
     [
         (["sh", "-c", "echo try later >&2; exit 75"], TransientRunError, "exit code 75"),
-        (["sh", "-c", "kill -9 $$"], TransientRunError, "SIGKILL"),  # a foreign signal
-        (["/nonexistent/agent-binary"], RunPermanentError, "cannot start"),
+        (["sh", "-c", "echo no >&2; exit 3"], RunPermanentError, "exit code 3"),
+        # Inside bwrap, a death by a signal is read back from bwrap's status 128 + its number.
+        (["sh", "-c", "kill -9 $$"], TransientRunError, "killed by signal SIGKILL"),
+        (["no-such-agent-xyz"], TargetUnavailable, "cannot start 'no-such-agent-xyz'"),
     ],
 )
-async def test_exit_75_and_a_foreign_signal_are_transient_a_missing_executable_permanent(
-    argv: list[str], error: type[Exception], message: str, tmp_path: Path
+async def test_exit_codes_a_foreign_signal_and_a_missing_command_keep_their_meaning(
+    argv: list[str], error: type[Exception], message: str, workdir: Path, containment: Containment
 ) -> None:
     with pytest.raises(error, match=message):
-        await run(argv, tmp_path)
+        await run(argv, workdir, containment=containment)
 
 
 async def test_other_exit_codes_are_permanent_with_the_stderr_tail(tmp_path: Path) -> None:
@@ -131,11 +170,6 @@ async def test_other_exit_codes_are_permanent_with_the_stderr_tail(tmp_path: Pat
     assert message.endswith("API key rejected")
     assert "noise 100" in message
     assert "noise 1\n" not in message  # only the tail, not all of stderr
-
-
-async def test_missing_executable_is_permanent(tmp_path: Path) -> None:
-    with pytest.raises(RunPermanentError, match="cannot start"):
-        await run(["/nonexistent/agent-binary"], tmp_path)
 
 
 async def test_agent_that_never_reads_stdin_still_succeeds(tmp_path: Path) -> None:
@@ -158,25 +192,26 @@ async def test_cancel_terminates_the_whole_process_group(tmp_path: Path) -> None
     assert group_members(leader) == []
 
 
-async def test_sigkill_after_grace_for_a_process_that_traps_term(tmp_path: Path) -> None:
+async def test_timeout_sends_sigterm_to_the_agent_then_sigkill(
+    workdir: Path, containment: Containment
+) -> None:
+    # The agent traps TERM and ignores it: it must see TERM (not just die with bwrap), then
+    # SIGKILL after the grace period must end it and everything it started.
     script = (
-        "import pathlib, signal, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: pathlib.Path('term').write_text('TERM'))\n"
-        "pathlib.Path('ready').write_text(str(__import__('os').getpid()))\n"
-        "while True:\n"
-        "    time.sleep(1)\n"
+        "trap 'echo TERM >> term.txt' TERM; sleep 60 & echo started > ready.txt; "
+        "while true; do sleep 0.05; done"
     )
     token = CancelToken()
+    argv = ["sh", "-c", script, marker(workdir)]
     job = asyncio.ensure_future(
-        run([PY, "-c", script], tmp_path, token=token, kill_grace_seconds=0.5)
+        run(argv, workdir, token=token, containment=containment, kill_grace_seconds=1)
     )
-    pid = int(await wait_for_file(tmp_path / "ready"))
+    await wait_for_file(workdir / "ready.txt")
     token.cancel("timeout")
     with pytest.raises(RunPermanentError, match=r"cancelled \(timeout\)"):
         await asyncio.wait_for(job, 10)
-    # It got SIGTERM first (and ignored it), then SIGKILL ended it.
-    assert read_text(tmp_path / "term") == "TERM"
-    assert await eventually_dead(pid)
+    assert read_text(workdir / "term.txt") == "TERM"
+    assert await none_left(marker(workdir))
 
 
 async def test_background_child_does_not_outlive_a_finished_run(tmp_path: Path) -> None:
