@@ -60,13 +60,10 @@ def test_the_days_of_january_a_cron_fires_on(cron: str, january: list[int]) -> N
     assert days(cron, len(january)) == [date(2025, 1, d) for d in january]
 
 
-def test_dom_starting_with_star_is_and() -> None:
+def test_a_day_field_starting_with_star_is_and() -> None:
     # Odd days that are Mondays: Mondays in Jan-Mar 2025 are 6,13,20,27 / 3,10,17,24 / 3,...,31.
     expected = [(1, 13), (1, 27), (2, 3), (2, 17), (3, 3), (3, 17), (3, 31)]
     assert days("0 0 */2 * 1", 7) == [date(2025, m, d) for m, d in expected]
-
-
-def test_dow_starting_with_star_is_and() -> None:
     # Days 1-7 of the month that fall on an even weekday number (Sun, Tue, Thu, Sat).
     got = days("0 0 1-7 * */2", 8)
     assert all(d.day <= 7 and (d.weekday() + 1) % 7 in (0, 2, 4, 6) for d in got)
@@ -85,13 +82,10 @@ def test_equal_bound_range_is_one_value() -> None:
     assert [f.minute for f in fires("5-5 * * * *", 2)] == [5, 5]
 
 
-def test_reversed_hour_range_wraps() -> None:
+def test_reversed_hour_and_minute_ranges_wrap() -> None:
     assert [f.hour for f in fires("0 22-2 * * *", 6)] == [22, 23, 0, 1, 2, 22]
     # The step walks the wrapped sequence 22, 23, 0, 1, 2.
     assert [f.hour for f in fires("0 22-2/2 * * *", 4)] == [22, 0, 2, 22]
-
-
-def test_reversed_minute_range_wraps() -> None:
     after = datetime(2025, 1, 1, 12, 49, tzinfo=UTC)
     got = [f.minute for f in fires("50-10 * * * *", 13, after)]
     assert got == [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 0, 1, 2]
