@@ -16,9 +16,9 @@ from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.pagination import Page, check_limit, decode_run_cursor, encode_cursor
 from agentcron.core.schedules.views import load_schedule, parse_id
 from agentcron.core.states import QUEUED_ORIGINS, TERMINAL, RunStatus
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule
+from agentcron.core.storage.sql.schedules import lock_schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import promote_next, queued_run, run_payload
 from agentcron.core.transitions import apply, cancelled
@@ -114,7 +114,7 @@ class RunService:
                 if run.origin in QUEUED_ORIGINS:
                     # Its schedule's row, as a backfill or a resume holds it while it queues
                     # runs: the next one is promoted by one of them, never by neither.
-                    await session.execute(q.lock_schedule(run.schedule_id))
+                    await session.execute(lock_schedule(run.schedule_id))
                     await promote_next(session, [run.schedule_id], now)  # woken just below
         self._changed()
         if self.on_cancel is not None:

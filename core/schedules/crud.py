@@ -33,8 +33,8 @@ from agentcron.core.specs import (
     reject_oversized,
 )
 from agentcron.core.states import RunReason
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.sql.runs import unheld_pending
 from agentcron.core.storage.sql.schedules import schedules_page
 from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
@@ -281,7 +281,7 @@ class ScheduleCrud:
         The row is kept (marked deleted) so its runs stay readable by run id. Pending runs
         end ``cancelled`` now, or at their admission if one is under way this instant; a
         running run is asked to stop by its next lease renewal. The deletion holds the
-        schedule's row, so it never waits for a run's (``queries.unheld_pending``).
+        schedule's row, so it never waits for a run's (``sql.runs.unheld_pending``).
         """
         async with self.context.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
@@ -298,6 +298,6 @@ class ScheduleCrud:
         schedule.updated_at = now
         await session.execute(
             update(Run)
-            .where(q.unheld_pending(schedule.id))
+            .where(unheld_pending(schedule.id))
             .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
         )

@@ -23,9 +23,9 @@ from agentcron.core.specs import (
     reject_nul,
 )
 from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.sql.runs import insert_runs
 from agentcron.core.timeline import (
     Gap,
     find_gap,
@@ -247,7 +247,7 @@ async def trim_summaries(
             rest = find_gap(trigger, end, until + timedelta(microseconds=1))
             if rest:
                 rows = gap_rows(schedule, rest, run.reason, run.created_at, run.payload)
-                await session.execute(q.insert_runs(db.capabilities.dialect), rows)
+                await session.execute(insert_runs(db.capabilities.dialect), rows)
 
 
 def parse_instant(value: str, field: str, *, min_year: int = 1) -> datetime:

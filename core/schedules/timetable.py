@@ -31,9 +31,9 @@ from agentcron.core.schedules.plans import (
 from agentcron.core.schedules.views import load_schedule
 from agentcron.core.specs import BackfillRequest
 from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.sql.runs import insert_runs
 from agentcron.core.timeline import Gap, gap_rows, queue_under_way, queued_rows
 from agentcron.core.transitions import apply, paused
 
@@ -58,11 +58,11 @@ async def _write_resume(
     dialect = db.capabilities.dialect
     if plan.skipped:
         rows = gap_rows(schedule, plan.skipped, RunReason.PAUSED, now)
-        await session.execute(q.insert_runs(dialect), rows)
+        await session.execute(insert_runs(dialect), rows)
     if plan.run:
         busy = bool(await session.scalar(queue_under_way(schedule.id)))
         rows = queued_rows(schedule, plan.run, "catchup", now, by=by, head_free=not busy)
-        await session.execute(q.insert_runs(dialect), rows)
+        await session.execute(insert_runs(dialect), rows)
 
 
 class TimetableVerbs:
@@ -183,7 +183,7 @@ class TimetableVerbs:
                 one_at_a_time=spec.overlap == "buffer_all",
                 head_free=not busy,
             )
-            await session.execute(q.insert_runs(self.context.db.capabilities.dialect), rows)
+            await session.execute(insert_runs(self.context.db.capabilities.dialect), rows)
             await self.context.announce(session)
         self.context.changed()
         return plan
@@ -200,7 +200,7 @@ class TimetableVerbs:
             due = upcoming_due_time(schedule, due_at, now)
             row = gap_rows(schedule, Gap([due]), RunReason.OCCURRENCE_SKIPPED, now)[0]
             row["started_by"] = by
-            await session.execute(q.insert_runs(self.context.db.capabilities.dialect), [row])
+            await session.execute(insert_runs(self.context.db.capabilities.dialect), [row])
             run = await session.scalar(
                 select(Run).where(Run.schedule_id == schedule.id, Run.due_at == due)
             )
