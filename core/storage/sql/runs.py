@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -44,7 +45,7 @@ from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunReason, RunStatus
 from agentcron.core.storage.models import RUNS, Run, Schedule
 from agentcron.core.storage.sql.rows import Columns, among, columns_of, rows_table, split
 from agentcron.core.storage.types import UTCDateTime
-from agentcron.core.transitions import admitted, delivering, promoted
+from agentcron.core.transitions import admitted, cancelled, delivering, promoted
 
 
 def _insert(dialect: str) -> Any:
@@ -107,21 +108,6 @@ def insert_claimed(dialect: str, shared: frozenset[str]) -> Any:
         .returning(RUNS.c.id)
     )
 
-
-def insert_runs(dialect: str) -> Any:
-    """Insert scheduled runs, executed with one parameter set per run (SQLAlchemy sends them
-    as multi-row INSERTs); a (schedule_id, due_at) already present is skipped by the UNIQUE
-    constraint (``ON CONFLICT DO NOTHING``), never by reading first. Returns the ids actually
-    inserted."""
-    return _INSERT_RUNS[dialect]
-
-
-_INSERT_RUNS = {
-    name: insert(RUNS)
-    .on_conflict_do_nothing(index_elements=["schedule_id", "due_at"])
-    .returning(RUNS.c.id)
-    for name, insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
-}
 
 # -- an admission -------------------------------------------------------------------------------
 
@@ -311,6 +297,17 @@ def unheld_pending(schedule_id: uuid.UUID) -> ColumnElement[bool]:
     return locked_runs(Run.schedule_id == schedule_id, pending, skip_locked=True)
 
 
+def end_deleted_pending(schedule_id: uuid.UUID, now: datetime) -> Update:
+    """End the pending runs of schedule ``schedule_id``, being deleted, that no other
+    transaction holds (``unheld_pending``: locked in id order, the held ones skipped):
+    ``cancelled`` with reason ``schedule_deleted``."""
+    return (
+        update(Run)
+        .where(unheld_pending(schedule_id))
+        .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
+    )
+
+
 def ask_to_stop(run_ids: Sequence[uuid.UUID]) -> Update:
     """Ask these runs to stop (overlap ``cancel_other``), those no other transaction holds;
     a run skipped is asked at the next look of the run waiting for it."""
@@ -319,6 +316,18 @@ def ask_to_stop(run_ids: Sequence[uuid.UUID]) -> Update:
 
 
 # -- a promotion ---------------------------------------------------------------------------------
+
+
+def queue_under_way(schedule_id: uuid.UUID) -> Select[*tuple[Any, ...]]:
+    """Whether a queued run of the schedule is running, or claimable, or waiting: a new queue
+    then waits behind it instead of starting a second head."""
+    return select(
+        exists().where(
+            Run.schedule_id == schedule_id,
+            Run.origin.in_(QUEUED_ORIGINS),
+            Run.status.in_(ACTIVE),
+        )
+    )
 
 
 def queue_busy(schedule_id: uuid.UUID) -> Select[*tuple[Any, ...]]:
