@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, true
+from sqlalchemy import ColumnElement
 
 from agentcron.core.notify.delivery import applicable_channels
 from agentcron.core.storage.database import Database
@@ -73,7 +73,8 @@ class SqlDeliveries:
         SQLite every run left by anyone, on PostgreSQL those under this very id."""
         adopt: ColumnElement[bool] | None = None
         if predecessors:
-            adopt = Run.deliverer == self.owner if self.db.capabilities.multi_process else true()
+            multi_process = self.db.capabilities.multi_process
+            adopt = delivery_sql.predecessor_deliveries(self.owner, multi_process)
         async with self.db.session() as session:
             statement = delivery_sql.take_over_deliveries(
                 now, self.owner, self.until(now), limit, sorted(dead), adopt, schema=self.db.schema

@@ -183,10 +183,8 @@ class SqlRunStore:
             if room > 0:
                 adopt = None
                 if predecessors:
-                    adopt = (
-                        Run.lease_owner == self.owner
-                        if self.db.capabilities.multi_process
-                        else Run.lease_owner.is_not(None)
+                    adopt = lease_sql.predecessor_runs(
+                        self.owner, self.db.capabilities.multi_process
                     )
                 statement = lease_sql.claimable_runs(
                     now, room, sorted(dead), adopt, schema=self.db.schema

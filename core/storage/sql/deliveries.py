@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Select, Update, and_, or_, select, update
+from sqlalchemy import ColumnElement, Select, Update, and_, or_, select, true, update
 
 from agentcron.core.storage.models import Delivery, Run
 from agentcron.core.storage.sql.liveness import liveness_held
@@ -18,6 +18,15 @@ from agentcron.core.transitions import delivering
 def delivery_of(run_id: uuid.UUID, index: int) -> Select[Delivery]:
     """The delivery of run ``run_id`` to its channel ``index`` (unique)."""
     return select(Delivery).where(Delivery.run_id == run_id, Delivery.index == index)
+
+
+def deliveries_of(run_ids: Sequence[uuid.UUID]) -> Select[Delivery]:
+    """The deliveries of the runs ``run_ids``, by run and channel index; unlocked."""
+    return (
+        select(Delivery)
+        .where(Delivery.run_id.in_(run_ids))
+        .order_by(Delivery.run_id, Delivery.index)
+    )
 
 
 def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
@@ -33,6 +42,14 @@ def renew_deliveries(ids: Sequence[uuid.UUID], until: datetime) -> Update:
 def end_deliveries(ids: Sequence[uuid.UUID]) -> Update:
     """Nothing left to deliver for these runs: every channel is delivered or failed for good."""
     return update(Run).where(Run.id.in_(ids)).values(**delivering(None, None))
+
+
+def predecessor_deliveries(owner: str, multi_process: bool) -> ColumnElement[bool]:
+    """The deliveries a restarted engine ``owner`` takes over at its first look (the
+    ``predecessors`` of ``take_over_deliveries``): with several processes on the database
+    (``multi_process``, PostgreSQL) those under this very id, else (SQLite, one engine) every
+    one left."""
+    return Run.deliverer == owner if multi_process else true()
 
 
 def take_over_deliveries(

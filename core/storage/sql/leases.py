@@ -55,6 +55,14 @@ def claimable_runs(
     )
 
 
+def predecessor_runs(owner: str, multi_process: bool) -> ColumnElement[bool]:
+    """The active runs a restarted engine ``owner`` takes over at its first claim (the
+    ``predecessors`` of ``claimable_runs``): with several processes on the database
+    (``multi_process``, PostgreSQL) those leased under this very id, else (SQLite, one engine)
+    every leased run."""
+    return Run.lease_owner == owner if multi_process else Run.lease_owner.is_not(None)
+
+
 def take_runs(ids: Sequence[uuid.UUID], owner: str, until: Any) -> Update:
     """Lease the claimable runs ``ids`` to ``owner`` (``claimable_runs`` locked them);
     returns them."""

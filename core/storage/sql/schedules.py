@@ -112,6 +112,17 @@ def keyed_schedules(owner: str, scope: str) -> Select[Schedule]:
     )
 
 
+def shortest_retention() -> Select[int | None]:
+    """The shortest ``retention_days`` any schedule sets (NULL: none sets one); unlocked."""
+    return select(func.min(Schedule.retention_days))
+
+
+def retention_of(schedule_id: uuid.UUID) -> Select[int | None, uuid.UUID | None]:
+    """(retention_days, last_run_id) of schedule ``schedule_id``: what a prune keeps of its
+    runs; unlocked."""
+    return select(Schedule.retention_days, Schedule.last_run_id).where(Schedule.id == schedule_id)
+
+
 def lock_task_schedules(task_id: uuid.UUID) -> Select[uuid.UUID]:
     """Row-lock the schedules bound to task ``task_id``, in id order."""
     return (

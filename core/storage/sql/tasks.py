@@ -9,9 +9,21 @@ from collections.abc import Collection
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, Update, Uuid, bindparam, insert, select, true, update
+from sqlalchemy import (
+    Delete,
+    Select,
+    Update,
+    Uuid,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    select,
+    true,
+    update,
+)
 
-from agentcron.core.storage.models import TASKS, Task
+from agentcron.core.storage.models import TASKS, Run, Schedule, Task
 from agentcron.core.storage.sql.rows import among, columns_of, rows_table
 
 
@@ -77,3 +89,15 @@ def update_task(task_id: uuid.UUID, values: dict[str, Any]) -> Update:
 def task_workdirs(ids: Collection[uuid.UUID]) -> Select[uuid.UUID, str]:
     """(id, workdir) of these tasks."""
     return select(Task.id, Task.workdir).where(Task.id.in_(ids))
+
+
+def delete_orphan_tasks(ids: Collection[uuid.UUID]) -> Delete:
+    """Delete the tasks ``ids`` that no run and no schedule refers to any more and no run holds
+    (a persistent schedule's task is shared by all its runs: it goes only then); unlocked, the
+    row count says how many went."""
+    return delete(Task).where(
+        Task.id.in_(ids),
+        Task.lock_run_id.is_(None),
+        ~exists().where(Run.task_id == Task.id),
+        ~exists().where(Schedule.id == Task.schedule_id, Schedule.task_id == Task.id),
+    )

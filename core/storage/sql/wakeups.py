@@ -1,5 +1,6 @@
-"""Statements of the loop's idle look: when the claim could next find work, and who else holds
-runs or deliveries (``core.ledger.sql.SqlRunStore.wakeup``)."""
+"""Statements on wake-ups: the loop's idle look (when the claim could next find work, and who
+else holds runs or deliveries: ``core.ledger.sql.SqlRunStore.next_wakeup``), and the NOTIFY
+that wakes the other replicas (``core.storage.wakeups``). Neither takes a lock."""
 
 from __future__ import annotations
 
@@ -66,3 +67,9 @@ def next_wakeup(owner: str | None, schema: str | None) -> Select[*tuple[Any, ...
     return select(first_due, first_queued, first_expiry, first_delivery, watched, lockless).add_cte(
         others
     )
+
+
+def notify(channel: str) -> Select[Any]:
+    """Send an empty NOTIFY on ``channel`` when the transaction commits (PostgreSQL only:
+    ``pg_notify``); NOTIFY serialises the commits that send it."""
+    return select(func.pg_notify(channel, ""))
