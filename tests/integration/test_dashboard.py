@@ -451,14 +451,18 @@ async def test_the_run_history_shows_the_timeline(live_app: FastAPI) -> None:
 
 async def test_the_run_history_shows_what_a_handler_returned(live_app: FastAPI) -> None:
     # A handler's JSON object is the run's result, not its output: shown beside it, escaped.
+    # A short run's duration is in milliseconds.
     key = await new_key(live_app, "alice")
     schedule = await make_schedule(live_app, "alice")
     run = await ledger(live_app).run_now(schedule.id, "alice")
     result = {"session_id": "<b>s-81</b>"}
+    ended = {"started_at": run.created_at, "finished_at": run.created_at + timedelta(seconds=0.016)}
     async with live_app.state.db.session() as session:
-        await session.execute(update(Run).where(Run.id == run.id).values(result=result))
+        done = update(Run).where(Run.id == run.id)
+        await session.execute(done.values(status="succeeded", result=result, **ended))
     async with browser(live_app, key) as http:
         page = (await http.get(f"/schedules/{schedule.id}")).text
+    assert ">16 ms</span>" in page and "0.0 s" not in page
     assert "<b>s-81</b>" not in page
     row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
     assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
@@ -487,18 +491,23 @@ async def test_a_batch_of_runs_pages_in_due_time_order(
     live_app: FastAPI, client: httpx.AsyncClient, db: Database, tmp_path: Path
 ) -> None:
     """Issue 38: the run history of a schedule whose runs a claim wrote at once after a
-    restart is in the API's order on every page, and in the live fragment."""
+    restart is in the API's order on every page, and in the live fragment; every run is
+    reached by paging, each once."""
     schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
     seen: list[str] = []
+    pages = 0
     async with browser(live_app, await new_key(live_app, "local")) as http:
         fragment = (await http.get(f"/ui/schedules/{schedule_id}/runs")).text
         assert re.findall(r'data-run="([^"]+)"', fragment) == expected[:25]
         path: str | None = f"/schedules/{schedule_id}"
         while path is not None:
             page = (await http.get(path)).text
-            seen += re.findall(r'data-run="([^"]+)"', page)
-            older = re.search(r'href="([^"]+)">Older runs', page)
+            pages += 1
+            seen += re.findall(r'<tr class="run" data-run="([0-9a-f-]{36})"', page)
+            older = re.search(r'<a href="([^"]+)">Older runs →</a>', page)
             path = html.unescape(older.group(1)) if older else None
+            assert ("← Newest runs" in page) == (pages > 1)
+    assert pages == 5  # 25 + 25 + 25 + 25 + 1
     assert seen == expected
 
 

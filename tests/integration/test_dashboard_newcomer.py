@@ -1,7 +1,8 @@
 """The dashboard items of issue 17, through its routes on SQLite and PostgreSQL: the trigger in
 words (its JSON on demand), argv as a shell reads it, times labelled with offsets, milliseconds,
-a long pause note cut in the list, every run reachable by paging, and the form's fields for the
-settings it lacked, with the preview honouring them."""
+a long pause note cut in the list, and the form's fields for the settings it lacked, with the
+preview honouring them (a 16 ms run and paging through the history: tests/integration/
+test_dashboard.py)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,13 @@ import re
 from datetime import timedelta
 
 from fastapi import FastAPI
-from sqlalchemy import update
 
-from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run
 from agentcron.core.triggers import offset_label
 from agentcron.web.dashboard.views import duration
 from tests.integration.test_dashboard import (
     FORM,
     browser,
     field_error,
-    ledger,
     make_schedule,
     new_key,
     schedule_id,
@@ -78,27 +75,6 @@ def test_times_are_labelled_with_an_offset_and_short_runs_in_milliseconds() -> N
     assert duration(moment, moment + timedelta(seconds=184)) == "3 min 4 s"
 
 
-async def test_a_16_ms_run_shows_16_ms(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
-    schedule = await make_schedule(live_app, "alice")
-    run = await ledger(live_app).run_now(schedule.id, "alice")
-    db: Database = live_app.state.db
-    started = run.created_at
-    async with db.session() as session:
-        await session.execute(
-            update(Run)
-            .where(Run.id == run.id)
-            .values(
-                status="succeeded",
-                started_at=started,
-                finished_at=started + timedelta(milliseconds=16),
-            )
-        )
-    async with browser(live_app, key) as http:
-        page = (await http.get(f"/schedules/{schedule.id}")).text
-    assert ">16 ms</span>" in page and "0.0 s" not in page
-
-
 async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
     live_app: FastAPI,
 ) -> None:
@@ -114,27 +90,6 @@ async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
     assert html.unescape(cut.group(1)) == note  # the whole note on hover
     assert len(cut.group(2)) <= 80 and cut.group(2).endswith("...")
     assert note in html.unescape(page)  # and whole on the schedule's page
-
-
-async def test_every_run_is_reachable_by_paging_the_history(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
-    schedule = await make_schedule(live_app, "alice")
-    made = [(await ledger(live_app).run_now(schedule.id, "alice")).id for _ in range(57)]
-    seen: list[str] = []
-    pages = 0
-    path: str | None = f"/schedules/{schedule.id}"
-    async with browser(live_app, key) as http:
-        while path is not None:
-            page = (await http.get(path)).text
-            pages += 1
-            seen += re.findall(r'<tr class="run" data-run="([0-9a-f-]{36})"', page)
-            older = re.search(r'<a href="([^"]+)">Older runs →</a>', page)
-            path = html.unescape(older.group(1)) if older else None
-            if pages > 1:
-                assert "← Newest runs" in page
-    assert pages == 3  # 25 + 25 + 7
-    assert sorted(seen) == sorted(str(run_id) for run_id in made)
-    assert len(seen) == len(set(seen))
 
 
 async def test_the_form_sets_every_setting_and_the_preview_honours_them(
