@@ -51,36 +51,6 @@ async def finished(engine: agentcron.Engine, schedule_id: uuid.UUID, count: int 
         await asyncio.sleep(0.1)
 
 
-async def test_a_sync_handler_gets_the_run_context_and_its_output_is_kept(
-    db_url: str, tmp_path: Path
-) -> None:
-    seen: list[HandlerContext] = []
-    threads: list[str] = []
-
-    def handler(ctx: HandlerContext) -> str:
-        seen.append(ctx)
-        threads.append(threading.current_thread().name)
-        return f"did {ctx.data['deployment']}: {ctx.prompt}"
-
-    engine = engine_for(db_url, tmp_path, handler)
-    async with engine:
-        spec = ScheduleCreate(
-            name="deploy 42",
-            prompt="summarise",
-            trigger={"every_seconds": 3600},
-            runner={"type": "handler", "data": {"deployment": 42}},
-        )
-        schedule = await engine.schedules.create(spec, OWNER)
-        queued = await engine.runs.run_now(schedule.id, OWNER)
-        (run,) = await finished(engine, schedule.id)
-    assert run.status == "succeeded" and run.output == "did 42: summarise"
-    (ctx,) = seen
-    assert ctx.run_id == queued.id and ctx.schedule_id == schedule.id
-    assert (ctx.trigger, ctx.attempt, ctx.due_at, ctx.replay_of) == ("manual", 1, None, None)
-    assert ctx.data == {"deployment": 42} and ctx.payload["prompt"] == "summarise"
-    assert threads[0] != "MainThread"  # sync handlers run in a worker thread
-
-
 async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_runs(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -240,7 +210,9 @@ async def test_the_host_in_docs_library_md_runs_as_written(
 ) -> None:
     """The example host of docs/library.md as written: its own auth decides the owner of
     everything under its prefix, agentcron's errors keep their status and body there, its
-    own routes are untouched, and its handler's permanent error is not retried."""
+    own routes are untouched, its sync handler runs in a worker thread with the run's context
+    (the rest of the context: the engine contract, tests/integration/test_contract.py), and
+    its permanent error is not retried."""
     block = LIBRARY_MD.split("<!-- example:")[1].split("```python\n")[1].split("```")[0]
     monkeypatch.chdir(tmp_path)  # the example's relative database: var/host-jobs.db
     (tmp_path / "var").mkdir()
@@ -249,6 +221,14 @@ async def test_the_host_in_docs_library_md_runs_as_written(
     namespace: dict[str, Any] = {"__name__": "host_example"}
     exec(compile(block, "docs/library.md", "exec"), namespace)
     app, engine = namespace["app"], namespace["engine"]
+    seen: list[tuple[HandlerContext, str]] = []
+
+    def watched(ctx: HandlerContext) -> str:
+        seen.append((ctx, threading.current_thread().name))
+        result: str = namespace["run_agent"](ctx)
+        return result
+
+    engine.handler = watched
     app.add_api_route("/health", lambda: {"ok": "yes"})  # a route of the host's own
     body = {
         "name": "news digest",
@@ -285,5 +265,8 @@ async def test_the_host_in_docs_library_md_runs_as_written(
         (failed,) = await finished(engine, uuid.UUID(gone_id))
     assert run.status == "succeeded"
     assert run.output == "ran d-42: summarise the news (attempt 1)"
+    ctx, thread = next((ctx, thread) for ctx, thread in seen if ctx.run_id == run.id)
+    assert thread != "MainThread"
+    assert ctx.schedule_id == run.schedule_id and ctx.payload["prompt"] == "summarise the news"
     assert (failed.status, failed.attempt) == ("failed", 1)
     assert "deployment was deleted" in (failed.error or "")

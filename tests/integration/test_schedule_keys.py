@@ -18,7 +18,6 @@ import pytest
 from agentcron.core.errors import (
     InvalidSchedule,
     NotFound,
-    ScheduleCapacityExceeded,
 )
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
@@ -187,21 +186,6 @@ async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> No
     # An empty reconcile of the scope deletes what is in it, and only that.
     done = await schedules.reconcile("host", {}, scope="deploy:")
     assert done.deleted == ["deploy:a"]
-
-
-async def test_a_reconcile_past_the_limit_applies_none(live_app: Any) -> None:
-    schedules = await service(live_app)
-    schedules.context.max_active = 2
-    await schedules.apply("host", "deploy:1", record())
-    many = {f"deploy:{n}": record() for n in range(1, 4)}
-    with pytest.raises(ScheduleCapacityExceeded):
-        await schedules.reconcile("host", many, scope="deploy:")
-    with pytest.raises(NotFound):
-        await schedules.get_by_key("host", "deploy:2")
-    # Disabled records do not count against it.
-    many["deploy:3"] = record(enabled=False)
-    done = await schedules.reconcile("host", many, scope="deploy:")
-    assert sorted(done.created) == ["deploy:2", "deploy:3"]
 
 
 async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_schedule_each(
