@@ -254,27 +254,3 @@ def test_nothing_on_the_page_is_stale() -> None:
             if prop not in properties
         ]
     fail_listing(problems, "what the page names that the app does not have")
-
-
-def test_the_conventions_are_what_the_checks_read() -> None:
-    """The parser itself: fences hide headings, sections end at a heading of their level, and
-    a row's first cell is its field name."""
-    text = "\n".join(
-        [
-            "## `GET /a`",
-            "200, `limit`",
-            "```sh",
-            "# `POST /not-a-heading`",
-            "```",
-            "### `Thing`",
-            "| `x` | int | an x |",
-            "## `DELETE /b`",
-            "| `y` | int | not Thing's |",
-        ]
-    )
-    parsed = parse(text)
-    assert set(parsed.endpoints) == {("GET", "/a"), ("DELETE", "/b")}
-    assert "`limit`" in parsed.endpoints[("GET", "/a")].text
-    assert "`x`" in parsed.endpoints[("GET", "/a")].text  # a sub-heading stays in its section
-    assert set(field_rows(parsed.schemas["Thing"])) == {"x"}
-    assert field_rows(parsed.schemas["Thing"])["x"] == ["`x`", "int", "an x"]
