@@ -13,23 +13,10 @@ from sqlalchemy import update
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from tests.integration.test_schedules_api import RUNNER
+from tests.integration.test_schedules_api import create as create_schedule
 
 API = "/api/v1"
-RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
-
-
-async def create_schedule(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "name": "digest",
-        "prompt": "Summarise today's headlines.",
-        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
-        "runner": RUNNER,
-    }
-    body.update(overrides)
-    response = await client.post(f"{API}/schedules", json=body)
-    assert response.status_code == 201, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 async def run_now(client: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:

@@ -209,21 +209,18 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("overrides", "status", "field"),
-    [case[1:] for case in BAD_INPUT],
-    ids=[case[0] for case in BAD_INPUT],
-)
 async def test_bad_input_is_rejected_naming_the_field(
-    client: httpx.AsyncClient, overrides: dict[str, Any], status: int, field: str
+    client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:
-    data = {name: value for name, value in body(**overrides).items() if value is not None}
-    response = await client.post(API, json=data)
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["field"] == field
-    assert error["type"] in ("InvalidSchedule", "ValidationError")
-    assert error["message"]
+    for case, overrides, status, field in BAD_INPUT:
+        with subtests.test(case=case):
+            data = {name: value for name, value in body(**overrides).items() if value is not None}
+            response = await client.post(API, json=data)
+            assert response.status_code == status, response.text
+            error = response.json()["error"]
+            assert error["field"] == field
+            assert error["type"] in ("InvalidSchedule", "ValidationError")
+            assert error["message"]
     assert await count(client) == 0
 
 
