@@ -21,7 +21,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from agentcron.core.keys import create_key, revoke_key
+from agentcron.core.keys import revoke_key
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
@@ -31,6 +31,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
 from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
+from tests.conftest import issue_key
 from tests.integration.test_runs_api import runs_of_a_restart
 
 ORIGIN = "http://agentcron"
@@ -66,11 +67,6 @@ async def browser(app: FastAPI, key: str | None = None) -> AsyncIterator[httpx.A
             response = await http.post("/login", data={"key": key, "next": "/"})
             assert response.status_code == 303, response.text
         yield http
-
-
-async def new_key(app: FastAPI, owner: str, *, admin: bool = False) -> str:
-    key, _ = await create_key(app.state.db, owner, admin=admin)
-    return key
 
 
 def service(app: FastAPI) -> ScheduleService:
@@ -111,7 +107,7 @@ def field_error(html: str, field: str) -> str:
 
 
 async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app) as http:
         for path in ("/", "/schedules/new", f"/schedules/{uuid.uuid4()}"):
             response = await http.get(path)
@@ -144,45 +140,36 @@ async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) 
         assert response.status_code == 303
         assert (await http.get("/")).status_code == 200
 
-        response = await http.post("/logout")
-        assert response.status_code == 303
-        assert (await http.get("/")).status_code == 303
-
-
-@pytest.mark.parametrize("key", ["", "nonsense", "ac_0123456789ab_" + "A" * 43])
-async def test_a_bad_key_does_not_sign_in(live_app: FastAPI, key: str) -> None:
-    async with browser(live_app) as http:
-        response = await http.post("/login", data={"key": key})
-        assert response.status_code == 401
-        assert "set-cookie" not in response.headers
-        assert 'class="field-error"' in response.text
-        assert (await http.get("/")).status_code == 303
-
-
-async def test_a_revoked_key_loses_the_dashboard_at_once(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
-    async with browser(live_app, key) as http:
-        assert (await http.get("/")).status_code == 200
+        # A revoked key loses the dashboard at once.
         await revoke_key(live_app.state.db, key.split("_")[1])
         assert (await http.get("/")).status_code == 303
         assert (await http.post("/login", data={"key": key})).status_code == 401
 
 
-@pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil", "x"])
-async def test_sign_in_redirects_only_to_this_site(live_app: FastAPI, target: str) -> None:
-    key = await new_key(live_app, "alice")
+async def test_a_bad_key_does_not_sign_in_and_a_good_one_goes_only_to_this_site(
+    live_app: FastAPI,
+) -> None:
     async with browser(live_app) as http:
-        response = await http.post("/login", data={"key": key, "next": target})
-        assert response.headers["location"] == "/"
+        for bad in ("", "nonsense", "ac_0123456789ab_" + "A" * 43):
+            response = await http.post("/login", data={"key": bad})
+            assert response.status_code == 401, bad
+            assert "set-cookie" not in response.headers
+            assert 'class="field-error"' in response.text
+            assert (await http.get("/")).status_code == 303
+    key = await issue_key(live_app, "alice")
+    for target in ("//evil.example/", "https://evil.example/", "/\\evil", "x"):
+        async with browser(live_app) as http:
+            response = await http.post("/login", data={"key": key, "next": target})
+            assert response.headers["location"] == "/", target
 
 
 # -- owners ----------------------------------------------------------------------------------
 
 
 async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI) -> None:
-    alice = await new_key(live_app, "alice")
-    bob = await new_key(live_app, "bob")
-    root = await new_key(live_app, "root", admin=True)
+    alice = await issue_key(live_app, "alice")
+    bob = await issue_key(live_app, "bob")
+    root = await issue_key(live_app, "root", admin=True)
     schedule = await make_schedule(live_app, "alice")
     run = await ledger(live_app).run_now(schedule.id, "alice")
     before = await service(live_app).get(schedule.id, None)
@@ -228,53 +215,55 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
 # -- the form --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("changes", "field", "message"),
-    [
-        ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
-        ({"cron": "0 0 31 2 *"}, "cron", "never"),
-        ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
-        ({"timezone": "+08:00"}, "timezone", "offset"),
-        ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
-        ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
-        ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
-        # Plain words at the field, not pydantic's "String should have at least 1 character".
-        ({"name": ""}, "name", "Name cannot be empty."),
-        ({"timeout_seconds": "-1"}, "timeout_seconds", "Timeout must be at least 1."),
-        ({"end_at": "2001-01-01T00:00:00+00:00"}, "end_at", "has passed"),
-        ({"start_at": "soon"}, "start_at", "not an ISO-8601 datetime"),
-        ({"dst_gap": "sometimes"}, "dst_gap", "dst_gap must be"),
-        ({"max_runs": "0"}, "max_runs", "Max runs must be at least 1."),
-        ({"jitter_seconds": "a bit"}, "jitter_seconds", "whole number"),
-        ({"pause_after_failures": "0"}, "pause_after_failures", "at least 1"),
-        ({"retention_days": "0"}, "retention_days", "Keep runs (days) must be at least 1."),
-        ({"catchup_window_seconds": "-5"}, "catchup_window_seconds", "at least 0"),
-        ({"argv": ""}, "runner", "argv"),
-        ({"runner_kind": "json", "runner_json": "{nope"}, "runner", "not valid JSON"),
-        ({"runner_kind": "json", "runner_json": '{"type": "teleport"}'}, "runner", "teleport"),
-        ({"notify": '[{"type": "webhook", "url": "ftp://x"}]'}, "notify", "notify"),
-    ],
-)
+# Each: the inputs changed, the field the message is shown at, and what it says.
+BAD_FORM: list[tuple[dict[str, str], str, str]] = [
+    ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
+    ({"cron": "0 0 31 2 *"}, "cron", "never"),
+    ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
+    ({"timezone": "+08:00"}, "timezone", "offset"),
+    ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
+    ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
+    ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
+    # Plain words at the field, not pydantic's "String should have at least 1 character".
+    ({"name": ""}, "name", "Name cannot be empty."),
+    ({"timeout_seconds": "-1"}, "timeout_seconds", "Timeout must be at least 1."),
+    ({"end_at": "2001-01-01T00:00:00+00:00"}, "end_at", "has passed"),
+    ({"start_at": "soon"}, "start_at", "not an ISO-8601 datetime"),
+    ({"dst_gap": "sometimes"}, "dst_gap", "dst_gap must be"),
+    ({"max_runs": "0"}, "max_runs", "Max runs must be at least 1."),
+    ({"jitter_seconds": "a bit"}, "jitter_seconds", "whole number"),
+    ({"pause_after_failures": "0"}, "pause_after_failures", "at least 1"),
+    ({"retention_days": "0"}, "retention_days", "Keep runs (days) must be at least 1."),
+    ({"catchup_window_seconds": "-5"}, "catchup_window_seconds", "at least 0"),
+    ({"argv": ""}, "runner", "argv"),
+    ({"runner_kind": "json", "runner_json": "{nope"}, "runner", "not valid JSON"),
+    ({"runner_kind": "json", "runner_json": '{"type": "teleport"}'}, "runner", "teleport"),
+    ({"notify": '[{"type": "webhook", "url": "ftp://x"}]'}, "notify", "notify"),
+]
+
+
 async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
-    live_app: FastAPI, changes: dict[str, str], field: str, message: str
+    live_app: FastAPI, subtests: pytest.Subtests
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app, key) as http:
-        response = await http.post("/schedules/new", data={**FORM, **changes})
-    assert response.status_code == 422
-    assert message in field_error(response.text, field)
-    assert 'aria-invalid="true"' in response.text
-    # What the user typed comes back as it was.
-    for name in ("name", "cron", "timezone", "every_seconds", "at"):
-        typed = changes.get(name, FORM[name])
-        if typed:
-            assert f'value="{typed}"' in response.text
+        for changes, field, message in BAD_FORM:
+            with subtests.test(field=field, message=message):
+                response = await http.post("/schedules/new", data={**FORM, **changes})
+                assert response.status_code == 422
+                assert message in field_error(response.text, field)
+                assert 'aria-invalid="true"' in response.text
+                # What the user typed comes back as it was.
+                for name in ("name", "cron", "timezone", "every_seconds", "at"):
+                    typed = changes.get(name, FORM[name])
+                    if typed:
+                        assert f'value="{typed}"' in response.text
     assert (await service(live_app).list(None)).items == []
 
 
 async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastAPI) -> None:
     # The local owner: the form's own command runner is for trusted owners (core.policy).
-    key = await new_key(live_app, "local")
+    key = await issue_key(live_app, "local")
     async with browser(live_app, key) as http:
         response = await http.post("/schedules/new", data=FORM)
         assert response.status_code == 303
@@ -288,20 +277,14 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert "At 08:00, Monday through Friday, Asia/Shanghai" in page.text
         assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
 
-        # The edit form shows the stored values; saving it unchanged changes nothing.
+        # The edit form shows the stored values (that an edit keeps what it does not change:
+        # tests/integration/test_edit_keeps_fields.py).
         form = await http.get(f"/schedules/{id}/edit")
         assert 'value="0 8 * * 1-5"' in form.text and "sh\n-c\necho hello</textarea>" in form.text
-        response = await http.post(f"/schedules/{id}/edit", data=FORM)
-        assert response.headers["location"].endswith("?done=unchanged")
-
-        # An interval whose period is unchanged keeps its grid when another field changes.
         every = {**FORM, "trigger_kind": "every", "every_seconds": "600"}
-        await http.post(f"/schedules/{id}/edit", data=every)
-        grid = (await service(live_app).get(id, None)).trigger
-        response = await http.post(f"/schedules/{id}/edit", data={**every, "name": "renamed"})
+        response = await http.post(f"/schedules/{id}/edit", data=every)
         assert response.headers["location"].endswith("?done=updated")
-        edited = await service(live_app).get(id, None)
-        assert (edited.name, edited.trigger) == ("renamed", grid)
+        grid = (await service(live_app).get(id, None)).trigger
 
         response = await http.post(f"/schedules/{id}/edit", data={**every, "cron": "x"})
         assert response.status_code == 303  # the cron input is not the chosen kind
@@ -344,7 +327,7 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
 async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
     live_app: FastAPI,
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app, key) as http:
         good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
         assert good.status_code == 200
@@ -362,31 +345,28 @@ async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
 # -- hostile requests ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "headers",
-    [
-        {"Origin": "http://evil.example"},
-        {"Origin": "null"},
-        {"Origin": "http://agentcron.evil.example"},
-        {"Origin": "", "Referer": "http://evil.example/page"},
-        {"Origin": ""},
-    ],
-)
 async def test_posts_from_another_site_are_refused(
-    live_app: FastAPI, headers: dict[str, str]
+    live_app: FastAPI, subtests: pytest.Subtests
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(live_app, "alice")
     async with browser(live_app, key) as http:
-        # An empty header value stands for "not sent".
         http.headers.pop("Origin")
-        sent = {name: value for name, value in headers.items() if value}
-        for path in (f"/schedules/{schedule.id}/pause", f"/schedules/{schedule.id}/delete"):
-            response = await http.post(path, headers=sent)
-            assert response.status_code == 403, path
-        response = await http.post("/schedules/new", data=FORM, headers=sent)
-        assert response.status_code == 403
-        assert (await http.post("/login", data={"key": key}, headers=sent)).status_code == 403
+        for sent in (
+            {"Origin": "http://evil.example"},
+            {"Origin": "null"},
+            {"Origin": "http://agentcron.evil.example"},
+            {"Referer": "http://evil.example/page"},
+            {},  # neither
+        ):
+            with subtests.test(headers=sent):
+                for path in (f"/schedules/{schedule.id}/pause", f"/schedules/{schedule.id}/delete"):
+                    response = await http.post(path, headers=sent)
+                    assert response.status_code == 403, path
+                response = await http.post("/schedules/new", data=FORM, headers=sent)
+                assert response.status_code == 403
+                login = await http.post("/login", data={"key": key}, headers=sent)
+                assert login.status_code == 403
         # The same post from a page of this site (Referer, as some browsers send alone) works.
         same = {"Referer": f"{ORIGIN}/schedules/{schedule.id}"}
         response = await http.post(f"/schedules/{schedule.id}/pause", headers=same)
@@ -397,7 +377,7 @@ async def test_posts_from_another_site_are_refused(
 
 
 async def test_names_are_escaped(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     evil = '<script>alert("x")</script>'
     schedule = await make_schedule(live_app, "alice", name=evil, prompt=evil)
     await ledger(live_app).run_now(schedule.id, "alice")
@@ -411,7 +391,7 @@ async def test_names_are_escaped(live_app: FastAPI) -> None:
 
 
 async def test_a_huge_form_is_refused(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app, key) as http:
         body = {**FORM, "prompt": "x" * (MAX_FORM_BYTES + 1)}
         assert (await http.post("/schedules/new", data=body)).status_code == 413
@@ -433,44 +413,13 @@ async def test_the_openapi_document_has_no_dashboard_paths(live_app: FastAPI) ->
     assert not any(path.startswith(("/login", "/ui", "/static", "/runs")) for path in paths)
 
 
-async def test_the_run_history_shows_the_timeline(live_app: FastAPI) -> None:
-    # Skipped rows say why and, for a summary of a long gap, how far it reaches; runs say who
-    # asked for them (issue 8).
-    key = await new_key(live_app, "alice")
-    schedule = await make_schedule(live_app, "alice")
-    await ledger(live_app).run_now(schedule.id, "alice", by="alice")
-    skipped = await service(live_app).skip_occurrence(
-        schedule.id, schedule.next_run.isoformat() if schedule.next_run else "", "alice", by="bob"
-    )
-    async with browser(live_app, key) as http:
-        page = (await http.get(f"/schedules/{schedule.id}")).text
-    assert "occurrence skipped" in page
-    assert "by bob" in page and "by alice" in page
-    assert f'data-run="{skipped.id}"' in page
-
-
-async def test_the_run_history_shows_what_a_handler_returned(live_app: FastAPI) -> None:
-    # A handler's JSON object is the run's result, not its output: shown beside it, escaped.
-    # A short run's duration is in milliseconds.
-    key = await new_key(live_app, "alice")
-    schedule = await make_schedule(live_app, "alice")
-    run = await ledger(live_app).run_now(schedule.id, "alice")
-    result = {"session_id": "<b>s-81</b>"}
-    ended = {"started_at": run.created_at, "finished_at": run.created_at + timedelta(seconds=0.016)}
-    async with live_app.state.db.session() as session:
-        done = update(Run).where(Run.id == run.id)
-        await session.execute(done.values(status="succeeded", result=result, **ended))
-    async with browser(live_app, key) as http:
-        page = (await http.get(f"/schedules/{schedule.id}")).text
-    assert ">16 ms</span>" in page and "0.0 s" not in page
-    assert "<b>s-81</b>" not in page
-    row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
-    assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
-    assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
-
-
-async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
+    live_app: FastAPI,
+) -> None:
+    # Skipped rows say why; runs say who asked for them (issue 8). A handler's JSON object is
+    # the run's result, not its output: shown beside it, escaped. A short run's duration is in
+    # milliseconds.
+    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(
         live_app,
         "alice",
@@ -479,12 +428,28 @@ async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAP
         max_runs=10,
         jitter_seconds=30,
     )
-    assert schedule.warnings  # 02:30 falls in New York's spring gap
+    assert schedule.warnings and schedule.next_run  # 02:30 falls in New York's spring gap
+    run = await ledger(live_app).run_now(schedule.id, "alice", by="alice")
+    skipped = await service(live_app).skip_occurrence(
+        schedule.id, schedule.next_run.isoformat(), "alice", by="bob"
+    )
+    result = {"session_id": "<b>s-81</b>"}
+    ended = {"started_at": run.created_at, "finished_at": run.created_at + timedelta(seconds=0.016)}
+    async with live_app.state.db.session() as session:
+        done = update(Run).where(Run.id == run.id)
+        await session.execute(done.values(status="succeeded", result=result, **ended))
     async with browser(live_app, key) as http:
         page = (await http.get(f"/schedules/{schedule.id}")).text
     assert 'data-code="dst_gap"' in page and "does not occur in America/New_York" in page
     assert "pauses after 3 failures in a row" in page
     assert "0 of at most 10 due times taken" in page and "up to 30 s late" in page
+    assert "occurrence skipped" in page and f'data-run="{skipped.id}"' in page
+    assert "by bob" in page and "by alice" in page
+    assert ">16 ms</span>" in page and "0.0 s" not in page
+    assert "<b>s-81</b>" not in page
+    row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
+    assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
+    assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
 
 
 async def test_a_batch_of_runs_pages_in_due_time_order(
@@ -496,7 +461,7 @@ async def test_a_batch_of_runs_pages_in_due_time_order(
     schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
     seen: list[str] = []
     pages = 0
-    async with browser(live_app, await new_key(live_app, "local")) as http:
+    async with browser(live_app, await issue_key(live_app, "local")) as http:
         fragment = (await http.get(f"/ui/schedules/{schedule_id}/runs")).text
         assert re.findall(r'data-run="([^"]+)"', fragment) == expected[:25]
         path: str | None = f"/schedules/{schedule_id}"
@@ -536,7 +501,7 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
     """Issue 38: the card of next due times lists only those max_runs and end_at leave, says
     where the timetable ends, and once nothing is left says it ended (the list and the page
     say "ended", not "enabled"); the edit form's preview counts the due times already taken."""
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     engine = SqlRunStore(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
     hour = timedelta(hours=1)
     capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
@@ -590,7 +555,7 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
 async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI) -> None:
     """Issue 38: a new interval counts from saving, but an edit keeps the grid of the stored
     start (the form shows it under Not before), and the hint says so."""
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     # Every hour on a grid that began 17 minutes ago (as if created then).
     start = (datetime.now(UTC) - timedelta(minutes=17)).replace(microsecond=0)
     trigger = {"every_seconds": 3600, "start_at": start.isoformat()}

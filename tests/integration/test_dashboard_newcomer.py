@@ -14,12 +14,12 @@ from fastapi import FastAPI
 
 from agentcron.core.triggers import offset_label
 from agentcron.web.dashboard.views import duration
+from tests.conftest import issue_key
 from tests.integration.test_dashboard import (
     FORM,
     browser,
     field_error,
     make_schedule,
-    new_key,
     schedule_id,
     service,
 )
@@ -30,7 +30,7 @@ SHELL = ["sh", "-c", "echo agent got: $(cat)"]
 async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
     live_app: FastAPI,
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(
         live_app,
         "alice",
@@ -78,7 +78,7 @@ def test_times_are_labelled_with_an_offset_and_short_runs_in_milliseconds() -> N
 async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
     live_app: FastAPI,
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(live_app, "alice")
     note = "paused by agentcron after 3 failed runs in a row; last error: " + "x" * 600
     await service(live_app).pause(schedule.id, note, "alice")
@@ -95,7 +95,7 @@ async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
 async def test_the_form_sets_every_setting_and_the_preview_honours_them(
     live_app: FastAPI,
 ) -> None:
-    key = await new_key(live_app, "local")  # trusted: may run a command of its own
+    key = await issue_key(live_app, "local")  # trusted: may run a command of its own
     fields = {
         **FORM,
         "trigger_kind": "cron",
