@@ -52,7 +52,7 @@ async def test_a_command_not_on_path_is_saved_with_a_warning(client: httpx.Async
         assert edited.status_code == 200 and codes(edited.json()) == [], edited.text
 
 
-async def test_a_relative_script_is_judged_where_the_runs_start(
+async def test_a_relative_path_is_judged_where_the_runs_start(
     client: httpx.AsyncClient, settings: Settings, tmp_path: Path
 ) -> None:
     schedule = await create(client, body({"type": "command", "argv": ["python3", "my_agent.py"]}))
@@ -61,16 +61,11 @@ async def test_a_relative_script_is_judged_where_the_runs_start(
     assert warning["code"] == "script_not_found"
     assert warning["field"] == "runner.argv.1"
     assert f"working directory {workdir}, where every run starts" in warning["message"]
-
     script = tmp_path / "my_agent.py"
     script.write_text("print('hi')\n")
     absolute = await create(client, body({"type": "command", "argv": ["python3", str(script)]}))
     assert codes(absolute) == []
 
-
-async def test_a_relative_program_path_is_read_from_the_working_directory(
-    client: httpx.AsyncClient, settings: Settings
-) -> None:
     schedule = await create(client, body({"type": "command", "argv": ["./agent.sh"]}))
     [warning] = schedule["warnings"]
     assert warning["code"] == "command_not_found"
@@ -136,19 +131,17 @@ async def test_a_key_or_smtp_variable_not_set_is_saved_with_a_warning(
 # -- an interval below a minute -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("every", "warned"), [(1, True), (59, True), (60, False), (900, False)])
-async def test_an_interval_under_a_minute_is_warned(
-    client: httpx.AsyncClient, every: int, warned: bool
-) -> None:
-    schedule = await create(
-        client, body({"type": "command", "argv": ["cat"]}, {"every_seconds": every})
-    )
-    assert codes(schedule) == (["frequent"] if warned else [])
-    if warned:
-        [warning] = schedule["warnings"]
-        assert warning["field"] == "trigger.every_seconds"
-        assert f"{86_400 // every:,} times a day" in warning["message"]
-        assert "below 60 s" in warning["message"]
+async def test_an_interval_under_a_minute_is_warned(client: httpx.AsyncClient) -> None:
+    for every, warned in ((1, True), (59, True), (60, False), (900, False)):
+        schedule = await create(
+            client, body({"type": "command", "argv": ["cat"]}, {"every_seconds": every})
+        )
+        assert codes(schedule) == (["frequent"] if warned else []), every
+        if warned:
+            [warning] = schedule["warnings"]
+            assert warning["field"] == "trigger.every_seconds"
+            assert f"{86_400 // every:,} times a day" in warning["message"]
+            assert "below 60 s" in warning["message"]
 
 
 # -- a zone in the wrong case -------------------------------------------------------------------
