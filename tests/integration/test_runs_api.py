@@ -13,7 +13,7 @@ from sqlalchemy import update
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from tests.integration.test_schedules_api import RUNNER
+from tests.integration.test_schedules_api import RUNNER, paged
 from tests.integration.test_schedules_api import create as create_schedule
 
 API = "/api/v1"
@@ -77,25 +77,10 @@ async def test_history_lists_newest_first_across_triggers_with_pagination(
     assert replay.status_code == 202
     expected = [replay.json()["id"], *restart]
 
-    seen: list[str] = []
-    triggers: set[str] = set()
-    cursor: str | None = None
-    pages = 0
-    while True:
-        params: dict[str, Any] = {"limit": 7, **({"cursor": cursor} if cursor else {})}
-        response = await client.get(f"{API}/schedules/{schedule_id}/runs", params=params)
-        assert response.status_code == 200, response.text
-        page = response.json()
-        assert len(page["items"]) <= 7
-        seen += [item["id"] for item in page["items"]]
-        triggers |= {item["trigger"] for item in page["items"]}
-        pages += 1
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert seen == expected
-    assert pages == 15  # 102 runs
-    assert triggers == {"schedule", "manual", "replay"}
+    pages = await paged(client, f"{API}/schedules/{schedule_id}/runs", 7)
+    assert [item["id"] for page in pages for item in page] == expected
+    assert len(pages) == 15  # 102 runs
+    assert {item["trigger"] for page in pages for item in page} == {"schedule", "manual", "replay"}
 
     whole = await client.get(f"{API}/schedules/{schedule_id}/runs", params={"limit": 500})
     assert [item["id"] for item in whole.json()["items"]] == expected

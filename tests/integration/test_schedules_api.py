@@ -40,6 +40,20 @@ async def count(client: httpx.AsyncClient) -> int:
     return len(response.json()["items"])
 
 
+async def paged(client: httpx.AsyncClient, url: str, limit: int) -> list[list[dict[str, Any]]]:
+    """Every page of the list at ``url``, ``limit`` items a page, following its cursors."""
+    pages: list[list[dict[str, Any]]] = []
+    cursor: str | None = None
+    while not pages or cursor is not None:
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        response = await client.get(url, params=params)
+        assert response.status_code == 200, response.text
+        assert len(response.json()["items"]) <= limit
+        pages.append(response.json()["items"])
+        cursor = response.json()["next_cursor"]
+    return pages
+
+
 def parse(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
@@ -70,21 +84,9 @@ async def test_get_list_and_paginate_newest_first(client: httpx.AsyncClient) -> 
     got = await client.get(f"{API}/{ids[2]}")
     assert got.status_code == 200 and got.json()["name"] == "s2"
 
-    seen: list[str] = []
-    cursor = None
-    pages = 0
-    while True:
-        params: dict[str, Any] = {"limit": 2}
-        if cursor:
-            params["cursor"] = cursor
-        page = (await client.get(API, params=params)).json()
-        seen += [item["id"] for item in page["items"]]
-        pages += 1
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert seen == list(reversed(ids))
-    assert pages == 3
+    pages = await paged(client, API, 2)
+    assert [item["id"] for page in pages for item in page] == list(reversed(ids))
+    assert len(pages) == 3
 
 
 async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.AsyncClient) -> None:
