@@ -151,7 +151,7 @@ async def test_pause_writes_paused_rows_at_resume(db: Database) -> None:
 # -- skip and unskip one occurrence (issue 8, part 3) --------------------------------------
 
 
-async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
+async def test_a_skipped_occurrence_never_runs_and_unskip_puts_one_back(
     db: Database, tmp_path: Path
 ) -> None:
     clock = Clock(T0 + 10 * S)
@@ -166,6 +166,10 @@ async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
     )
     again = await service.skip_occurrence(schedule_id, (T0 + 2 * MINUTE).isoformat(), None)
     assert again.id == skipped.id  # idempotent
+    first = (T0 + MINUTE).isoformat()
+    await service.skip_occurrence(schedule_id, first, None)
+    assert await service.unskip_occurrence(schedule_id, first, None) is True
+    assert await service.unskip_occurrence(schedule_id, first, None) is False  # nothing left
 
     # A lease longer than the test's minutes, so no claim takes an earlier one's runs over.
     engine = SqlRunStore(db, owner="timeline", lease_seconds=3600, data_dir=tmp_path)
@@ -175,18 +179,6 @@ async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
     assert [run.due_at for run in claimed] == [T0 + MINUTE, T0 + 3 * MINUTE]
     statuses = {r.due_at: (r.status, r.reason) for r in await timeline(db, schedule_id)}
     assert statuses[T0 + 2 * MINUTE] == ("skipped", "occurrence_skipped")
-
-
-async def test_unskip_puts_the_occurrence_back(db: Database, tmp_path: Path) -> None:
-    clock = Clock(T0 + 10 * S)
-    service, schedule_id = await minutely(db, clock)
-    due = (T0 + MINUTE).isoformat()
-    await service.skip_occurrence(schedule_id, due, None)
-    assert await service.unskip_occurrence(schedule_id, due, None) is True
-    assert await service.unskip_occurrence(schedule_id, due, None) is False  # nothing left
-
-    claim = await ledger(db, tmp_path).claim_due_jobs(T0 + MINUTE + S)
-    assert [run.due_at for run in claim.runs] == [T0 + MINUTE]
 
 
 async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_path: Path) -> None:
