@@ -142,6 +142,9 @@ async def test_runs_of_a_deleted_schedule_stay_readable_by_id(client: httpx.Asyn
     schedule = await create_schedule(client)
     run = await run_now(client, schedule["id"])
     assert (await client.delete(f"{API}/schedules/{schedule['id']}")).status_code == 204
+    missing = assert_error(await client.get(f"{API}/schedules/{schedule['id']}"), 404, "NotFound")
+    assert schedule["id"] in missing["error"]["message"]
+    assert (await client.get(f"{API}/schedules")).json()["items"] == []
 
     fetched = await client.get(f"{API}/runs/{run['id']}")
     assert fetched.status_code == 200

@@ -133,7 +133,9 @@ async def service(live_app: Any) -> ScheduleService:
     return schedules
 
 
-async def test_reconcile_applies_pauses_and_deletes_only_its_scope(live_app: Any) -> None:
+async def test_reconcile_applies_pauses_and_deletes_only_its_scope_or_nothing(
+    live_app: Any,
+) -> None:
     schedules = await service(live_app)
     await schedules.apply("host", "deploy:gone", record())
     await schedules.apply("host", "deploy:kept", record(name="old name"))
@@ -160,15 +162,12 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_scope(live_app: Any
     assert (await schedules.get_by_key("host", "other:1")).id == outside.schedule.id
     assert (await schedules.get(unkeyed.id, "host")).deleted_at is None
 
-
-async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> None:
-    schedules = await service(live_app)
-    before = await schedules.apply("host", "deploy:a", record())
+    # With one bad record, none is applied.
     with pytest.raises(InvalidSchedule) as caught:
         await schedules.reconcile(
             "host",
             {
-                "deploy:a": record(name="changed"),
+                "deploy:kept": record(name="changed"),
                 "deploy:b": record(),
                 "deploy:c": record(trigger={"cron": "0 8 * * *", "timezone": "Mars/Olympus"}),
             },
@@ -176,16 +175,17 @@ async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> No
         )
     assert "deploy:c" in caught.value.message
     assert caught.value.field == "records.deploy:c.trigger.timezone"
-    assert (await schedules.get_by_key("host", "deploy:a")).name == before.schedule.name
+    assert (await schedules.get_by_key("host", "deploy:kept")).name == "new name"
     with pytest.raises(NotFound):
         await schedules.get_by_key("host", "deploy:b")
 
-    with pytest.raises(InvalidSchedule) as outside:
+    with pytest.raises(InvalidSchedule) as foreign:
         await schedules.reconcile("host", {"mine:x": record()}, scope="deploy:")
-    assert outside.value.field == "records.mine:x.key"
+    assert foreign.value.field == "records.mine:x.key"
     # An empty reconcile of the scope deletes what is in it, and only that.
     done = await schedules.reconcile("host", {}, scope="deploy:")
-    assert done.deleted == ["deploy:a"]
+    assert sorted(done.deleted) == ["deploy:kept", "deploy:new", "deploy:off"]
+    assert (await schedules.get_by_key("host", "other:1")).id == outside.schedule.id
 
 
 async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_schedule_each(

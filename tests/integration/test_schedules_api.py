@@ -122,16 +122,6 @@ async def test_pause_resume_with_note(client: httpx.AsyncClient) -> None:
     assert paused.status_code == 200 and paused.json()["paused_note"] is None
 
 
-async def test_delete_then_404(client: httpx.AsyncClient) -> None:
-    created = await create(client)
-    assert (await client.delete(f"{API}/{created['id']}")).status_code == 204
-    missing = await client.get(f"{API}/{created['id']}")
-    assert missing.status_code == 404
-    assert missing.json()["error"]["type"] == "NotFound"
-    assert created["id"] in missing.json()["error"]["message"]
-    assert await count(client) == 0
-
-
 async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> None:
     response = await client.post(
         f"{API}/preview",
