@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.ledger.sql import SqlRunStore
@@ -58,14 +57,6 @@ async def minutely(db: Database, clock: Clock) -> tuple[ScheduleService, uuid.UU
 
 def request(start: datetime, end: datetime, **fields: Any) -> BackfillRequest:
     return BackfillRequest(start=start.isoformat(), end=end.isoformat(), **fields)
-
-
-async def count_runs(db: Database, schedule_id: uuid.UUID) -> int:
-    async with db.session(write=False) as session:
-        found = await session.scalar(
-            select(func.count()).select_from(Run).where(Run.schedule_id == schedule_id)
-        )
-        return int(found or 0)
 
 
 # -- backfill ------------------------------------------------------------------------------
@@ -185,7 +176,7 @@ async def test_backfill_refuses_bad_ranges(
     with pytest.raises(InvalidSchedule) as caught:
         await service.backfill(schedule_id, request(start, end), None)
     assert caught.value.field == field and says in caught.value.message
-    assert await count_runs(db, schedule_id) == 0
+    assert await runs_of(db, schedule_id) == []
 
 
 async def test_backfill_keeps_gap_summaries_true(db: Database, tmp_path: Path) -> None:
@@ -226,7 +217,7 @@ async def test_resume_latest_runs_the_latest_paused_due_time(db: Database) -> No
     service, schedule_id, _clock = await paused_for_five_minutes(db)
     plan = await service.plan_resume(schedule_id, None, "latest")
     assert plan.run == [T0 + 5 * MINUTE] and plan.skipped.count == 4
-    assert await count_runs(db, schedule_id) == 0  # a dry run writes nothing
+    assert await runs_of(db, schedule_id) == []  # a dry run writes nothing
 
     await service.resume(schedule_id, None, "latest", by="bob")
     rows = [(r.due_at, r.status, r.reason, r.origin) for r in await runs_of(db, schedule_id)]
@@ -253,7 +244,7 @@ async def test_resume_all_refuses_more_than_its_cap(db: Database) -> None:
     with pytest.raises(InvalidSchedule) as caught:
         await service.resume(schedule_id, None, "all")
     assert caught.value.field == "catchup"
-    assert await count_runs(db, schedule_id) == 0
+    assert await runs_of(db, schedule_id) == []
     schedule = await service.get(schedule_id, None)
     assert not schedule.enabled  # refused whole: still paused
 
@@ -276,6 +267,7 @@ async def test_backfill_and_resume_through_the_api(client: httpx.AsyncClient) ->
     assert (await client.get(f"{url}/runs")).json()["items"] == []
 
     done = await client.post(f"{url}/backfill", json=window)
+    assert done.status_code == 202, done.text  # queued
     assert done.json()["due_times"] == dry.json()["due_times"]
     runs = (await client.get(f"{url}/runs")).json()["items"]
     assert sorted(run["origin"] for run in runs) == ["backfill"] * 3

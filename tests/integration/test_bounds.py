@@ -1,6 +1,8 @@
 """Bounds and jitter (issue 8, part 8), on both databases: ``max_runs`` ends a timetable after
 N due times; ``jitter_seconds`` spreads the starts of schedules due at one instant, the same
-way on every replica."""
+way on every replica. That ``end_at`` ends a trigger is the trigger's own (tests/unit/
+test_trigger_bounds.py); that a run waits for its ``available_at`` is the claim's (the run
+store's contract)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ from sqlalchemy import insert
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.planning import plan_due_times
-from agentcron.core.runners.fake import FakeRunnerType
+from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.models import Schedule
 from agentcron.core.timeline import jitter_delay
 from tests.factories import schedule_values
-from tests.integration.engine_kit import Engine, fetch_schedule, runs_of, spec, wait_for
+from tests.integration.engine_kit import fetch_schedule
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -41,32 +43,25 @@ def test_max_runs_cuts_the_plan_and_ends_the_timetable() -> None:
     assert plan.next_run is None
 
 
-async def test_a_bounded_schedule_runs_exactly_max_runs_times(
-    engine: Engine, fake: FakeRunnerType
+async def test_a_bounded_timetable_ends_at_the_claim_and_a_raised_bound_restarts_it(
+    db: Database, tmp_path: Path
 ) -> None:
-    schedule = await engine.create(spec(fake.config(), max_runs=3))
-
-    async def ended() -> bool:
-        found = await fetch_schedule(engine.db, schedule.id)
-        return found.next_run is None and found.scheduled_runs == 3
-
-    await wait_for(ended, within=10, what="the timetable to end after 3 runs")
-
-    async def all_done() -> bool:
-        runs = await runs_of(engine.db, schedule.id)
-        return len(runs) == 3 and all(run.status == "succeeded" for run in runs)
-
-    await wait_for(all_done, within=10, what="three runs")
-    assert (await fetch_schedule(engine.db, schedule.id)).enabled  # ended, not paused
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    values = schedule_values(T0, trigger=trigger, next_run=T0 + 60 * S, max_runs=3)
+    values["misfire_grace_seconds"] = 3600
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [values])
+    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
+    claim = await ledger.claim_due_jobs(T0 + 300 * S)  # five due times, room for three
+    assert [run.due_at for run in claim.runs] == [T0 + k * 60 * S for k in (1, 2, 3)]
+    ended = await fetch_schedule(db, values["id"])
+    assert (ended.next_run, ended.scheduled_runs, ended.enabled) == (None, 3, True)  # not paused
+    assert (await ledger.claim_due_jobs(T0 + 600 * S)).runs == []
 
     # Raising the bound restarts the timetable from now.
-    patched = await engine.schedules.update(schedule.id, ScheduleUpdate(max_runs=5), None)
-    assert patched.next_run is not None
-
-    async def five() -> bool:
-        return len(await runs_of(engine.db, schedule.id)) == 5
-
-    await wait_for(five, within=10, what="two more runs")
+    service = ScheduleService(db)
+    patched = await service.update(values["id"], ScheduleUpdate(max_runs=5), None)
+    assert patched.next_run is not None and patched.next_run > datetime.now(UTC)
 
 
 def test_jitter_is_deterministic_bounded_and_spread() -> None:
@@ -96,20 +91,8 @@ async def test_a_jittered_run_is_claimed_on_time_and_starts_at_its_offset(
     assert run.available_at == T0 + 60 * S + jitter_delay(values["id"], T0 + 60 * S, 30)
 
 
-async def test_a_jittered_run_waits_for_its_offset(engine: Engine, fake: FakeRunnerType) -> None:
-    schedule = await engine.create(spec(fake.config(), jitter_seconds=2, max_runs=1))
-
-    async def started() -> list[Run] | None:
-        runs = await runs_of(engine.db, schedule.id)
-        return runs if runs and runs[0].started_at is not None else None
-
-    [run] = await wait_for(started, within=10, what="the jittered run")
-    assert run.due_at is not None and run.started_at is not None
-    offset = jitter_delay(schedule.id, run.due_at, 2)
-    assert run.started_at >= run.due_at + offset - timedelta(milliseconds=5)
-
-
 async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:
+    now = datetime.now(UTC)
     body = {
         "name": "ten times",
         "prompt": "p",
@@ -130,45 +113,17 @@ async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:
     assert cleared.status_code == 200
     assert (cleared.json()["max_runs"], cleared.json()["jitter_seconds"]) == (None, None)
 
-
-async def test_a_timetable_ends_at_its_end_at(engine: Engine, fake: FakeRunnerType) -> None:
-    start = datetime.now(UTC) + timedelta(seconds=0.1)
-    end = start + timedelta(seconds=2.5)
-    trigger = {"every_seconds": 1, "start_at": start.isoformat(), "end_at": end.isoformat()}
-    schedule = await engine.create(spec(fake.config(), trigger))
-
-    async def ended() -> bool:
-        return (await fetch_schedule(engine.db, schedule.id)).next_run is None
-
-    await wait_for(ended, within=10, what="the timetable to end at end_at")
-
-    async def three_done() -> list[Run] | None:
-        runs = await runs_of(engine.db, schedule.id)
-        done = [run for run in runs if run.status == "succeeded"]
-        return runs if len(done) == 3 else None
-
-    runs = await wait_for(three_done, within=10, what="the three runs before end_at")
-    assert all(run.due_at is not None and run.due_at <= end for run in runs)
-    assert len(runs) == 3
-
-
-async def test_bounds_on_the_trigger_through_the_api(client: httpx.AsyncClient) -> None:
-    now = datetime.now(UTC)
-    body = {
-        "name": "a campaign",
-        "prompt": "p",
-        "trigger": {
-            "cron": "0 9 * * *",
-            "timezone": "Europe/Paris",
-            "start_at": (now + timedelta(days=2)).isoformat(),
-            "end_at": (now + timedelta(days=5)).isoformat(),
-        },
-        "runner": {"type": "command", "argv": ["true"]},
+    # Bounds on the trigger: not before start_at, and not after end_at, said in words.
+    campaign = {
+        "cron": "0 9 * * *",
+        "timezone": "Europe/Paris",
+        "start_at": (now + timedelta(days=2)).isoformat(),
+        "end_at": (now + timedelta(days=5)).isoformat(),
     }
-    created = await client.post("/api/v1/schedules", json=body)
-    assert created.status_code == 201, created.text
-    assert "until" in created.json()["description"]
-    assert created.json()["next_run"] >= body["trigger"]["start_at"][:10]
-    past = {**body["trigger"], "end_at": (now - timedelta(days=1)).isoformat()}
+    bounded = await client.patch(url, json={"trigger": campaign})
+    assert bounded.status_code == 200, bounded.text
+    assert "until" in bounded.json()["description"]
+    assert bounded.json()["next_run"] >= campaign["start_at"][:10]
+    past = {**campaign, "end_at": (now - timedelta(days=1)).isoformat()}
     refused = await client.post("/api/v1/schedules", json={**body, "trigger": past})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "trigger.end_at"

@@ -3,6 +3,10 @@
 Sign-in with an API key kept in a cookie; owners see only their own schedules, as through the
 API; every action of the pages goes through the same ``core`` calls; bad form input comes back
 with the message at its field and nothing written; posts from another site are refused.
+
+What issue 17 added for a newcomer: the trigger in words (its JSON on demand), argv as a shell
+reads it, times labelled with offsets, milliseconds, a long pause note cut in the list, and the
+form's fields for every setting, with the preview honouring them.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from agentcron.core.keys import create_key, revoke_key
+from agentcron.core.keys import revoke_key
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
@@ -29,8 +34,11 @@ from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.triggers import offset_label
 from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
+from agentcron.web.dashboard.views import duration
+from tests.conftest import issue_key
 from tests.integration.test_runs_api import runs_of_a_restart
 
 ORIGIN = "http://agentcron"
@@ -66,11 +74,6 @@ async def browser(app: FastAPI, key: str | None = None) -> AsyncIterator[httpx.A
             response = await http.post("/login", data={"key": key, "next": "/"})
             assert response.status_code == 303, response.text
         yield http
-
-
-async def new_key(app: FastAPI, owner: str, *, admin: bool = False) -> str:
-    key, _ = await create_key(app.state.db, owner, admin=admin)
-    return key
 
 
 def service(app: FastAPI) -> ScheduleService:
@@ -111,7 +114,7 @@ def field_error(html: str, field: str) -> str:
 
 
 async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app) as http:
         for path in ("/", "/schedules/new", f"/schedules/{uuid.uuid4()}"):
             response = await http.get(path)
@@ -144,45 +147,36 @@ async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) 
         assert response.status_code == 303
         assert (await http.get("/")).status_code == 200
 
-        response = await http.post("/logout")
-        assert response.status_code == 303
-        assert (await http.get("/")).status_code == 303
-
-
-@pytest.mark.parametrize("key", ["", "nonsense", "ac_0123456789ab_" + "A" * 43])
-async def test_a_bad_key_does_not_sign_in(live_app: FastAPI, key: str) -> None:
-    async with browser(live_app) as http:
-        response = await http.post("/login", data={"key": key})
-        assert response.status_code == 401
-        assert "set-cookie" not in response.headers
-        assert 'class="field-error"' in response.text
-        assert (await http.get("/")).status_code == 303
-
-
-async def test_a_revoked_key_loses_the_dashboard_at_once(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
-    async with browser(live_app, key) as http:
-        assert (await http.get("/")).status_code == 200
+        # A revoked key loses the dashboard at once.
         await revoke_key(live_app.state.db, key.split("_")[1])
         assert (await http.get("/")).status_code == 303
         assert (await http.post("/login", data={"key": key})).status_code == 401
 
 
-@pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil", "x"])
-async def test_sign_in_redirects_only_to_this_site(live_app: FastAPI, target: str) -> None:
-    key = await new_key(live_app, "alice")
+async def test_a_bad_key_does_not_sign_in_and_a_good_one_goes_only_to_this_site(
+    live_app: FastAPI,
+) -> None:
     async with browser(live_app) as http:
-        response = await http.post("/login", data={"key": key, "next": target})
-        assert response.headers["location"] == "/"
+        for bad in ("", "nonsense", "ac_0123456789ab_" + "A" * 43):
+            response = await http.post("/login", data={"key": bad})
+            assert response.status_code == 401, bad
+            assert "set-cookie" not in response.headers
+            assert 'class="field-error"' in response.text
+            assert (await http.get("/")).status_code == 303
+    key = await issue_key(live_app, "alice")
+    for target in ("//evil.example/", "https://evil.example/", "/\\evil", "x"):
+        async with browser(live_app) as http:
+            response = await http.post("/login", data={"key": key, "next": target})
+            assert response.headers["location"] == "/", target
 
 
 # -- owners ----------------------------------------------------------------------------------
 
 
 async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI) -> None:
-    alice = await new_key(live_app, "alice")
-    bob = await new_key(live_app, "bob")
-    root = await new_key(live_app, "root", admin=True)
+    alice = await issue_key(live_app, "alice")
+    bob = await issue_key(live_app, "bob")
+    root = await issue_key(live_app, "root", admin=True)
     schedule = await make_schedule(live_app, "alice")
     run = await ledger(live_app).run_now(schedule.id, "alice")
     before = await service(live_app).get(schedule.id, None)
@@ -228,53 +222,55 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
 # -- the form --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("changes", "field", "message"),
-    [
-        ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
-        ({"cron": "0 0 31 2 *"}, "cron", "never"),
-        ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
-        ({"timezone": "+08:00"}, "timezone", "offset"),
-        ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
-        ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
-        ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
-        # Plain words at the field, not pydantic's "String should have at least 1 character".
-        ({"name": ""}, "name", "Name cannot be empty."),
-        ({"timeout_seconds": "-1"}, "timeout_seconds", "Timeout must be at least 1."),
-        ({"end_at": "2001-01-01T00:00:00+00:00"}, "end_at", "has passed"),
-        ({"start_at": "soon"}, "start_at", "not an ISO-8601 datetime"),
-        ({"dst_gap": "sometimes"}, "dst_gap", "dst_gap must be"),
-        ({"max_runs": "0"}, "max_runs", "Max runs must be at least 1."),
-        ({"jitter_seconds": "a bit"}, "jitter_seconds", "whole number"),
-        ({"pause_after_failures": "0"}, "pause_after_failures", "at least 1"),
-        ({"retention_days": "0"}, "retention_days", "Keep runs (days) must be at least 1."),
-        ({"catchup_window_seconds": "-5"}, "catchup_window_seconds", "at least 0"),
-        ({"argv": ""}, "runner", "argv"),
-        ({"runner_kind": "json", "runner_json": "{nope"}, "runner", "not valid JSON"),
-        ({"runner_kind": "json", "runner_json": '{"type": "teleport"}'}, "runner", "teleport"),
-        ({"notify": '[{"type": "webhook", "url": "ftp://x"}]'}, "notify", "notify"),
-    ],
-)
+# Each: the inputs changed, the field the message is shown at, and what it says.
+BAD_FORM: list[tuple[dict[str, str], str, str]] = [
+    ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
+    ({"cron": "0 0 31 2 *"}, "cron", "never"),
+    ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
+    ({"timezone": "+08:00"}, "timezone", "offset"),
+    ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
+    ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
+    ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
+    # Plain words at the field, not pydantic's "String should have at least 1 character".
+    ({"name": ""}, "name", "Name cannot be empty."),
+    ({"timeout_seconds": "-1"}, "timeout_seconds", "Timeout must be at least 1."),
+    ({"end_at": "2001-01-01T00:00:00+00:00"}, "end_at", "has passed"),
+    ({"start_at": "soon"}, "start_at", "not an ISO-8601 datetime"),
+    ({"dst_gap": "sometimes"}, "dst_gap", "dst_gap must be"),
+    ({"max_runs": "0"}, "max_runs", "Max runs must be at least 1."),
+    ({"jitter_seconds": "a bit"}, "jitter_seconds", "whole number"),
+    ({"pause_after_failures": "0"}, "pause_after_failures", "at least 1"),
+    ({"retention_days": "0"}, "retention_days", "Keep runs (days) must be at least 1."),
+    ({"catchup_window_seconds": "-5"}, "catchup_window_seconds", "at least 0"),
+    ({"argv": ""}, "runner", "argv"),
+    ({"runner_kind": "json", "runner_json": "{nope"}, "runner", "not valid JSON"),
+    ({"runner_kind": "json", "runner_json": '{"type": "teleport"}'}, "runner", "teleport"),
+    ({"notify": '[{"type": "webhook", "url": "ftp://x"}]'}, "notify", "notify"),
+]
+
+
 async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
-    live_app: FastAPI, changes: dict[str, str], field: str, message: str
+    live_app: FastAPI, subtests: pytest.Subtests
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app, key) as http:
-        response = await http.post("/schedules/new", data={**FORM, **changes})
-    assert response.status_code == 422
-    assert message in field_error(response.text, field)
-    assert 'aria-invalid="true"' in response.text
-    # What the user typed comes back as it was.
-    for name in ("name", "cron", "timezone", "every_seconds", "at"):
-        typed = changes.get(name, FORM[name])
-        if typed:
-            assert f'value="{typed}"' in response.text
+        for changes, field, message in BAD_FORM:
+            with subtests.test(field=field, message=message):
+                response = await http.post("/schedules/new", data={**FORM, **changes})
+                assert response.status_code == 422
+                assert message in field_error(response.text, field)
+                assert 'aria-invalid="true"' in response.text
+                # What the user typed comes back as it was.
+                for name in ("name", "cron", "timezone", "every_seconds", "at"):
+                    typed = changes.get(name, FORM[name])
+                    if typed:
+                        assert f'value="{typed}"' in response.text
     assert (await service(live_app).list(None)).items == []
 
 
 async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastAPI) -> None:
     # The local owner: the form's own command runner is for trusted owners (core.policy).
-    key = await new_key(live_app, "local")
+    key = await issue_key(live_app, "local")
     async with browser(live_app, key) as http:
         response = await http.post("/schedules/new", data=FORM)
         assert response.status_code == 303
@@ -288,20 +284,14 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert "At 08:00, Monday through Friday, Asia/Shanghai" in page.text
         assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
 
-        # The edit form shows the stored values; saving it unchanged changes nothing.
+        # The edit form shows the stored values (that an edit keeps what it does not change:
+        # tests/integration/test_edit_keeps_fields.py).
         form = await http.get(f"/schedules/{id}/edit")
         assert 'value="0 8 * * 1-5"' in form.text and "sh\n-c\necho hello</textarea>" in form.text
-        response = await http.post(f"/schedules/{id}/edit", data=FORM)
-        assert response.headers["location"].endswith("?done=unchanged")
-
-        # An interval whose period is unchanged keeps its grid when another field changes.
         every = {**FORM, "trigger_kind": "every", "every_seconds": "600"}
-        await http.post(f"/schedules/{id}/edit", data=every)
-        grid = (await service(live_app).get(id, None)).trigger
-        response = await http.post(f"/schedules/{id}/edit", data={**every, "name": "renamed"})
+        response = await http.post(f"/schedules/{id}/edit", data=every)
         assert response.headers["location"].endswith("?done=updated")
-        edited = await service(live_app).get(id, None)
-        assert (edited.name, edited.trigger) == ("renamed", grid)
+        grid = (await service(live_app).get(id, None)).trigger
 
         response = await http.post(f"/schedules/{id}/edit", data={**every, "cron": "x"})
         assert response.status_code == 303  # the cron input is not the chosen kind
@@ -344,7 +334,7 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
 async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
     live_app: FastAPI,
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app, key) as http:
         good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
         assert good.status_code == 200
@@ -362,31 +352,28 @@ async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
 # -- hostile requests ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "headers",
-    [
-        {"Origin": "http://evil.example"},
-        {"Origin": "null"},
-        {"Origin": "http://agentcron.evil.example"},
-        {"Origin": "", "Referer": "http://evil.example/page"},
-        {"Origin": ""},
-    ],
-)
 async def test_posts_from_another_site_are_refused(
-    live_app: FastAPI, headers: dict[str, str]
+    live_app: FastAPI, subtests: pytest.Subtests
 ) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(live_app, "alice")
     async with browser(live_app, key) as http:
-        # An empty header value stands for "not sent".
         http.headers.pop("Origin")
-        sent = {name: value for name, value in headers.items() if value}
-        for path in (f"/schedules/{schedule.id}/pause", f"/schedules/{schedule.id}/delete"):
-            response = await http.post(path, headers=sent)
-            assert response.status_code == 403, path
-        response = await http.post("/schedules/new", data=FORM, headers=sent)
-        assert response.status_code == 403
-        assert (await http.post("/login", data={"key": key}, headers=sent)).status_code == 403
+        for sent in (
+            {"Origin": "http://evil.example"},
+            {"Origin": "null"},
+            {"Origin": "http://agentcron.evil.example"},
+            {"Referer": "http://evil.example/page"},
+            {},  # neither
+        ):
+            with subtests.test(headers=sent):
+                for path in (f"/schedules/{schedule.id}/pause", f"/schedules/{schedule.id}/delete"):
+                    response = await http.post(path, headers=sent)
+                    assert response.status_code == 403, path
+                response = await http.post("/schedules/new", data=FORM, headers=sent)
+                assert response.status_code == 403
+                login = await http.post("/login", data={"key": key}, headers=sent)
+                assert login.status_code == 403
         # The same post from a page of this site (Referer, as some browsers send alone) works.
         same = {"Referer": f"{ORIGIN}/schedules/{schedule.id}"}
         response = await http.post(f"/schedules/{schedule.id}/pause", headers=same)
@@ -397,7 +384,7 @@ async def test_posts_from_another_site_are_refused(
 
 
 async def test_names_are_escaped(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     evil = '<script>alert("x")</script>'
     schedule = await make_schedule(live_app, "alice", name=evil, prompt=evil)
     await ledger(live_app).run_now(schedule.id, "alice")
@@ -411,7 +398,7 @@ async def test_names_are_escaped(live_app: FastAPI) -> None:
 
 
 async def test_a_huge_form_is_refused(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     async with browser(live_app, key) as http:
         body = {**FORM, "prompt": "x" * (MAX_FORM_BYTES + 1)}
         assert (await http.post("/schedules/new", data=body)).status_code == 413
@@ -433,40 +420,13 @@ async def test_the_openapi_document_has_no_dashboard_paths(live_app: FastAPI) ->
     assert not any(path.startswith(("/login", "/ui", "/static", "/runs")) for path in paths)
 
 
-async def test_the_run_history_shows_the_timeline(live_app: FastAPI) -> None:
-    # Skipped rows say why and, for a summary of a long gap, how far it reaches; runs say who
-    # asked for them (issue 8).
-    key = await new_key(live_app, "alice")
-    schedule = await make_schedule(live_app, "alice")
-    await ledger(live_app).run_now(schedule.id, "alice", by="alice")
-    skipped = await service(live_app).skip_occurrence(
-        schedule.id, schedule.next_run.isoformat() if schedule.next_run else "", "alice", by="bob"
-    )
-    async with browser(live_app, key) as http:
-        page = (await http.get(f"/schedules/{schedule.id}")).text
-    assert "occurrence skipped" in page
-    assert "by bob" in page and "by alice" in page
-    assert f'data-run="{skipped.id}"' in page
-
-
-async def test_the_run_history_shows_what_a_handler_returned(live_app: FastAPI) -> None:
-    # A handler's JSON object is the run's result, not its output: shown beside it, escaped.
-    key = await new_key(live_app, "alice")
-    schedule = await make_schedule(live_app, "alice")
-    run = await ledger(live_app).run_now(schedule.id, "alice")
-    result = {"session_id": "<b>s-81</b>"}
-    async with live_app.state.db.session() as session:
-        await session.execute(update(Run).where(Run.id == run.id).values(result=result))
-    async with browser(live_app, key) as http:
-        page = (await http.get(f"/schedules/{schedule.id}")).text
-    assert "<b>s-81</b>" not in page
-    row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
-    assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
-    assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
-
-
-async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAPI) -> None:
-    key = await new_key(live_app, "alice")
+async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
+    live_app: FastAPI,
+) -> None:
+    # Skipped rows say why; runs say who asked for them (issue 8). A handler's JSON object is
+    # the run's result, not its output: shown beside it, escaped. A short run's duration is in
+    # milliseconds.
+    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(
         live_app,
         "alice",
@@ -475,30 +435,51 @@ async def test_the_schedule_page_shows_warnings_and_guard_rails(live_app: FastAP
         max_runs=10,
         jitter_seconds=30,
     )
-    assert schedule.warnings  # 02:30 falls in New York's spring gap
+    assert schedule.warnings and schedule.next_run  # 02:30 falls in New York's spring gap
+    run = await ledger(live_app).run_now(schedule.id, "alice", by="alice")
+    skipped = await service(live_app).skip_occurrence(
+        schedule.id, schedule.next_run.isoformat(), "alice", by="bob"
+    )
+    result = {"session_id": "<b>s-81</b>"}
+    ended = {"started_at": run.created_at, "finished_at": run.created_at + timedelta(seconds=0.016)}
+    async with live_app.state.db.session() as session:
+        done = update(Run).where(Run.id == run.id)
+        await session.execute(done.values(status="succeeded", result=result, **ended))
     async with browser(live_app, key) as http:
         page = (await http.get(f"/schedules/{schedule.id}")).text
     assert 'data-code="dst_gap"' in page and "does not occur in America/New_York" in page
     assert "pauses after 3 failures in a row" in page
     assert "0 of at most 10 due times taken" in page and "up to 30 s late" in page
+    assert "occurrence skipped" in page and f'data-run="{skipped.id}"' in page
+    assert "by bob" in page and "by alice" in page
+    assert ">16 ms</span>" in page and "0.0 s" not in page
+    assert "<b>s-81</b>" not in page
+    row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
+    assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
+    assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
 
 
 async def test_a_batch_of_runs_pages_in_due_time_order(
     live_app: FastAPI, client: httpx.AsyncClient, db: Database, tmp_path: Path
 ) -> None:
     """Issue 38: the run history of a schedule whose runs a claim wrote at once after a
-    restart is in the API's order on every page, and in the live fragment."""
+    restart is in the API's order on every page, and in the live fragment; every run is
+    reached by paging, each once."""
     schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
     seen: list[str] = []
-    async with browser(live_app, await new_key(live_app, "local")) as http:
+    pages = 0
+    async with browser(live_app, await issue_key(live_app, "local")) as http:
         fragment = (await http.get(f"/ui/schedules/{schedule_id}/runs")).text
         assert re.findall(r'data-run="([^"]+)"', fragment) == expected[:25]
         path: str | None = f"/schedules/{schedule_id}"
         while path is not None:
             page = (await http.get(path)).text
-            seen += re.findall(r'data-run="([^"]+)"', page)
-            older = re.search(r'href="([^"]+)">Older runs', page)
+            pages += 1
+            seen += re.findall(r'<tr class="run" data-run="([0-9a-f-]{36})"', page)
+            older = re.search(r'<a href="([^"]+)">Older runs →</a>', page)
             path = html.unescape(older.group(1)) if older else None
+            assert ("← Newest runs" in page) == (pages > 1)
+    assert pages == 5  # 25 + 25 + 25 + 25 + 1
     assert seen == expected
 
 
@@ -527,7 +508,7 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
     """Issue 38: the card of next due times lists only those max_runs and end_at leave, says
     where the timetable ends, and once nothing is left says it ended (the list and the page
     say "ended", not "enabled"); the edit form's preview counts the due times already taken."""
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     engine = SqlRunStore(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
     hour = timedelta(hours=1)
     capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
@@ -558,10 +539,6 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
             data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"},
         )
         assert len(due_times(edit.text)) == 1 and "(max runs), 2 of them taken" in edit.text
-        new = await http.post(
-            "/ui/preview", data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"}
-        )
-        assert len(due_times(new.text)) == 3
 
         # Every due time taken, or past the end: the timetable ended.
         await engine.claim_due_jobs(first + 3 * hour, 500)
@@ -581,7 +558,7 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
 async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI) -> None:
     """Issue 38: a new interval counts from saving, but an edit keeps the grid of the stored
     start (the form shows it under Not before), and the hint says so."""
-    key = await new_key(live_app, "alice")
+    key = await issue_key(live_app, "alice")
     # Every hour on a grid that began 17 minutes ago (as if created then).
     start = (datetime.now(UTC) - timedelta(minutes=17)).replace(microsecond=0)
     trigger = {"every_seconds": 3600, "start_at": start.isoformat()}
@@ -609,3 +586,146 @@ async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI
     saved_at = datetime.fromisoformat(recounted.trigger["start_at"])
     assert saved_at >= start + timedelta(minutes=17)
     assert recounted.next_run == saved_at + timedelta(seconds=1800)
+
+
+# -- for a newcomer (issue 17) ---------------------------------------------------------------
+
+
+SHELL = ["sh", "-c", "echo agent got: $(cat)"]
+
+
+async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
+    live_app: FastAPI,
+) -> None:
+    key = await issue_key(live_app, "alice")
+    schedule = await make_schedule(
+        live_app,
+        "alice",
+        trigger={
+            "cron": "0 9 * * 1-5",
+            "timezone": "Asia/Shanghai",
+            "end_at": "2099-01-01T00:00:00+08:00",
+            "dst_gap": "skip",
+        },
+        runner={"type": "command", "argv": SHELL},
+    )
+    async with browser(live_app, key) as http:
+        page = (await http.get(f"/schedules/{schedule.id}")).text
+    words = re.search(r'<dd class="trigger-words">(.*?)</dd>', page, re.S)
+    assert words, page
+    assert words.group(1).startswith("At 09:00, Monday through Friday, Asia/Shanghai")
+    assert "not after" in words.group(1) and "2099-01-01 00:00:00 +08:00" in words.group(1)
+    assert "a time the clocks skip does not run that day" in words.group(1)
+    # The JSON only on demand, folded.
+    assert re.search(r"<details class=\"as-json\"><summary>as JSON</summary><code>\{", page)
+    # argv quoted as a shell needs it, as the CLI shows it.
+    argv = re.search(r'<code class="argv">(.*?)</code>', page)
+    assert argv and html.unescape(argv.group(1)) == "sh -c 'echo agent got: $(cat)'"
+    # Times in Shanghai carry their offset, never the ambiguous "CST".
+    assert "+08:00</time>" in page and "CST" not in page
+
+
+def test_times_are_labelled_with_an_offset_and_short_runs_in_milliseconds() -> None:
+    moment = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
+    assert offset_label(moment.astimezone(ZoneInfo("Asia/Shanghai"))) == "+08:00"
+    assert offset_label(moment.astimezone(ZoneInfo("Europe/Berlin"))) == "+01:00"
+    assert offset_label(moment.astimezone(ZoneInfo("America/St_Johns"))) == "-03:30"
+    assert offset_label(moment.astimezone(ZoneInfo("Asia/Kathmandu"))) == "+05:45"
+    assert offset_label(moment.astimezone(ZoneInfo("UTC"))) == "UTC"
+    assert duration(moment, moment + timedelta(milliseconds=16)) == "16 ms"
+    assert duration(moment, moment + timedelta(microseconds=400)) == "0 ms"
+    assert duration(moment, moment + timedelta(milliseconds=999.7)) == "1.0 s"
+    assert duration(moment, moment + timedelta(seconds=1.24)) == "1.2 s"
+    assert duration(moment, moment + timedelta(seconds=184)) == "3 min 4 s"
+
+
+async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
+    live_app: FastAPI,
+) -> None:
+    key = await issue_key(live_app, "alice")
+    schedule = await make_schedule(live_app, "alice")
+    note = "paused by agentcron after 3 failed runs in a row; last error: " + "x" * 600
+    await service(live_app).pause(schedule.id, note, "alice")
+    async with browser(live_app, key) as http:
+        listed = (await http.get("/")).text
+        page = (await http.get(f"/schedules/{schedule.id}")).text
+    cut = re.search(r'<div class="muted small paused-note" title="([^"]*)">([^<]*)</div>', listed)
+    assert cut, listed
+    assert html.unescape(cut.group(1)) == note  # the whole note on hover
+    assert len(cut.group(2)) <= 80 and cut.group(2).endswith("...")
+    assert note in html.unescape(page)  # and whole on the schedule's page
+
+
+async def test_the_form_sets_every_setting_and_the_preview_honours_them(
+    live_app: FastAPI,
+) -> None:
+    key = await issue_key(live_app, "local")  # trusted: may run a command of its own
+    fields = {
+        **FORM,
+        "trigger_kind": "cron",
+        "cron": "0 9 * * *",
+        "timezone": "Europe/Paris",
+        "start_at": "2030-01-01T00:00:00+01:00",
+        "end_at": "2030-01-31T00:00:00+01:00",
+        "dst_gap": "skip",
+        "dst_repeat": "both",
+        "max_runs": "3",
+        "catchup": "latest",
+        "catchup_window_seconds": "600",
+        "jitter_seconds": "30",
+        "pause_after_failures": "4",
+        "retention_days": "7",
+    }
+    async with browser(live_app, key) as http:
+        preview = await http.post("/ui/preview", data=fields)
+        assert preview.status_code == 200, preview.text
+        # Not before 2030 (start_at), and three due times only (max_runs).
+        times = re.findall(r'<time datetime="([^"]+)"', preview.text)
+        assert times == [
+            "2030-01-01T08:00:00Z",
+            "2030-01-02T08:00:00Z",
+            "2030-01-03T08:00:00Z",
+        ]
+        assert "Then the timetable ends: at most 3 due times" in preview.text
+        past_end = await http.post("/ui/preview", data={**fields, "end_at": "2001-01-01T00:00Z"})
+        assert past_end.status_code == 422 and 'data-field="end_at"' in past_end.text
+
+        created = await http.post("/schedules/new", data=fields)
+        assert created.status_code == 303, created.text
+        stored = await service(live_app).get(schedule_id(created), None)
+        assert stored.trigger == {
+            "cron": "0 9 * * *",
+            "timezone": "Europe/Paris",
+            "dst_gap": "skip",
+            "dst_repeat": "both",
+            "start_at": "2029-12-31T23:00:00+00:00",
+            "end_at": "2030-01-30T23:00:00+00:00",
+        }
+        assert (stored.max_runs, stored.catchup, stored.catchup_window_seconds) == (
+            3,
+            "latest",
+            600,
+        )
+        assert (stored.jitter_seconds, stored.pause_after_failures, stored.retention_days) == (
+            30,
+            4,
+            7,
+        )
+
+        # Blanking the optional ones sets them back to none (that the edit page shows them:
+        # tests/integration/test_edit_keeps_fields.py).
+        cleared = {
+            **fields,
+            "end_at": "",
+            "dst_gap": "",
+            "max_runs": "",
+            "jitter_seconds": "",
+            "retention_days": "",
+        }
+        saved = await http.post(f"/schedules/{stored.id}/edit", data=cleared)
+        assert saved.status_code == 303, saved.text
+        after = await service(live_app).get(stored.id, None)
+        assert "end_at" not in after.trigger and "dst_gap" not in after.trigger
+        assert after.trigger["dst_repeat"] == "both"
+        assert (after.max_runs, after.jitter_seconds, after.retention_days) == (None, None, None)
+        assert after.pause_after_failures == 4

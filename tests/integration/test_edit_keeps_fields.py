@@ -2,14 +2,11 @@
 command line, on SQLite and PostgreSQL.
 
 Each schedule of ``LOADED`` carries a value other than the default in every field a request
-may set (``ScheduleCreate``), and between them they set every key of each trigger kind, runner
-type and notify channel (keys that exclude each other, such as ``api_key_env`` and
-``api_key_secret``, in different schedules or channels; the stored secrets they refer to are
-stored before each schedule is made). ``test_the_loaded_schedules_cover_every_field`` derives
-those fields from the code
-(the request model, ``core.triggers.KIND_KEYS``, the runners' and channels' ``FIELDS``), so a
-field added later fails here until it is added to ``LOADED``, and is then checked by every
-edit path below instead of being silently dropped by one of them.
+may set, and between them they set every key of each trigger kind, runner type and notify
+channel (keys that exclude each other in different schedules or channels).
+``test_the_loaded_schedules_cover_every_field`` derives those fields from the code, so a field
+added later fails here until it is added to ``LOADED``, and is then checked by every edit path
+below instead of being silently dropped by one of them.
 
 The dashboard is driven as a browser drives it: the edit page is fetched, its form read from
 the HTML, one input changed, and the form posted back whole, with the line breaks of its
@@ -428,38 +425,43 @@ async def edit_in_dashboard(http: httpx.AsyncClient, id: str, **typed: str) -> h
     )
 
 
+@pytest.mark.parametrize("path", ["dashboard", "patch"])
 @pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
-async def test_a_rename_in_the_dashboard_keeps_every_other_field(
-    live_app: FastAPI, body: dict[str, Any]
+async def test_a_rename_keeps_every_other_field(
+    live_app: FastAPI, body: dict[str, Any], path: str
 ) -> None:
     async with clients(live_app) as (api, http):
         for variant, note in variants(body):
             id = await create(api, variant, note=note)
             before = await stored(live_app, api, id)
-            response = await edit_in_dashboard(http, id, name="renamed")
-            assert response.status_code == 303, response.text
-            assert response.headers["location"].endswith("?done=updated")
+            if path == "dashboard":
+                # Saved as it is, the form changes nothing.
+                response = await edit_in_dashboard(http, id)
+                assert response.headers["location"].endswith("?done=unchanged")
+                only_moved(before, await stored(live_app, api, id), frozenset())
+                response = await edit_in_dashboard(http, id, name="renamed")
+                assert response.status_code == 303, response.text
+                assert response.headers["location"].endswith("?done=updated")
+            else:
+                response = await api.patch(f"{API}/{id}", json={"name": "renamed"})
+                assert response.status_code == 200, response.text
             after = await stored(live_app, api, id)
             assert after["api"]["name"] == "renamed"
             only_moved(before, after, EDITED | {"name"})
 
 
-@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
-async def test_saving_the_dashboard_form_unchanged_changes_nothing(
-    live_app: FastAPI, body: dict[str, Any]
-) -> None:
-    async with clients(live_app) as (api, http):
-        id = await create(api, body, note=True)
-        before = await stored(live_app, api, id)
-        response = await edit_in_dashboard(http, id)
-        assert response.headers["location"].endswith("?done=unchanged")
-        only_moved(before, await stored(live_app, api, id), frozenset())
-
-
-# One form input changed; what the stored schedule must then hold (the trigger: the stored
-# one with only that key changed), and what else may move with it.
+# One form input changed; what the stored schedule must then hold (the trigger and the runner:
+# the stored one with only that key changed), and what else may move with it. A runner with
+# env shows as JSON; switching to the one-argument-per-line input rewrites argv only, as the
+# trigger inputs rewrite only their keys.
 LATER = "2096-01-01T00:00:00+00:00"
 ONE_INPUT = [
+    (
+        "cron-command",
+        {"runner_kind": "command", "argv": "cat\n-n\n"},
+        {"runner": {"argv": ["cat", "-n"]}},
+        EDITED,
+    ),
     ("cron-command", {"prompt": "Only this."}, {"prompt": "Only this."}, EDITED),
     ("cron-command", {"timeout_seconds": "60"}, {"timeout_seconds": 60}, EDITED | {"warnings"}),
     ("cron-command", {"cron": "0 9 * * 1-5"}, {"trigger": {"cron": "0 9 * * 1-5"}}, RETIMED),
@@ -489,25 +491,11 @@ async def test_one_input_changed_in_the_dashboard_changes_only_its_field(
         assert response.status_code == 303, response.text
         after = await stored(live_app, api, id)
         for name, value in expected.items():
-            if name == "trigger":
-                value = {**before["api"]["trigger"], **value}
+            if name in ("trigger", "runner"):
+                value = {**before["api"][name], **value}
             assert after["api"][name] == value
             assert after["row"][name] == value
         only_moved(before, after, moves | EDITED | expected.keys())
-
-
-async def test_the_command_input_keeps_the_rest_of_a_command_runner(live_app: FastAPI) -> None:
-    # A runner with env shows as JSON; switching to the one-argument-per-line input rewrites
-    # argv only, as the trigger inputs rewrite only their keys.
-    async with clients(live_app) as (api, http):
-        id = await create(api, LOADED["cron-command"])
-        before = await stored(live_app, api, id)
-        response = await edit_in_dashboard(http, id, runner_kind="command", argv="cat\n-n\n")
-        assert response.status_code == 303, response.text
-        after = await stored(live_app, api, id)
-        runner = {**LOADED["cron-command"]["runner"], "argv": ["cat", "-n"]}
-        assert after["api"]["runner"] == after["row"]["runner"] == runner
-        only_moved(before, after, EDITED | {"runner"})
 
 
 async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(
@@ -531,21 +519,6 @@ async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(
 
 
 # -- the API -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())
-async def test_a_patch_of_the_name_keeps_every_other_field(
-    live_app: FastAPI, body: dict[str, Any]
-) -> None:
-    async with clients(live_app) as (api, _):
-        for variant, note in variants(body):
-            id = await create(api, variant, note=note)
-            before = await stored(live_app, api, id)
-            response = await api.patch(f"{API}/{id}", json={"name": "renamed"})
-            assert response.status_code == 200, response.text
-            after = await stored(live_app, api, id)
-            assert after["api"]["name"] == "renamed"
-            only_moved(before, after, EDITED | {"name"})
 
 
 @pytest.mark.parametrize("body", LOADED.values(), ids=LOADED.keys())

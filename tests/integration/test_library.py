@@ -11,8 +11,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ from fastapi import FastAPI, Header, HTTPException
 from sqlalchemy import select
 
 import agentcron
-from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.models import Run
@@ -52,77 +49,6 @@ async def finished(engine: agentcron.Engine, schedule_id: uuid.UUID, count: int 
             return runs
         assert time.monotonic() < deadline, [(run.status, run.error) for run in runs]
         await asyncio.sleep(0.1)
-
-
-async def test_a_sync_handler_gets_the_run_context_and_its_output_is_kept(
-    db_url: str, tmp_path: Path
-) -> None:
-    seen: list[HandlerContext] = []
-    threads: list[str] = []
-
-    def handler(ctx: HandlerContext) -> str:
-        seen.append(ctx)
-        threads.append(threading.current_thread().name)
-        return f"did {ctx.data['deployment']}: {ctx.prompt}"
-
-    engine = engine_for(db_url, tmp_path, handler)
-    async with engine:
-        spec = ScheduleCreate(
-            name="deploy 42",
-            prompt="summarise",
-            trigger={"every_seconds": 3600},
-            runner={"type": "handler", "data": {"deployment": 42}},
-        )
-        schedule = await engine.schedules.create(spec, OWNER)
-        queued = await engine.runs.run_now(schedule.id, OWNER)
-        (run,) = await finished(engine, schedule.id)
-    assert run.status == "succeeded" and run.output == "did 42: summarise"
-    (ctx,) = seen
-    assert ctx.run_id == queued.id and ctx.schedule_id == schedule.id
-    assert (ctx.trigger, ctx.attempt, ctx.due_at, ctx.replay_of) == ("manual", 1, None, None)
-    assert ctx.data == {"deployment": 42} and ctx.payload["prompt"] == "summarise"
-    assert threads[0] != "MainThread"  # sync handlers run in a worker thread
-
-
-async def test_handler_errors_decide_permanent_or_retried_and_a_replay_says_what_it_replays(
-    db_url: str, tmp_path: Path
-) -> None:
-    calls: list[tuple[str, int, uuid.UUID | None]] = []
-
-    async def handler(ctx: HandlerContext) -> str:
-        calls.append((ctx.data["mode"], ctx.attempt, ctx.replay_of))
-        if ctx.data["mode"] == "permanent":
-            raise RunPermanentError("the deployment is gone")
-        if ctx.attempt == 1:
-            raise ConnectionError("flaky")
-        return "second time lucky"
-
-    engine = engine_for(db_url, tmp_path, handler)
-    async with engine:
-
-        async def schedule(mode: str) -> uuid.UUID:
-            spec = ScheduleCreate(
-                name=mode,
-                prompt="p",
-                trigger={"every_seconds": 3600},
-                max_attempts=3,
-                runner={"type": "handler", "data": {"mode": mode}},
-            )
-            made = await engine.schedules.create(spec, OWNER)
-            await engine.runs.run_now(made.id, OWNER)
-            return made.id
-
-        permanent, transient = await schedule("permanent"), await schedule("transient")
-        (failed,) = await finished(engine, permanent)
-        (retried,) = await finished(engine, transient)
-        replay = await engine.runs.replay(retried.id, OWNER)
-        runs = await finished(engine, transient, count=2)
-    assert failed.status == "failed" and "the deployment is gone" in (failed.error or "")
-    assert retried.status == "succeeded" and retried.attempt == 2
-    assert [call for call in calls if call[0] == "permanent"] == [("permanent", 1, None)]
-    assert ("transient", 1, None) in calls and ("transient", 2, None) in calls
-    assert runs[0].id == replay.id and runs[0].status == "succeeded"
-    assert ("transient", 1, retried.id) in calls
 
 
 async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_runs(
@@ -182,133 +108,32 @@ def owner_from_header(x_user: str | None = Header(default=None)) -> str:
     return x_user
 
 
-async def test_the_router_under_the_hosts_prefix_and_auth(db_url: str, tmp_path: Path) -> None:
-    engine = engine_for(db_url, tmp_path, lambda ctx: "ok")
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with engine:  # the host's lifespan, with whatever else it starts
-            yield
-
-    app = FastAPI(lifespan=lifespan)
-
-    @app.get("/health")
-    def health() -> dict[str, str]:  # a route of the host's own, untouched
-        return {"ok": "yes"}
-
-    engine.install(app, prefix="/scheduling", principal=owner_from_header)
-    body = {
-        "name": "via the host",
-        "prompt": "p",
-        "trigger": {"every_seconds": 3600},
-        "runner": {"type": "handler", "data": {"deployment": 7}},
-    }
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
-    ):
-        assert (await http.get("/health")).json() == {"ok": "yes"}
-        assert (await http.post("/scheduling/api/v1/schedules", json=body)).status_code == 401
-        alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
-        created = await http.post("/scheduling/api/v1/schedules", json=body, headers=alice)
-        assert created.status_code == 201, created.text
-        schedule_id = created.json()["id"]
-        assert created.json()["owner"] == "alice"
-        mine = await http.get("/scheduling/api/v1/schedules", headers=alice)
-        assert [item["id"] for item in mine.json()["items"]] == [schedule_id]
-        assert (await http.get("/scheduling/api/v1/schedules", headers=bob)).json()["items"] == []
-        # agentcron's errors keep their status and body in the host's app.
-        hidden = await http.get(f"/scheduling/api/v1/schedules/{schedule_id}", headers=bob)
-        assert hidden.status_code == 404 and hidden.json()["error"]["type"] == "NotFound"
-        bad = await http.post(
-            "/scheduling/api/v1/schedules",
-            json={**body, "runner": {"type": "handler", "data": [1]}},
-            headers=alice,
-        )
-        assert bad.status_code == 422
-        run = await http.post(f"/scheduling/api/v1/schedules/{schedule_id}/run", headers=alice)
-        assert run.status_code == 202, run.text
-        runs = await finished(engine, uuid.UUID(schedule_id))
-        assert runs[0].status == "succeeded" and runs[0].output == "ok"
-
-
-async def test_what_a_handler_returns_is_kept_on_the_run_and_read_back(
+async def test_what_a_handler_returns_is_kept_on_the_run_or_fails_it_saying_why(
     db_url: str, tmp_path: Path
 ) -> None:
     """A mapping returned (or a ``RunOutcome``'s ``result``) is the run's ``result``, read back
-    by the library and over HTTP; a string is the ``output`` as it always was."""
-
-    def handler(ctx: HandlerContext) -> Any:
-        returns = ctx.data["returns"]
-        if returns == "mapping":
-            return {"session_id": f"s-{ctx.run_id}", "turns": 2, "tags": ["a"]}
-        if returns == "outcome":
-            return agentcron.RunOutcome(output="opened a session", result={"session_id": "s-1"})
-        return "plain text"
-
-    engine = engine_for(db_url, tmp_path, handler)
+    by the library and over HTTP; a string is the ``output`` as it always was. A result that
+    is not a small JSON object fails the run, not retried (the handler's work is done), its
+    error saying what to fix."""
+    returned: dict[str, Any] = {
+        "mapping": {"session_id": "s-81", "turns": 2, "tags": ["a"]},
+        "outcome": agentcron.RunOutcome(output="opened a session", result={"session_id": "s-1"}),
+        "text": "plain text",
+        "large": {"blob": "x" * 20_000},
+        "nan": {"score": float("nan")},
+        "set": {"tags": {"a"}},
+        "list": agentcron.RunOutcome(output="", result=["not", "an", "object"]),  # type: ignore[arg-type]
+    }
+    engine = engine_for(db_url, tmp_path, lambda ctx: returned[ctx.data["returns"]])
     app = FastAPI()
     engine.install(app, prefix="/scheduling", principal=owner_from_header)
     transport = httpx.ASGITransport(app=app)
+    ran: dict[str, Any] = {}
     async with (
         engine,
         httpx.AsyncClient(transport=transport, base_url="http://host") as http,
     ):
-        ran: dict[str, uuid.UUID] = {}
-        for returns in ("mapping", "outcome", "text"):
-            spec = ScheduleCreate(
-                name=returns,
-                prompt="p",
-                trigger={"every_seconds": 3600},
-                runner={"type": "handler", "data": {"returns": returns}},
-            )
-            made = await engine.schedules.create(spec, OWNER)
-            await engine.runs.run_now(made.id, OWNER)
-            (run,) = await finished(engine, made.id)
-            assert run.status == "succeeded", run.error
-            ran[returns] = run.id
-        seen = {}
-        for returns, run_id in ran.items():
-            run, _ = await engine.runs.get_run(run_id, OWNER)
-            answer = await http.get(f"/scheduling/api/v1/runs/{run_id}", headers={"X-User": OWNER})
-            assert answer.status_code == 200, answer.text
-            assert (answer.json()["output"], answer.json()["result"]) == (run.output, run.result)
-            listed = await http.get(
-                f"/scheduling/api/v1/schedules/{run.schedule_id}/runs", headers={"X-User": OWNER}
-            )
-            assert [item["result"] for item in listed.json()["items"]] == [run.result]
-            seen[returns] = (run.output, run.result)
-        async with engine.db.session(write=False) as session:
-            unset = select(Run.id).where(Run.result.is_(None))  # SQL NULL, not a JSON null
-            assert list(await session.scalars(unset)) == [ran["text"]]
-    mapping = ran["mapping"]
-    assert seen == {
-        "mapping": ("", {"session_id": f"s-{mapping}", "turns": 2, "tags": ["a"]}),
-        "outcome": ("opened a session", {"session_id": "s-1"}),
-        "text": ("plain text", None),
-    }
-
-
-async def test_a_result_that_is_not_a_small_json_object_fails_the_run_saying_why(
-    db_url: str, tmp_path: Path
-) -> None:
-    """The handler's work is done, so the run is not retried; its error says what to fix."""
-
-    def handler(ctx: HandlerContext) -> Any:
-        returns = ctx.data["returns"]
-        if returns == "large":
-            return {"blob": "x" * 20_000}
-        if returns == "nan":
-            return {"score": float("nan")}
-        if returns == "set":
-            return {"tags": {"a"}}
-        return agentcron.RunOutcome(output="", result=["not", "an", "object"])  # type: ignore[arg-type]
-
-    engine = engine_for(db_url, tmp_path, handler)
-    errors = {}
-    async with engine:
-        for returns in ("large", "nan", "set", "list"):
+        for returns in returned:
             spec = ScheduleCreate(
                 name=returns,
                 prompt="p",
@@ -318,20 +143,37 @@ async def test_a_result_that_is_not_a_small_json_object_fails_the_run_saying_why
             )
             made = await engine.schedules.create(spec, OWNER)
             await engine.runs.run_now(made.id, OWNER)
-            (run,) = await finished(engine, made.id)
-            assert (run.status, run.attempt, run.result) == ("failed", 1, None), returns
-            errors[returns] = run.error
-    assert errors["large"] == (
-        "the run's result is 20011 bytes of JSON; at most 16384 (keep a reference to your"
-        " record, not the record)"
-    )
-    assert (errors["nan"] or "").startswith(
-        "the run's result is not a JSON object: Out of range float values are not JSON compliant"
-    )
-    assert errors["set"] == (
-        "the run's result is not a JSON object: Object of type set is not JSON serializable"
-    )
-    assert errors["list"] == "the run's result is not a JSON object: it is a list"
+            (ran[returns],) = await finished(engine, made.id)
+        for returns in ("mapping", "outcome", "text"):
+            run, _ = await engine.runs.get_run(ran[returns].id, OWNER)
+            assert run.status == "succeeded", run.error
+            answer = await http.get(f"/scheduling/api/v1/runs/{run.id}", headers={"X-User": OWNER})
+            assert answer.status_code == 200, answer.text
+            assert (answer.json()["output"], answer.json()["result"]) == (run.output, run.result)
+            listed = await http.get(
+                f"/scheduling/api/v1/schedules/{run.schedule_id}/runs", headers={"X-User": OWNER}
+            )
+            assert [item["result"] for item in listed.json()["items"]] == [run.result]
+        async with engine.db.session(write=False) as session:
+            unset = select(Run.id).where(Run.result.is_(None))  # SQL NULL, not a JSON null
+            assert set(await session.scalars(unset)) == {
+                ran[returns].id for returns in ("text", "large", "nan", "set", "list")
+            }
+    assert {returns: (run.output, run.result) for returns, run in ran.items() if run.result} == {
+        "mapping": ("", {"session_id": "s-81", "turns": 2, "tags": ["a"]}),
+        "outcome": ("opened a session", {"session_id": "s-1"}),
+    }
+    assert ran["text"].output == "plain text"
+    failed = {returns: run for returns, run in ran.items() if run.status != "succeeded"}
+    assert {(run.status, run.attempt) for run in failed.values()} == {("failed", 1)}
+    assert {returns: run.error for returns, run in failed.items()} == {
+        "large": "the run's result is 20011 bytes of JSON; at most 16384 (keep a reference to"
+        " your record, not the record)",
+        "nan": "the run's result is not a JSON object: Out of range float values are not JSON"
+        " compliant",
+        "set": "the run's result is not a JSON object: Object of type set is not JSON serializable",
+        "list": "the run's result is not a JSON object: it is a list",
+    }
 
 
 async def test_settings_are_checked_when_the_engine_is_built(tmp_path: Path) -> None:
@@ -366,6 +208,11 @@ async def test_properties_and_a_disabled_scheduler(db_url: str, tmp_path: Path) 
 async def test_the_host_in_docs_library_md_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The example host of docs/library.md as written: its own auth decides the owner of
+    everything under its prefix, agentcron's errors keep their status and body there, its
+    own routes are untouched, its sync handler runs in a worker thread with the run's context
+    (the rest of the context: the engine contract, tests/integration/test_contract.py), and
+    its permanent error is not retried."""
     block = LIBRARY_MD.split("<!-- example:")[1].split("```python\n")[1].split("```")[0]
     monkeypatch.chdir(tmp_path)  # the example's relative database: var/host-jobs.db
     (tmp_path / "var").mkdir()
@@ -374,27 +221,52 @@ async def test_the_host_in_docs_library_md_runs_as_written(
     namespace: dict[str, Any] = {"__name__": "host_example"}
     exec(compile(block, "docs/library.md", "exec"), namespace)
     app, engine = namespace["app"], namespace["engine"]
+    seen: list[tuple[HandlerContext, str]] = []
+
+    def watched(ctx: HandlerContext) -> str:
+        seen.append((ctx, threading.current_thread().name))
+        result: str = namespace["run_agent"](ctx)
+        return result
+
+    engine.handler = watched
+    app.add_api_route("/health", lambda: {"ok": "yes"})  # a route of the host's own
     body = {
         "name": "news digest",
         "prompt": "summarise the news",
         "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
         "runner": {"type": "handler", "data": {"deployment": "d-42"}},
     }
+    api = "/scheduling/api/v1"
+    alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://host") as http,
     ):
-        assert (await http.post("/scheduling/api/v1/schedules", json=body)).status_code == 401
-        created = await http.post(
-            "/scheduling/api/v1/schedules", json=body, headers={"X-User": "alice"}
-        )
+        assert (await http.get("/health")).json() == {"ok": "yes"}
+        assert (await http.post(f"{api}/schedules", json=body)).status_code == 401
+        created = await http.post(f"{api}/schedules", json=body, headers=alice)
         assert created.status_code == 201, created.text
         schedule_id = created.json()["id"]
-        ran = await http.post(
-            f"/scheduling/api/v1/schedules/{schedule_id}/run", headers={"X-User": "alice"}
-        )
-        assert ran.status_code == 202, ran.text
+        assert created.json()["owner"] == "alice"
+        mine = await http.get(f"{api}/schedules", headers=alice)
+        assert [item["id"] for item in mine.json()["items"]] == [schedule_id]
+        assert (await http.get(f"{api}/schedules", headers=bob)).json()["items"] == []
+        hidden = await http.get(f"{api}/schedules/{schedule_id}", headers=bob)
+        assert hidden.status_code == 404 and hidden.json()["error"]["type"] == "NotFound"
+        bad = {**body, "runner": {"type": "handler", "data": [1]}}
+        assert (await http.post(f"{api}/schedules", json=bad, headers=alice)).status_code == 422
+        gone = {**body, "runner": {"type": "handler", "data": {"deployment": "gone"}}}
+        gone_id = (await http.post(f"{api}/schedules", json=gone, headers=alice)).json()["id"]
+        for made in (schedule_id, gone_id):
+            ran = await http.post(f"{api}/schedules/{made}/run", headers=alice)
+            assert ran.status_code == 202, ran.text
         (run,) = await finished(engine, uuid.UUID(schedule_id))
+        (failed,) = await finished(engine, uuid.UUID(gone_id))
     assert run.status == "succeeded"
     assert run.output == "ran d-42: summarise the news (attempt 1)"
+    ctx, thread = next((ctx, thread) for ctx, thread in seen if ctx.run_id == run.id)
+    assert thread != "MainThread"
+    assert ctx.schedule_id == run.schedule_id and ctx.payload["prompt"] == "summarise the news"
+    assert (failed.status, failed.attempt) == ("failed", 1)
+    assert "deployment was deleted" in (failed.error or "")

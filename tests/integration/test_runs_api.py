@@ -13,23 +13,10 @@ from sqlalchemy import update
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from tests.integration.test_schedules_api import RUNNER, paged
+from tests.integration.test_schedules_api import create as create_schedule
 
 API = "/api/v1"
-RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
-
-
-async def create_schedule(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "name": "digest",
-        "prompt": "Summarise today's headlines.",
-        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
-        "runner": RUNNER,
-    }
-    body.update(overrides)
-    response = await client.post(f"{API}/schedules", json=body)
-    assert response.status_code == 201, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 async def run_now(client: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:
@@ -61,7 +48,7 @@ async def test_run_now_queues_a_manual_run_and_keeps_the_timetable(
 ) -> None:
     schedule = await create_schedule(client)
     run = await run_now(client, schedule["id"])
-    assert run["trigger"] == "manual"
+    assert (run["trigger"], run["origin"], run["started_by"]) == ("manual", "manual", "local")
     assert run["status"] == "pending"
     assert run["schedule_id"] == schedule["id"]
     assert run["due_at"] is None and run["replay_of"] is None
@@ -77,57 +64,27 @@ async def test_run_now_queues_a_manual_run_and_keeps_the_timetable(
     assert fetched.json() == run
 
 
-async def test_run_now_of_an_unknown_schedule_is_404(client: httpx.AsyncClient) -> None:
-    assert_error(await client.post(f"{API}/schedules/{uuid.uuid4()}/run"), 404, "NotFound")
-    assert_error(await client.post(f"{API}/schedules/not-a-uuid/run"), 404, "NotFound")
-
-
 async def test_history_lists_newest_first_across_triggers_with_pagination(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, db: Database, tmp_path: Path
 ) -> None:
-    schedule = await create_schedule(client)
+    """Issue 38 too: the runs one claim writes at once after a restart share created_at; the
+    history is still newest first, the batch by due time (latest first), and paging through
+    it in small pages gives each run once, in that order."""
+    schedule_id, restart = await runs_of_a_restart(client, db, tmp_path)
     other = await create_schedule(client, name="other")
     await run_now(client, other["id"])  # never listed under the first schedule
-    made = [await run_now(client, schedule["id"]) for _ in range(4)]
-    replay = await client.post(f"{API}/runs/{made[0]['id']}/replay")
+    replay = await client.post(f"{API}/runs/{restart[0]}/replay")
     assert replay.status_code == 202
-    made.append(replay.json())
-    expected = [run["id"] for run in reversed(made)]
+    expected = [replay.json()["id"], *restart]
 
-    seen: list[str] = []
-    triggers: set[str] = set()
-    cursor: str | None = None
-    pages = 0
-    while True:
-        params: dict[str, Any] = {"limit": 2}
-        if cursor is not None:
-            params["cursor"] = cursor
-        response = await client.get(f"{API}/schedules/{schedule['id']}/runs", params=params)
-        assert response.status_code == 200, response.text
-        page = response.json()
-        assert len(page["items"]) <= 2
-        seen += [item["id"] for item in page["items"]]
-        triggers |= {item["trigger"] for item in page["items"]}
-        pages += 1
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert seen == expected
-    assert pages == 3
-    assert triggers == {"manual", "replay"}
+    pages = await paged(client, f"{API}/schedules/{schedule_id}/runs", 7)
+    assert [item["id"] for page in pages for item in page] == expected
+    assert len(pages) == 15  # 102 runs
+    assert {item["trigger"] for page in pages for item in page} == {"schedule", "manual", "replay"}
 
-    whole = (await client.get(f"{API}/schedules/{schedule['id']}/runs")).json()
-    assert [item["id"] for item in whole["items"]] == expected
-    assert whole["next_cursor"] is None
-
-
-async def test_history_rejects_bad_limits_and_cursors(client: httpx.AsyncClient) -> None:
-    schedule = await create_schedule(client)
-    url = f"{API}/schedules/{schedule['id']}/runs"
-    assert_error(await client.get(url, params={"limit": 0}), 422, "ValidationError")
-    assert_error(await client.get(url, params={"limit": 501}), 422, "ValidationError")
-    body = assert_error(await client.get(url, params={"cursor": "garbage"}), 422, "ValidationError")
-    assert body["error"]["field"] == "cursor"
+    whole = await client.get(f"{API}/schedules/{schedule_id}/runs", params={"limit": 500})
+    assert [item["id"] for item in whole.json()["items"]] == expected
+    assert whole.json()["next_cursor"] is None
 
 
 async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Database) -> None:
@@ -142,7 +99,11 @@ async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Da
     response = await client.post(f"{API}/runs/{original['id']}/replay")
     assert response.status_code == 202, response.text
     replay = response.json()
-    assert replay["trigger"] == "replay"
+    assert (replay["trigger"], replay["origin"], replay["started_by"]) == (
+        "replay",
+        "replay",
+        "local",
+    )
     assert replay["replay_of"] == original["id"]
     assert replay["id"] != original["id"]
     assert replay["schedule_id"] == schedule["id"]
@@ -177,17 +138,13 @@ async def test_cancel_a_pending_run_then_again_is_a_conflict(client: httpx.Async
     assert (await client.get(f"{API}/runs/{run['id']}")).json()["status"] == "cancelled"
 
 
-async def test_unknown_or_malformed_run_ids_are_404(client: httpx.AsyncClient) -> None:
-    for run_id in (str(uuid.uuid4()), "not-a-uuid", "1"):
-        assert_error(await client.get(f"{API}/runs/{run_id}"), 404, "NotFound")
-        assert_error(await client.post(f"{API}/runs/{run_id}/replay"), 404, "NotFound")
-        assert_error(await client.post(f"{API}/runs/{run_id}/cancel"), 404, "NotFound")
-
-
 async def test_runs_of_a_deleted_schedule_stay_readable_by_id(client: httpx.AsyncClient) -> None:
     schedule = await create_schedule(client)
     run = await run_now(client, schedule["id"])
     assert (await client.delete(f"{API}/schedules/{schedule['id']}")).status_code == 204
+    missing = assert_error(await client.get(f"{API}/schedules/{schedule['id']}"), 404, "NotFound")
+    assert schedule["id"] in missing["error"]["message"]
+    assert (await client.get(f"{API}/schedules")).json()["items"] == []
 
     fetched = await client.get(f"{API}/runs/{run['id']}")
     assert fetched.status_code == 200
@@ -265,25 +222,3 @@ async def runs_of_a_restart(
     batch = sorted(claim.runs, key=lambda run: run.due_at or back, reverse=True)
     manual = await run_now(client, schedule["id"])
     return schedule["id"], [manual["id"], *[str(run.id) for run in batch]]
-
-
-async def test_runs_written_in_one_batch_list_by_due_time_across_pages(
-    client: httpx.AsyncClient, db: Database, tmp_path: Path
-) -> None:
-    """Issue 38: the runs one claim writes at once after a restart share created_at. The
-    history is still newest first, the batch by due time (latest first), and paging through
-    it in small pages gives each run once, in that order."""
-    schedule_id, expected = await runs_of_a_restart(client, db, tmp_path)
-    seen: list[str] = []
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"limit": 7, **({"cursor": cursor} if cursor else {})}
-        response = await client.get(f"{API}/schedules/{schedule_id}/runs", params=params)
-        assert response.status_code == 200, response.text
-        seen += [item["id"] for item in response.json()["items"]]
-        cursor = response.json()["next_cursor"]
-        if cursor is None:
-            break
-    assert seen == expected
-    whole = await client.get(f"{API}/schedules/{schedule_id}/runs", params={"limit": 500})
-    assert [item["id"] for item in whole.json()["items"]] == expected

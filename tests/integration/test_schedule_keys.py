@@ -9,22 +9,18 @@ a reconcile with one bad record applies none, and deletes only its own scope.
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-import agentcron
 from agentcron.core.errors import (
     InvalidSchedule,
     NotFound,
-    ScheduleCapacityExceeded,
 )
-from agentcron.core.runners.handler import HandlerContext
 from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.specs import ScheduleCreate
 from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
 
@@ -43,13 +39,14 @@ def record(**overrides: Any) -> dict[str, Any]:
     return data
 
 
-async def test_put_by_key_creates_then_replaces_the_same_schedule(
-    client: httpx.AsyncClient,
+async def test_put_by_key_creates_then_replaces_the_same_schedule_and_keeps_its_runs(
+    live_app: Any, client: httpx.AsyncClient
 ) -> None:
     created = await client.put(f"{API}/by-key/deployment:42", json=record(max_attempts=5))
     assert created.status_code == 201, created.text
     first = created.json()
     assert first["key"] == "deployment:42" and first["max_attempts"] == 5
+    run = (await client.post(f"{API}/{first['id']}/run")).json()
 
     replaced = await client.put(
         f"{API}/by-key/deployment:42",
@@ -67,14 +64,12 @@ async def test_put_by_key_creates_then_replaces_the_same_schedule(
     assert (await client.get(f"{API}/{first['id']}")).json()["key"] == "deployment:42"
     listed = (await client.get(API)).json()["items"]
     assert [item["id"] for item in listed] == [first["id"]]
-
-
-async def test_reapplying_an_unchanged_record_moves_nothing(client: httpx.AsyncClient) -> None:
-    first = (await client.put(f"{API}/by-key/k1", json=record())).json()
-    again = await client.put(f"{API}/by-key/k1", json=record())
-    assert again.status_code == 200
-    assert again.json()["next_run"] == first["next_run"]
-    assert again.json()["warnings"] == first["warnings"]
+    runs = (await client.get(f"{API}/{first['id']}/runs")).json()["items"]
+    assert [item["id"] for item in runs] == [run["id"]]
+    # The run keeps the input it was made with: replacing the record rewrites no run.
+    kept, _ = await live_app.state.runs.get_run(run["id"], "local")
+    assert kept.payload["prompt"] == "Summarise today's headlines."
+    assert kept.payload["key"] == "deployment:42"
 
 
 async def test_an_invalid_record_leaves_the_stored_definition_in_force(
@@ -121,33 +116,16 @@ async def test_keys_belong_to_their_owner(live_app: Any, client: httpx.AsyncClie
 async def test_delete_by_key_frees_the_key_and_keeps_the_runs_readable(
     client: httpx.AsyncClient,
 ) -> None:
-    first = (await client.put(f"{API}/by-key/k3", json=record())).json()
+    # The key "runs": "by-key/runs" would match "/{schedule_id}/runs" if that route came first.
+    first = (await client.put(f"{API}/by-key/runs", json=record())).json()
+    assert (await client.get(f"{API}/by-key/runs")).json()["id"] == first["id"]
     run = (await client.post(f"{API}/{first['id']}/run")).json()
-    assert (await client.delete(f"{API}/by-key/k3")).status_code == 204
-    assert (await client.get(f"{API}/by-key/k3")).status_code == 404
-    assert (await client.delete(f"{API}/by-key/k3")).status_code == 404
+    assert (await client.delete(f"{API}/by-key/runs")).status_code == 204
+    assert (await client.get(f"{API}/by-key/runs")).status_code == 404
+    assert (await client.delete(f"{API}/by-key/runs")).status_code == 404
     assert (await client.get(f"/api/v1/runs/{run['id']}")).status_code == 200
-    again = await client.put(f"{API}/by-key/k3", json=record())
+    again = await client.put(f"{API}/by-key/runs", json=record())
     assert again.status_code == 201 and again.json()["id"] != first["id"]
-
-
-async def test_the_route_by_key_is_not_read_as_a_schedule_id(client: httpx.AsyncClient) -> None:
-    # "by-key/runs" would match "/{schedule_id}/runs" if that route came first.
-    created = await client.put(f"{API}/by-key/runs", json=record())
-    assert created.status_code == 201
-    assert (await client.get(f"{API}/by-key/runs")).json()["key"] == "runs"
-
-
-async def test_replace_keeps_the_run_history(live_app: Any, client: httpx.AsyncClient) -> None:
-    first = (await client.put(f"{API}/by-key/k4", json=record())).json()
-    run = (await client.post(f"{API}/{first['id']}/run")).json()
-    await client.put(f"{API}/by-key/k4", json=record(prompt="a new prompt"))
-    runs = (await client.get(f"{API}/{first['id']}/runs")).json()["items"]
-    assert [item["id"] for item in runs] == [run["id"]]
-    # The run keeps the input it was made with: editing the record rewrites no run.
-    kept, _ = await live_app.state.runs.get_run(run["id"], "local")
-    assert kept.payload["prompt"] == "Summarise today's headlines."
-    assert kept.payload["key"] == "k4"
 
 
 async def service(live_app: Any) -> ScheduleService:
@@ -155,38 +133,14 @@ async def service(live_app: Any) -> ScheduleService:
     return schedules
 
 
-async def test_apply_in_python_and_the_handler_gets_the_key(db_url: str, tmp_path: Path) -> None:
-    seen: list[HandlerContext] = []
-    engine = agentcron.Engine(
-        handler=seen.append,
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        scheduler_tick_seconds=0.2,
-        log_format="console",
-    )
-    async with engine:
-        spec = record(runner={"type": "handler", "data": {"deployment": 7}})
-        applied = await engine.schedules.apply("host", "deployment:7", spec)
-        assert applied.created and applied.schedule.key == "deployment:7"
-        again = await engine.schedules.apply("host", "deployment:7", {**spec, "prompt": "v2"})
-        assert not again.created and again.schedule.id == applied.schedule.id
-        await engine.runs.run_now(applied.schedule.id, "host")
-        deadline = time.monotonic() + 15
-        while not seen:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        assert seen[0].key == "deployment:7" and seen[0].prompt == "v2"
-        await engine.schedules.delete_by_key("host", "deployment:7")
-        with pytest.raises(NotFound):
-            await engine.schedules.get_by_key("host", "deployment:7")
-
-
-async def test_reconcile_applies_pauses_and_deletes_only_its_scope(live_app: Any) -> None:
+async def test_reconcile_applies_pauses_and_deletes_only_its_scope_or_nothing(
+    live_app: Any,
+) -> None:
     schedules = await service(live_app)
     await schedules.apply("host", "deploy:gone", record())
     await schedules.apply("host", "deploy:kept", record(name="old name"))
     outside = await schedules.apply("host", "other:1", record())
-    unkeyed = await schedules.create(schedules_spec(), "host")
+    unkeyed = await schedules.create(ScheduleCreate.model_validate(record()), "host")
 
     done = await schedules.reconcile(
         "host",
@@ -208,15 +162,12 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_scope(live_app: Any
     assert (await schedules.get_by_key("host", "other:1")).id == outside.schedule.id
     assert (await schedules.get(unkeyed.id, "host")).deleted_at is None
 
-
-async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> None:
-    schedules = await service(live_app)
-    before = await schedules.apply("host", "deploy:a", record())
+    # With one bad record, none is applied.
     with pytest.raises(InvalidSchedule) as caught:
         await schedules.reconcile(
             "host",
             {
-                "deploy:a": record(name="changed"),
+                "deploy:kept": record(name="changed"),
                 "deploy:b": record(),
                 "deploy:c": record(trigger={"cron": "0 8 * * *", "timezone": "Mars/Olympus"}),
             },
@@ -224,63 +175,36 @@ async def test_a_reconcile_with_one_bad_record_applies_none(live_app: Any) -> No
         )
     assert "deploy:c" in caught.value.message
     assert caught.value.field == "records.deploy:c.trigger.timezone"
-    assert (await schedules.get_by_key("host", "deploy:a")).name == before.schedule.name
+    assert (await schedules.get_by_key("host", "deploy:kept")).name == "new name"
     with pytest.raises(NotFound):
         await schedules.get_by_key("host", "deploy:b")
 
-    with pytest.raises(InvalidSchedule) as outside:
+    with pytest.raises(InvalidSchedule) as foreign:
         await schedules.reconcile("host", {"mine:x": record()}, scope="deploy:")
-    assert outside.value.field == "records.mine:x.key"
+    assert foreign.value.field == "records.mine:x.key"
     # An empty reconcile of the scope deletes what is in it, and only that.
     done = await schedules.reconcile("host", {}, scope="deploy:")
-    assert done.deleted == ["deploy:a"]
-
-
-async def test_a_reconcile_past_the_limit_applies_none(live_app: Any) -> None:
-    schedules = await service(live_app)
-    schedules.context.max_active = 2
-    await schedules.apply("host", "deploy:1", record())
-    many = {f"deploy:{n}": record() for n in range(1, 4)}
-    with pytest.raises(ScheduleCapacityExceeded):
-        await schedules.reconcile("host", many, scope="deploy:")
-    with pytest.raises(NotFound):
-        await schedules.get_by_key("host", "deploy:2")
-    # Disabled records do not count against it.
-    many["deploy:3"] = record(enabled=False)
-    done = await schedules.reconcile("host", many, scope="deploy:")
-    assert sorted(done.created) == ["deploy:2", "deploy:3"]
-
-
-async def test_two_applies_of_one_new_key_make_one_schedule(live_app: Any) -> None:
-    schedules = await service(live_app)
-    results = await asyncio.gather(
-        *(schedules.apply("host", "race", record(name=f"n{n}")) for n in range(4))
-    )
-    assert len({result.schedule.id for result in results}) == 1
-    assert sum(result.created for result in results) == 1
-    page = await schedules.list("host")
-    assert len(page.items) == 1
+    assert sorted(done.deleted) == ["deploy:kept", "deploy:new", "deploy:off"]
+    assert (await schedules.get_by_key("host", "other:1")).id == outside.schedule.id
 
 
 async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_schedule_each(
     live_app: Any,
 ) -> None:
     # A host's replicas all reconcile at start: whichever adds a key first, the others find
-    # it and replace it, and none fails on the key index.
+    # it and replace it, and none fails on the key index; so do applies of one new key.
     schedules = await service(live_app)
     records = {f"deploy:{n}": record(enabled=n % 2 == 0) for n in range(4)}
+    applies = ("deploy:0", "deploy:0", "deploy:0", "deploy:1")
     for round in range(3):
         results = await asyncio.gather(
             schedules.reconcile("host", records, scope="deploy:"),
             schedules.reconcile("host", records, scope="deploy:"),
-            schedules.apply("host", "deploy:0", records["deploy:0"]),
-            schedules.apply("host", "deploy:1", records["deploy:1"]),
+            *(schedules.apply("host", key, records[key]) for key in applies),
         )
         created = [key for done in results[:2] for key in done.created]
         created += [
-            key
-            for key, applied in zip(("deploy:0", "deploy:1"), results[2:], strict=True)
-            if applied.created
+            key for key, applied in zip(applies, results[2:], strict=True) if applied.created
         ]
         assert sorted(created) == (sorted(records) if round == 0 else []), round
         page = await schedules.list("host")
@@ -313,81 +237,16 @@ async def test_an_unchanged_record_whose_time_has_passed_is_still_unchanged(
         applied = await schedules.apply("host", key, rec)
         for schedule in (applied.schedule, await schedules.get_by_key("host", key)):
             assert timetable(schedule) == timetable(before[key]), key
-    # A changed trigger is a new one, judged as such.
+    # A changed trigger is a new one, judged as such: an interval counts from now.
     with pytest.raises(InvalidSchedule) as caught:
         await schedules.apply("host", "deploy:once", record(trigger={"at": soon.isoformat()[:-6]}))
     assert caught.value.field == "trigger.at"
+    await schedules.apply("host", "deploy:every", record(trigger={"every_seconds": 600}))
+    now = clock()
+    retimed = await schedules.apply("host", "deploy:every", record(trigger={"every_seconds": 900}))
+    assert retimed.schedule.next_run == now.replace(microsecond=0) + timedelta(seconds=900)
 
 
 def timetable(schedule: Any) -> tuple[Any, ...]:
     """What an unchanged record must leave as it was."""
     return (schedule.trigger, schedule.next_run, schedule.updated_at, schedule.warnings)
-
-
-async def test_an_engine_reapplying_an_unchanged_record_moves_nothing_and_a_change_moves_it(
-    db_url: str, tmp_path: Path
-) -> None:
-    clock = SettableClock()
-    engine = agentcron.Engine(
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        disable_scheduler=True,
-        log_format="console",
-        clock=clock,
-    )
-    hourly = record(trigger={"every_seconds": 3600}, runner={"type": "handler", "data": {"n": 9}})
-    async with engine:
-        first = (await engine.schedules.apply("host", "deployment:9", hourly)).schedule
-        assert first.next_run == first.created_at.replace(microsecond=0) + timedelta(hours=1)
-        clock.jump_to(clock() + timedelta(minutes=20))
-        again = await engine.schedules.apply("host", "deployment:9", hourly)
-        assert timetable(again.schedule) == timetable(first)
-        clock.jump_to(clock() + timedelta(minutes=20))
-        done = await engine.schedules.reconcile(
-            "host", {"deployment:9": hourly}, scope="deployment:"
-        )
-        assert done.replaced == ["deployment:9"]
-        assert timetable(await engine.schedules.get_by_key("host", "deployment:9")) == timetable(
-            first
-        )
-
-        # A real change moves what it changes: a new name the time of the change only...
-        renamed = (
-            await engine.schedules.apply("host", "deployment:9", {**hourly, "name": "renamed"})
-        ).schedule
-        assert renamed.updated_at > first.updated_at and renamed.next_run == first.next_run
-        # ... a new interval the timetable too, from now.
-        now = clock()
-        retimed = (
-            await engine.schedules.apply(
-                "host", "deployment:9", {**hourly, "trigger": {"every_seconds": 1800}}
-            )
-        ).schedule
-        assert retimed.next_run == now.replace(microsecond=0) + timedelta(minutes=30)
-
-
-async def test_a_host_reconciling_more_often_than_the_interval_still_sees_it_fire(
-    db_url: str, tmp_path: Path
-) -> None:
-    seen: list[HandlerContext] = []
-    engine = agentcron.Engine(
-        handler=seen.append,
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        scheduler_tick_seconds=0.2,
-        log_format="console",
-    )
-    every = record(trigger={"every_seconds": 2}, runner={"type": "handler"})
-    async with engine:
-        deadline = time.monotonic() + 20
-        while not seen:
-            assert time.monotonic() < deadline, "an interval of 2 s never fired"
-            await engine.schedules.reconcile("host", {"deploy:1": every}, scope="deploy:")
-            await asyncio.sleep(0.5)
-    assert seen[0].key == "deploy:1" and seen[0].trigger == "schedule"
-
-
-def schedules_spec() -> Any:
-    from agentcron.core.specs import ScheduleCreate
-
-    return ScheduleCreate.model_validate(record(name="made without a key"))

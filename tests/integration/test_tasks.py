@@ -1,16 +1,15 @@
 """Tasks and self-healing orphans: the task API, persistent re-binding, pausing a schedule
-whose runner or channel can no longer work."""
+whose command or channel can no longer work (a runner type that is gone:
+tests/unit/test_engine_logic.py)."""
 
 from __future__ import annotations
 
 import httpx
-import pytest
 
 from agentcron.core.notify import notifier, register_notifier
 from agentcron.core.notify.file import FileNotifier
 from agentcron.core.runners.fake import FakeRunnerType, sleep, succeed
 from agentcron.core.storage.models import Schedule
-from agentcron.core.tasks import delete_task, get_task
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,
@@ -22,51 +21,36 @@ from tests.integration.engine_kit import (
 
 
 async def test_task_shows_its_lock_and_survives_deletion(
-    engine: Engine, fake: FakeRunnerType
+    client: httpx.AsyncClient, engine: Engine, fake: FakeRunnerType
 ) -> None:
+    # The API app and the engine share the test database (both as owner "local").
     fake.script("slow", [sleep(30), succeed("second")])
     schedule = await engine.create(spec(fake.config("slow"), HOURLY, mode="persistent"))
     first = await engine.run_now(schedule.id)
     running = await wait_status(engine.db, first.id, "running")
     assert running.task_id is not None
+    url = f"/api/v1/tasks/{running.task_id}"
 
-    shown = await get_task(engine.db, running.task_id, None)
-    assert shown["lock"] == {"state": "running", "run_id": first.id}
-    assert shown["schedule_id"] == schedule.id
+    shown = (await client.get(url)).json()
+    assert shown["lock"] == {"state": "running", "run_id": str(first.id)}
+    assert shown["schedule_id"] == str(schedule.id) and shown["conversation"] == []
     assert shown["workdir"].endswith(str(schedule.id))
-    with pytest.raises(Exception, match="cancel it first"):
-        await delete_task(engine.db, running.task_id, None)
+    refused = await client.delete(url)
+    assert refused.status_code == 409 and "cancel it first" in refused.text
 
     await engine.runs.cancel(first.id, None)
     engine.loop.cancel_local(first.id)
     await wait_status(engine.db, first.id, "cancelled")
-    assert (await get_task(engine.db, running.task_id, None))["lock"]["state"] == "idle"
+    assert (await client.get(url)).json()["lock"] == {"state": "idle", "run_id": None}
 
-    await delete_task(engine.db, running.task_id, None)
+    assert (await client.delete(url)).status_code == 204
+    gone = await client.get(url)
+    assert gone.status_code == 404 and str(running.task_id) in gone.json()["error"]["message"]
     assert (await fetch_schedule(engine.db, schedule.id)).task_id is None
     second = await engine.run_now(schedule.id)
     done = await wait_status(engine.db, second.id, "succeeded")
     assert done.task_id is not None and done.task_id != running.task_id
     assert (await fetch_schedule(engine.db, schedule.id)).task_id == done.task_id
-
-
-async def test_task_api_get_and_delete(client: httpx.AsyncClient, engine: Engine) -> None:
-    # The API app and the engine share the test database (both as owner "local").
-    schedule = await engine.create(
-        spec({"type": "command", "argv": ["true"]}, HOURLY, mode="persistent")
-    )
-    run = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "succeeded")
-    response = await client.get(f"/api/v1/tasks/{run.task_id}")
-    assert response.status_code == 200, response.text
-    task = response.json()
-    assert task["id"] == str(run.task_id) and task["schedule_id"] == str(schedule.id)
-    assert task["lock"] == {"state": "idle", "run_id": None}
-    assert task["conversation"] == []
-
-    assert (await client.delete(f"/api/v1/tasks/{run.task_id}")).status_code == 204
-    gone = await client.get(f"/api/v1/tasks/{run.task_id}")
-    assert gone.status_code == 404 and str(run.task_id) in gone.json()["error"]["message"]
-    assert (await client.get("/api/v1/tasks/not-a-task")).status_code == 404
 
 
 async def test_missing_command_pauses_the_schedule(engine: Engine) -> None:
@@ -83,20 +67,6 @@ async def test_missing_command_pauses_the_schedule(engine: Engine) -> None:
     stopped = await wait_for(paused, what="schedule paused")
     assert stopped.next_run is None
     assert stopped.paused_note is not None and "cannot start" in stopped.paused_note
-
-
-async def test_vanished_runner_type_pauses_the_schedule(
-    engine: Engine, fake: FakeRunnerType
-) -> None:
-    schedule = await engine.create(spec(fake.config(), HOURLY))
-    async with engine.db.session() as session:
-        stored = await session.get(Schedule, schedule.id)
-        assert stored is not None
-        stored.runner = {"type": "uninstalled-plugin"}
-    run = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "failed")
-    assert run.error is not None and "uninstalled-plugin" in run.error
-    stopped = await fetch_schedule(engine.db, schedule.id)
-    assert not stopped.enabled and stopped.paused_note is not None
 
 
 async def test_vanished_channel_type_pauses_the_schedule(

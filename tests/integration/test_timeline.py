@@ -3,24 +3,24 @@ run get a ``skipped`` row with a reason, and unbounded gaps are summarised in bo
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import insert, select
 
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict, InvalidSchedule
 from agentcron.core.ledger.sql import SqlRunStore
-from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
+from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 from tests.factories import schedule_values
+from tests.integration.test_backfill import Clock, minutely
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -62,6 +62,8 @@ async def test_missed_due_times_get_skipped_rows_beside_the_run(
     ]
     assert skipped == [(T0 + k * MINUTE, "skipped", "missed") for k in range(1, 6)]
     assert all(r.lease_owner is None and r.finished_at is not None for r in rows if r.reason)
+    # Each row says what started it: the timetable, nobody.
+    assert {(r.origin, r.started_by) for r in rows} == {("schedule", None)}
 
 
 async def test_catchup_latest_marks_the_others_coalesced(db: Database, tmp_path: Path) -> None:
@@ -70,6 +72,7 @@ async def test_catchup_latest_marks_the_others_coalesced(db: Database, tmp_path:
     claim = await ledger(db, tmp_path).claim_due_jobs(now)
 
     assert [run.due_at for run in claim.runs] == [T0 + 4 * MINUTE]  # the latest missed one
+    assert claim.runs[0].origin == "catchup"
     rows = await timeline(db, schedule_id)
     assert [(r.due_at, r.status, r.reason) for r in rows] == [
         (T0 + MINUTE, "skipped", "coalesced"),
@@ -123,131 +126,50 @@ async def test_a_second_claim_never_doubles_an_accounted_due_time(
 
 
 async def test_pause_writes_paused_rows_at_resume(db: Database) -> None:
-    clock_now = [T0]
-    service = ScheduleService(db, clock=lambda: clock_now[0])
-    created = await service.create(
-        ScheduleCreate(
-            name="paused",
-            prompt="p",
-            trigger={"every_seconds": 60, "start_at": T0.isoformat()},
-            runner={"type": "command", "argv": ["true"]},
-        ),
-        "local",
-    )
-    clock_now[0] = T0 + 30 * S
-    await service.pause(created.id, "maintenance", None)
-    clock_now[0] = T0 + 3 * MINUTE + 30 * S
-    resumed = await service.resume(created.id, None)
+    clock = Clock(T0)
+    service, schedule_id = await minutely(db, clock)
+    clock.now = T0 + 30 * S
+    await service.pause(schedule_id, "maintenance", None)
+    clock.now = T0 + 3 * MINUTE + 30 * S
+    resumed = await service.resume(schedule_id, None)
 
-    rows = await timeline(db, created.id)
+    rows = await timeline(db, schedule_id)
     assert [(r.due_at, r.status, r.reason) for r in rows] == [
         (T0 + k * MINUTE, "skipped", "paused") for k in (1, 2, 3)
     ]
     assert resumed.next_run == T0 + 4 * MINUTE
 
     # Resuming by PATCH {"enabled": true} accounts the same way.
-    clock_now[0] = T0 + 4 * MINUTE + 10 * S
-    await service.pause(created.id, None, None)
-    clock_now[0] = T0 + 6 * MINUTE + 10 * S
-    await service.update(created.id, ScheduleUpdate(enabled=True), None)
-    reasons = [(r.due_at, r.reason) for r in await timeline(db, created.id)]
+    clock.now = T0 + 4 * MINUTE + 10 * S
+    await service.pause(schedule_id, None, None)
+    clock.now = T0 + 6 * MINUTE + 10 * S
+    await service.update(schedule_id, ScheduleUpdate(enabled=True), None)
+    reasons = [(r.due_at, r.reason) for r in await timeline(db, schedule_id)]
     assert reasons[-2:] == [(T0 + 5 * MINUTE, "paused"), (T0 + 6 * MINUTE, "paused")]
-
-
-async def test_skipped_rows_through_the_api(client: httpx.AsyncClient) -> None:
-    body = {
-        "name": "every second",
-        "prompt": "p",
-        "trigger": {"every_seconds": 1},
-        "runner": {"type": "command", "argv": ["true"]},
-    }
-    schedule = (await client.post("/api/v1/schedules", json=body)).json()
-    await client.post(f"/api/v1/schedules/{schedule['id']}/pause", json={"note": "lunch"})
-    await asyncio.sleep(2.2)
-    await client.post(f"/api/v1/schedules/{schedule['id']}/resume")
-
-    runs = (await client.get(f"/api/v1/schedules/{schedule['id']}/runs")).json()["items"]
-    paused = [run for run in runs if run["reason"] == "paused"]
-    assert len(paused) >= 2
-    for run in paused:
-        assert run["status"] == "skipped"
-        assert run["covers"] == 1
-        assert run["covers_until"] == run["due_at"]
-        assert run["started_at"] is None and run["attempt"] == 0
-
-
-# -- provenance (issue 8, part 9) ----------------------------------------------------------
-
-
-async def test_each_run_says_what_started_it(db: Database, tmp_path: Path) -> None:
-    on_time = await add_due_schedule(db, T0 + MINUTE)
-    caught_up = await add_due_schedule(db, T0 + MINUTE, catchup="latest", misfire_grace_seconds=1)
-    engine = ledger(db, tmp_path)
-    claim = await engine.claim_due_jobs(T0 + 3 * MINUTE + 30 * S)
-    origins = {(run.schedule_id, run.due_at): run.origin for run in claim.runs}
-    assert origins[(caught_up, T0 + 3 * MINUTE)] == "catchup"
-    # The on-time schedule ran 00:03 (in grace) and missed 00:01-00:02.
-    assert origins[(on_time, T0 + 3 * MINUTE)] == "schedule"
-    for row in await timeline(db, on_time):
-        assert (row.origin, row.started_by) == ("schedule", None)
-
-
-async def test_manual_runs_and_replays_name_who_asked(client: httpx.AsyncClient) -> None:
-    body = {
-        "name": "asked for",
-        "prompt": "p",
-        "trigger": {"every_seconds": 3600},
-        "runner": {"type": "command", "argv": ["true"]},
-    }
-    schedule = (await client.post("/api/v1/schedules", json=body)).json()
-    manual = (await client.post(f"/api/v1/schedules/{schedule['id']}/run")).json()
-    assert (manual["origin"], manual["started_by"], manual["trigger"]) == (
-        "manual",
-        "local",
-        "manual",
-    )
-    replay = (await client.post(f"/api/v1/runs/{manual['id']}/replay")).json()
-    assert (replay["origin"], replay["started_by"], replay["replay_of"]) == (
-        "replay",
-        "local",
-        manual["id"],
-    )
-    fetched = (await client.get(f"/api/v1/runs/{replay['id']}")).json()
-    assert fetched["started_by"] == "local"
 
 
 # -- skip and unskip one occurrence (issue 8, part 3) --------------------------------------
 
 
-async def make_minutely(db: Database, clock_now: list[datetime]) -> tuple[ScheduleService, Any]:
-    service = ScheduleService(db, clock=lambda: clock_now[0])
-    created = await service.create(
-        ScheduleCreate(
-            name="minutely",
-            prompt="p",
-            trigger={"every_seconds": 60, "start_at": T0.isoformat()},
-            runner={"type": "command", "argv": ["true"]},
-        ),
-        "local",
-    )
-    return service, created
-
-
-async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
+async def test_a_skipped_occurrence_never_runs_and_unskip_puts_one_back(
     db: Database, tmp_path: Path
 ) -> None:
-    clock_now = [T0 + 10 * S]
-    service, schedule = await make_minutely(db, clock_now)
+    clock = Clock(T0 + 10 * S)
+    service, schedule_id = await minutely(db, clock)
     skipped = await service.skip_occurrence(
-        schedule.id, (T0 + 2 * MINUTE).isoformat(), None, by="alice"
+        schedule_id, (T0 + 2 * MINUTE).isoformat(), None, by="alice"
     )
     assert (skipped.status, skipped.reason, skipped.started_by) == (
         "skipped",
         "occurrence_skipped",
         "alice",
     )
-    again = await service.skip_occurrence(schedule.id, (T0 + 2 * MINUTE).isoformat(), None)
+    again = await service.skip_occurrence(schedule_id, (T0 + 2 * MINUTE).isoformat(), None)
     assert again.id == skipped.id  # idempotent
+    first = (T0 + MINUTE).isoformat()
+    await service.skip_occurrence(schedule_id, first, None)
+    assert await service.unskip_occurrence(schedule_id, first, None) is True
+    assert await service.unskip_occurrence(schedule_id, first, None) is False  # nothing left
 
     # A lease longer than the test's minutes, so no claim takes an earlier one's runs over.
     engine = SqlRunStore(db, owner="timeline", lease_seconds=3600, data_dir=tmp_path)
@@ -255,25 +177,13 @@ async def test_a_skipped_occurrence_never_runs_and_the_next_one_does(
     for k in (1, 2, 3):
         claimed += (await engine.claim_due_jobs(T0 + k * MINUTE + S)).runs
     assert [run.due_at for run in claimed] == [T0 + MINUTE, T0 + 3 * MINUTE]
-    statuses = {r.due_at: (r.status, r.reason) for r in await timeline(db, schedule.id)}
+    statuses = {r.due_at: (r.status, r.reason) for r in await timeline(db, schedule_id)}
     assert statuses[T0 + 2 * MINUTE] == ("skipped", "occurrence_skipped")
 
 
-async def test_unskip_puts_the_occurrence_back(db: Database, tmp_path: Path) -> None:
-    clock_now = [T0 + 10 * S]
-    service, schedule = await make_minutely(db, clock_now)
-    due = (T0 + MINUTE).isoformat()
-    await service.skip_occurrence(schedule.id, due, None)
-    assert await service.unskip_occurrence(schedule.id, due, None) is True
-    assert await service.unskip_occurrence(schedule.id, due, None) is False  # nothing left
-
-    claim = await ledger(db, tmp_path).claim_due_jobs(T0 + MINUTE + S)
-    assert [run.due_at for run in claim.runs] == [T0 + MINUTE]
-
-
 async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_path: Path) -> None:
-    clock_now = [T0 + 10 * S]
-    service, schedule = await make_minutely(db, clock_now)
+    clock = Clock(T0 + 10 * S)
+    service, schedule_id = await minutely(db, clock)
     for value, says in [
         ((T0 + MINUTE + 30 * S).isoformat(), "not a due time of this schedule"),
         (T0.isoformat(), "has passed"),
@@ -282,23 +192,16 @@ async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_p
         ((T0 + MINUTE + 30 * S).replace(tzinfo=None).isoformat(), ":30, read in UTC, is not a"),
         ("tomorrow", "ISO 8601"),
     ]:
-        try:
-            await service.skip_occurrence(schedule.id, value, None)
-        except InvalidSchedule as exc:
-            assert exc.field == "due_at" and says in exc.message, (value, exc.message)
-        else:
-            raise AssertionError(f"{value} was accepted")
+        with pytest.raises(InvalidSchedule) as refused:
+            await service.skip_occurrence(schedule_id, value, None)
+        assert refused.value.field == "due_at" and says in refused.value.message, value
 
     # A due time that already has a run of its own cannot be skipped.
-    clock_now[0] = T0 + MINUTE + S
+    clock.now = T0 + MINUTE + S
     await ledger(db, tmp_path).claim_due_jobs(T0 + MINUTE + S)
-    clock_now[0] = T0 + 50 * S  # (the claim ran a little ahead of this clock)
-    try:
-        await service.skip_occurrence(schedule.id, (T0 + MINUTE).isoformat(), None)
-    except Conflict as exc:
-        assert "already has a pending run" in exc.message
-    else:
-        raise AssertionError("skipped a due time that has a run")
+    clock.now = T0 + 50 * S  # (the claim ran a little ahead of this clock)
+    with pytest.raises(Conflict, match="already has a pending run"):
+        await service.skip_occurrence(schedule_id, (T0 + MINUTE).isoformat(), None)
 
 
 async def test_skip_and_unskip_through_the_api(client: httpx.AsyncClient) -> None:
@@ -312,23 +215,34 @@ async def test_skip_and_unskip_through_the_api(client: httpx.AsyncClient) -> Non
     preview = await client.post(
         "/api/v1/schedules/preview", json={"trigger": body["trigger"], "count": 2}
     )
-    first, second = preview.json()["next"]
+    second = preview.json()["next"][1]  # "2026-12-02T09:00:00+08:00"
     url = f"/api/v1/schedules/{schedule['id']}"
 
-    skipped = await client.post(f"{url}/skip", json={"due_at": second})
+    # A time without an offset, as a person writes it, is read in the schedule's zone.
+    wall = second.removesuffix("+08:00")
+    skipped = await client.post(f"{url}/skip", json={"due_at": wall})
     assert skipped.status_code == 200, skipped.text
-    assert skipped.json()["reason"] == "occurrence_skipped"
-    assert skipped.json()["started_by"] == "local"
+    row = skipped.json()
+    assert datetime.fromisoformat(row["due_at"]) == datetime.fromisoformat(second)
+    assert (row["status"], row["reason"], row["started_by"]) == (
+        "skipped",
+        "occurrence_skipped",
+        "local",
+    )
+    assert (row["covers"], row["covers_until"]) == (1, row["due_at"])
+    assert row["started_at"] is None and row["attempt"] == 0
     runs = (await client.get(f"{url}/runs")).json()["items"]
-    assert [run["due_at"] for run in runs] == [skipped.json()["due_at"]]
+    assert runs == [row]
 
-    wrong = await client.post(f"{url}/skip", json={"due_at": "2030-01-01T09:30:00+08:00"})
-    assert wrong.status_code == 422
-    assert wrong.json()["error"]["field"] == "due_at"
-    missing = await client.post(f"{url}/skip", json={})
-    assert missing.status_code == 422 and missing.json()["error"]["field"] == "due_at"
+    # 09:30 is not a due time, and 09:00 read as UTC would be 17:00 in Shanghai: the error
+    # says how it was read.
+    wrong = await client.post(f"{url}/skip", json={"due_at": wall.replace("09:00", "09:30")})
+    assert wrong.status_code == 422 and wrong.json()["error"]["field"] == "due_at"
+    assert "read in Asia/Shanghai" in wrong.json()["error"]["message"]
+    for bad in ({}, {"due_at": "tomorrow at nine"}):
+        garbled = await client.post(f"{url}/skip", json=bad)
+        assert garbled.status_code == 422 and garbled.json()["error"]["field"] == "due_at"
 
-    undone = await client.post(f"{url}/unskip", json={"due_at": second})
+    undone = await client.post(f"{url}/unskip", json={"due_at": wall})
     assert undone.status_code == 204
     assert (await client.get(f"{url}/runs")).json()["items"] == []
-    assert first < second

@@ -4,21 +4,16 @@ the row follow it, so a field added there cannot be dropped by an edit or left u
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import inspect as sa_inspect
 
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.specs import NULLABLE, SETTINGS, ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage.models import Schedule
 from agentcron.web.api.schemas import ScheduleOut
 
 
-def test_update_public_shape_and_row_have_every_settable_field() -> None:
-    assert tuple(ScheduleUpdate.model_fields) == SETTINGS
-    assert set(SETTINGS) <= set(ScheduleOut.model_fields)
-    assert set(SETTINGS) <= {column.key for column in sa_inspect(Schedule).columns}
-
-
 def test_update_fields_keep_the_bounds_and_checks_of_create() -> None:
+    # That the public shape and the row hold each of them:
+    # tests/integration/test_edit_keeps_fields.py::test_the_loaded_schedules_cover_every_field.
+    assert tuple(ScheduleUpdate.model_fields) == SETTINGS
     for name, field in ScheduleCreate.model_fields.items():
         patched = ScheduleUpdate.model_fields[name]
         assert patched.default is None and patched.description == field.description, name

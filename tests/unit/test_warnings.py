@@ -104,26 +104,39 @@ def test_a_schedule_can_meet_both_and_only_dates_it_matches_count() -> None:
     assert [item["code"] for item in both] == ["dst_gap", "dst_repeat"]
     # Only on Mondays: the clocks change on Sundays, so nothing to say.
     assert codes(CronTrigger("30 1,2 * * 1", NY)) == []
+    # Days 1, 8, 15, 22 and 29 of March and November that are Sundays (AND: the day of month
+    # starts with *), which include 2026-03-08 and 2026-11-01: everything, in order.
+    trigger = CronTrigger("*/30 1,2 */7 3,11 0", NY)
+    assert codes(trigger, overlap="skip", timeout=3600) == [
+        "dst_gap",
+        "dst_repeat",
+        "overlap_skips",
+        "rare_day",
+    ]
 
 
 @pytest.mark.parametrize(
-    "trigger",
+    ("trigger", "timeout"),
     [
-        CronTrigger("30 9 * * *", NY),  # never near a change
-        CronTrigger("30 2 * * *"),  # UTC has no DST
-        CronTrigger("30 2 * * *", "Asia/Shanghai"),
-        CronTrigger("*/15 * * * *", NY),  # every hour of the day: an hour less is expected
-        CronTrigger("@hourly", NY),
-        CronTrigger("0 0 1 * *"),
-        CronTrigger("@yearly"),
-        CronTrigger("0 0 29-31 * *"),  # skips February 3 years in 4, but fires 35 days a year
-        CronTrigger("0 0 13 * 5"),  # OR: every Friday too
-        IntervalTrigger(60, NOW),
-        OneShotTrigger(NOW + timedelta(days=1)),
+        (CronTrigger("30 9 * * *", NY), 60),  # never near a change
+        (CronTrigger("30 2 * * *"), 60),  # UTC has no DST
+        (CronTrigger("30 2 * * *", "Asia/Shanghai"), 60),
+        (CronTrigger("*/15 * * * *", NY), 60),  # every hour of the day: an hour less is expected
+        (CronTrigger("@hourly", NY), 60),
+        (CronTrigger("0 0 1 * *"), 60),
+        (CronTrigger("@yearly"), 60),
+        (CronTrigger("0 0 29-31 * *"), 60),  # skips February 3 years in 4, but fires 35 days a year
+        (CronTrigger("0 0 13 * 5"), 60),  # OR: every Friday too
+        # A timeout within the spacing of the due times, even under skip.
+        (IntervalTrigger(60, NOW), 60),  # as long as the interval: not longer
+        (CronTrigger("0 9,10 * * *"), 3600),
+        (CronTrigger("0 9 * * 1-5", "Asia/Shanghai"), 3600),
+        (OneShotTrigger(NOW + timedelta(days=1)), 86_400),
     ],
 )
-def test_nothing_to_say(trigger: Trigger) -> None:
-    assert warn(trigger) == []
+def test_nothing_to_say(trigger: Trigger, timeout: int) -> None:
+    for overlap in ("allow", "skip"):
+        assert warn(trigger, overlap=overlap, timeout=timeout) == []
 
 
 @pytest.mark.parametrize(
@@ -145,19 +158,6 @@ def test_timeout_longer_than_the_spacing_under_skip(
     # Only under skip: the other overlap policies do not drop due times.
     for overlap in ("allow", "buffer_one", "cancel_other"):
         assert warn(trigger, overlap=overlap, timeout=timeout) == []
-
-
-@pytest.mark.parametrize(
-    ("trigger", "timeout"),
-    [
-        (IntervalTrigger(60, NOW), 60),  # as long as the interval: not longer
-        (CronTrigger("0 9,10 * * *"), 3600),
-        (CronTrigger("0 9 * * 1-5", "Asia/Shanghai"), 3600),
-        (OneShotTrigger(NOW + timedelta(days=1)), 86_400),
-    ],
-)
-def test_timeout_within_the_spacing_says_nothing(trigger: Trigger, timeout: int) -> None:
-    assert warn(trigger, overlap="skip", timeout=timeout) == []
 
 
 @pytest.mark.parametrize(
@@ -197,18 +197,6 @@ def test_timeout_within_the_spacing_says_nothing(trigger: Trigger, timeout: int)
 def test_rare_days(cron: str, message: str) -> None:
     assert warn(CronTrigger(cron)) == [
         {"code": "rare_day", "message": message, "field": "trigger.cron"}
-    ]
-
-
-def test_all_at_once_in_order() -> None:
-    # Days 1, 8, 15, 22 and 29 of March and November that are Sundays (AND: the day of month
-    # starts with *), which include 2026-03-08 and 2026-11-01.
-    trigger = CronTrigger("*/30 1,2 */7 3,11 0", NY)
-    assert codes(trigger, overlap="skip", timeout=3600) == [
-        "dst_gap",
-        "dst_repeat",
-        "overlap_skips",
-        "rare_day",
     ]
 
 
