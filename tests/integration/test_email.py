@@ -4,8 +4,8 @@ Each test starts its own aiosmtpd ``Controller`` on 127.0.0.1 and a free port (p
 implicit TLS, with or without AUTH) whose handler keeps every message and every RCPT it saw,
 and can answer scripted replies (550, 451) per recipient. TLS uses a server certificate from a
 throw-away CA (``trustme``), made once per session and trusted through the URL's ``ca_file``.
-Nothing of ours is mocked: the notifier speaks SMTP, ``deliver_run`` records the attempts, and
-one case goes through the whole engine.
+Nothing of ours is mocked: the notifier speaks SMTP and ``deliver_run`` records the attempts
+(the engine hands every channel to ``deliver_run`` alike: tests/integration/test_engine.py).
 """
 
 from __future__ import annotations
@@ -17,23 +17,21 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
-from sqlalchemy import select
 
 from agentcron.core.errors import RunPermanentError
-from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.notify import validate_channels
 from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.notify.delivery import deliver_run, delivery_body
@@ -41,16 +39,14 @@ from agentcron.core.notify.email.notifier import EmailNotifier
 from agentcron.core.notify.email.transport import EmailDeferred
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import register_runner_type
-from agentcron.core.runners.fake import FakeRunnerType, succeed
+from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Delivery, Run
-from agentcron.web.engine.loop import SchedulerLoop
+from agentcron.core.storage.models import Run
+from tests.integration.engine_kit import deliveries_of
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
-
-T = TypeVar("T")
 
 ENV = "AGENTCRON_TEST_SMTP_URL"
 SENDER = "agentcron@example.org"
@@ -60,10 +56,6 @@ USER = "mailer@example.org"
 PASSWORD = "s3cr:et@p%ss/word"  # needs percent-encoding in a URL
 OUTPUT = 'Headlines:\n<script>alert("x")</script> & more'
 FAST = RetryPolicy(max_attempts=3, base=0.01, cap=0.05)
-
-# Deliveries do not touch SQL of their own; the delivery rows are covered on both databases by
-# the engine tests, so the cases that need rows use SQLite alone (the end-to-end case uses both).
-sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
 
 # -- a real SMTP server -------------------------------------------------------------------
@@ -281,22 +273,6 @@ async def persisted_run(db: Database, tmp_path: Path, notify: list[dict[str, Any
     return run
 
 
-async def deliveries_of(db: Database, run_id: uuid.UUID) -> list[Delivery]:
-    async with db.session(write=False) as session:
-        query = select(Delivery).where(Delivery.run_id == run_id).order_by(Delivery.index)
-        return list((await session.execute(query)).scalars())
-
-
-async def wait_for(predicate: Callable[[], Awaitable[T | None]], within: float = 10.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not reached within {within} s (last: {value!r})"
-        await asyncio.sleep(0.05)
-
-
 # -- the message --------------------------------------------------------------------------
 
 
@@ -335,52 +311,31 @@ async def test_plain_smtp_delivers_text_and_html_with_a_stable_message_id(
         "Schedule:    morning <digest>",
     ):
         assert line in text
+    assert "Result:" not in text and "Result" not in page  # a run without a result
     assert "<script>" not in page and "<digest>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; more" in page
     assert "morning &lt;digest&gt;" in page and str(req.body["run"]["id"]) in page
 
 
-async def test_a_failed_run_shows_its_error_and_no_output(
+async def test_a_failed_run_shows_its_error_and_its_result_but_no_output(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = start_server()
     monkeypatch.setenv(ENV, server.url("smtp"))
-    await EmailNotifier().deliver(request(output=None, status="failed"))
+    await EmailNotifier().deliver(
+        request(output=None, status="failed", result={"session_id": "<s-81>"})
+    )
 
     mail = server.mailbox.messages[0].message
     assert mail["Subject"] == "[agentcron] morning <digest>: failed"
     text, page = parts(mail)
     assert "Error:       exit 3: <boom>" in text and "(no output)" in text
     assert "exit 3: &lt;boom&gt;" in page and "(no output)" in page
-
-
-async def test_a_runs_result_is_a_row_of_its_own_when_it_has_one(
-    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server()
-    monkeypatch.setenv(ENV, server.url("smtp"))
-    await EmailNotifier().deliver(request(output="", result={"session_id": "<s-81>"}))
-    await EmailNotifier().deliver(request())
-    with_result, without = (parts(mail.message) for mail in server.mailbox.messages)
-    text, page = with_result
-    assert 'Result:      {"session_id": "<s-81>"}' in text and "(no output)" in text
+    assert 'Result:      {"session_id": "<s-81>"}' in text
     assert "{&quot;session_id&quot;: &quot;&lt;s-81&gt;&quot;}" in page
-    assert "Result:" not in without[0] and "Result" not in without[1]
 
 
 # -- TLS and AUTH -------------------------------------------------------------------------
-
-
-async def test_starttls_with_a_private_ca(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server(tls_context=certificate.server_context(), require_starttls=True)
-    monkeypatch.setenv(ENV, server.url("smtp+starttls", query=f"ca_file={certificate.ca_file}"))
-    await EmailNotifier().deliver(request())
-
-    [received] = server.mailbox.messages
-    assert received.tls and received.rcpt_tos == [ALICE]
-    assert OUTPUT in parts(received.message)[0]
 
 
 async def test_plain_smtp_is_never_upgraded(
@@ -413,16 +368,6 @@ async def test_starttls_required_but_not_offered_is_permanent(
     assert server.mailbox.rcpt == []  # nothing went out in clear
 
 
-async def test_implicit_tls(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server(ssl_context=certificate.server_context())
-    monkeypatch.setenv(ENV, server.url("smtps", query=f"ca_file={certificate.ca_file}&timeout=5"))
-    await EmailNotifier().deliver(request())
-    [received] = server.mailbox.messages
-    assert received.rcpt_tos == [ALICE] and OUTPUT in parts(received.message)[0]
-
-
 def auth_server(start_server: StartServer, certificate: Certificate) -> Server:
     return start_server(
         tls_context=certificate.server_context(),
@@ -436,7 +381,7 @@ def credentials(user: str, password: str) -> str:
     return f"{quote(user, safe='')}:{quote(password, safe='')}@"
 
 
-async def test_auth_over_starttls_with_percent_encoded_credentials(
+async def test_starttls_with_a_private_ca_and_percent_encoded_credentials(
     start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = auth_server(start_server, certificate)
@@ -446,7 +391,8 @@ async def test_auth_over_starttls_with_percent_encoded_credentials(
     )
     await EmailNotifier().deliver(request())
     [received] = server.mailbox.messages
-    assert (received.login, received.tls) == (USER, True)
+    assert (received.login, received.tls, received.rcpt_tos) == (USER, True, [ALICE])
+    assert OUTPUT in parts(received.message)[0]
 
 
 async def test_a_wrong_password_is_permanent_and_never_shown(
@@ -557,6 +503,9 @@ async def test_the_connection_goes_to_the_address_judged(start_server: StartServ
     await notifier.deliver(stored_url_request(url, allow_private=True))
     [received] = server.mailbox.messages
     assert received.rcpt_tos == [ALICE]
+    unset = dataclasses.replace(stored_url_request(url, allow_private=True), secrets={})
+    with pytest.raises(RunPermanentError, match="secret 'smtp'"):
+        await notifier.deliver(unset)
 
 
 async def test_a_pinned_tls_connection_still_checks_the_name(
@@ -570,9 +519,10 @@ async def test_a_pinned_tls_connection_still_checks_the_name(
     monkeypatch.setenv(ENV, f"smtps://mail.example.test:{server.port}?{query}")
     with pytest.raises(RunPermanentError, match="TLS certificate of mail.example.test:.* not"):
         await notifier.deliver(request())
-    monkeypatch.setenv(ENV, f"smtps://localhost:{server.port}?{query}")  # in the certificate
+    monkeypatch.setenv(ENV, f"smtps://localhost:{server.port}?{query}&timeout=5")  # certified
     await notifier.deliver(request())
-    assert len(server.mailbox.messages) == 1
+    [received] = server.mailbox.messages
+    assert received.rcpt_tos == [ALICE] and OUTPUT in parts(received.message)[0]
 
 
 @pytest.mark.parametrize("banner", BANNERS.values(), ids=BANNERS.keys())
@@ -641,154 +591,62 @@ async def test_a_silent_server_times_out_as_transient(monkeypatch: pytest.Monkey
 
 # -- through deliver_run: attempts recorded -----------------------------------------------
 
+NO_SUCH_USER = "550 5.1.1 no such user"
+PARTLY = "1 of 2 recipients accepted"
+RCPT_REPLIES = [
+    # (recipients, scripted RCPT replies, status, attempts, how the error starts and what it
+    # says, the recipients of each message the server accepted)
+    ([ALICE], {ALICE: [NO_SUCH_USER] * 3}, "failed", 1, ("", ALICE, NO_SUCH_USER), []),
+    ([ALICE], {ALICE: ["451 4.7.1 greylisted", "451 4.3.0 busy"]}, "delivered", 3, None, [[ALICE]]),
+    ([ALICE], {ALICE: ["451 4.3.0 busy"] * 5}, "failed", 3, ("EmailDeferred: ", "451"), []),
+    # Alice gets it once; the retry goes to the deferred recipient only.
+    ([ALICE, BOB], {BOB: ["452 4.2.2 mailbox full"]}, "delivered", 2, None, [[ALICE], [BOB]]),
+    ([ALICE, BOB], {BOB: [NO_SUCH_USER]}, "failed", 1, (PARTLY, BOB, NO_SUCH_USER), [[ALICE]]),
+]
 
-@sqlite_only
-async def test_a_refused_recipient_fails_after_one_attempt(
-    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+
+# Deliveries write no SQL of their own: the delivery rows are the contract suite's, on every store.
+@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize(
+    ("to", "replies", "status", "attempts", "error", "accepted"),
+    RCPT_REPLIES,
+    ids=[
+        "refused",
+        "deferred-then-accepted",
+        "deferred-past-attempts",
+        "partly-deferred",
+        "partly-refused",
+    ],
+)
+async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_delivery(
+    db: Database,
+    tmp_path: Path,
+    start_server: StartServer,
+    monkeypatch: pytest.MonkeyPatch,
+    to: list[str],
+    replies: dict[str, list[str]],
+    status: str,
+    attempts: int,
+    error: tuple[str, ...] | None,
+    accepted: list[list[str]],
 ) -> None:
     server = start_server()
-    server.mailbox.answer(ALICE, *["550 5.1.1 <alice@example.org>: no such user"] * 3)
+    for address, script in replies.items():
+        server.mailbox.answer(address, *script)
     monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, tmp_path, [channel(ALICE)])
+    run = await persisted_run(db, tmp_path, [channel(*to)])
 
     await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
 
     [row] = await deliveries_of(db, run.id)
-    assert (row.channel, row.status, row.attempts) == ("email", "failed", 1)
-    assert row.target == f"mailto:{ALICE}"
-    assert row.error is not None and "550 5.1.1" in row.error and ALICE in row.error
-    assert server.mailbox.rcpt == [ALICE] and server.mailbox.messages == []
-
-
-@sqlite_only
-async def test_a_451_is_retried_until_accepted(
-    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server()
-    server.mailbox.answer(ALICE, "451 4.7.1 greylisted, try again", "451 4.3.0 busy")
-    monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, tmp_path, [channel(ALICE)])
-
-    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
-
-    [row] = await deliveries_of(db, run.id)
-    assert (row.status, row.attempts, row.error) == ("delivered", 3, None)
-    assert server.mailbox.rcpt == [ALICE] * 3
-    [received] = server.mailbox.messages
-    assert received.message["Message-ID"] == f"<agentcron.{run.id}.0@example.org>"
-
-
-@sqlite_only
-async def test_a_451_beyond_the_attempts_fails_transiently(
-    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server()
-    server.mailbox.answer(ALICE, *["451 4.3.0 mailbox busy"] * 5)
-    monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, tmp_path, [channel(ALICE)])
-
-    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
-
-    [row] = await deliveries_of(db, run.id)
-    assert (row.status, row.attempts) == ("failed", 3)
-    assert row.error is not None and row.error.startswith("EmailDeferred: ") and "451" in row.error
-    assert server.mailbox.messages == []
-
-
-@sqlite_only
-async def test_a_partly_deferred_mail_is_retried_to_the_deferred_recipient_only(
-    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server()
-    server.mailbox.answer(BOB, "452 4.2.2 mailbox full")
-    monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, tmp_path, [channel(ALICE, BOB)])
-
-    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
-
-    [row] = await deliveries_of(db, run.id)
-    assert (row.status, row.attempts) == ("delivered", 2)
-    first, second = server.mailbox.messages
-    assert (first.rcpt_tos, second.rcpt_tos) == ([ALICE], [BOB])  # Alice gets it once
-    assert first.message["Message-ID"] == second.message["Message-ID"]
-    assert second.message["To"] == f"{ALICE}, {BOB}"
-
-
-@sqlite_only
-async def test_a_partly_refused_mail_fails_without_a_retry(
-    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server()
-    server.mailbox.answer(BOB, "550 5.1.1 no such user")
-    monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, tmp_path, [channel(ALICE, BOB)])
-
-    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
-
-    [row] = await deliveries_of(db, run.id)
-    assert (row.status, row.attempts) == ("failed", 1)
-    assert row.error is not None and row.error.startswith("1 of 2 recipients accepted")
-    assert BOB in row.error and "550 5.1.1" in row.error
-    [received] = server.mailbox.messages
-    assert received.rcpt_tos == [ALICE]
-
-
-@sqlite_only
-async def test_an_unreachable_server_is_retried_and_recorded(
-    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(ENV, f"smtp://127.0.0.1:{free_port()}")
-    run = await persisted_run(db, tmp_path, [channel(ALICE)])
-
-    await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
-
-    [row] = await deliveries_of(db, run.id)
-    assert (row.status, row.attempts) == ("failed", 3)
-    assert row.error is not None and "cannot reach" in row.error
-
-
-# -- through the engine -------------------------------------------------------------------
-
-
-async def test_the_engine_mails_a_finished_run_once(
-    db: Database, tmp_path: Path, start_server: StartServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server()
-    monkeypatch.setenv(ENV, server.url())
-    fake = FakeRunnerType()
-    register_runner_type(fake)
-    fake.script("digest", [succeed(OUTPUT)])
-    ledger = SqlRunStore(db, owner="engine-mail", lease_seconds=2.0, data_dir=tmp_path / "data")
-    loop = SchedulerLoop(ledger, tick_seconds=0.2, drain_timeout=2.0)
-    ledger.on_change = loop.wake
-    spec = ScheduleCreate(
-        name="morning digest",
-        prompt="summarise",
-        trigger={"every_seconds": 3600},
-        runner=fake.config("digest"),
-        notify=[{"type": "email", "to": [ALICE], "smtp_url_env": ENV, "from": SENDER}],
-    )
-    loop.start()
-    try:
-        schedule = await ScheduleService(db, on_change=loop.wake).create(spec, "local")
-        queued = await RunService(db, clock=ledger.clock).run_now(schedule.id, None)
-
-        async def delivered() -> list[Delivery] | None:
-            rows = await deliveries_of(db, queued.id)
-            return rows if rows and rows[0].status != "pending" else None
-
-        [row] = await wait_for(delivered)
-    finally:
-        await loop.stop()
-
-    assert (row.channel, row.status, row.attempts, row.error) == ("email", "delivered", 1, None)
-    async with db.session(write=False) as session:
-        run = await session.get(Run, queued.id)
-    assert run is not None and run.status == "succeeded"
-    [received] = server.mailbox.messages
-    assert received.rcpt_tos == [ALICE]
-    assert received.message["Subject"] == "[agentcron] morning digest: succeeded"
-    assert received.message["Message-ID"] == f"<agentcron.{queued.id}.0@example.org>"
-    text, page = parts(received.message)
-    assert OUTPUT in text and str(queued.id) in text
-    assert "&lt;script&gt;" in page and "<script>" not in page
+    assert (row.channel, row.target) == ("email", "mailto:" + ",".join(to))
+    assert (row.status, row.attempts) == (status, attempts)
+    if error is None:
+        assert row.error is None
+    else:
+        assert row.error is not None and row.error.startswith(error[0]), row.error
+        assert all(word in row.error for word in error[1:]), row.error
+    assert [received.rcpt_tos for received in server.mailbox.messages] == accepted
+    for received in server.mailbox.messages:  # every attempt sends the same message
+        assert received.message["Message-ID"] == f"<agentcron.{run.id}.0@example.org>"
+        assert received.message["To"] == ", ".join(to)
