@@ -23,18 +23,13 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP as SMTPServer
-from aiosmtpd.smtp import Envelope, Session
 from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import select, update
 
 from agentcron.core.config import Settings
-from agentcron.core.errors import RunPermanentError, StartupError
-from agentcron.core.notify.base import DeliveryRequest
-from agentcron.core.notify.email.notifier import EmailNotifier
+from agentcron.core.errors import StartupError
 from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
 from agentcron.core.secrets.resolution import load, resolve
 from agentcron.core.secrets.store import list_secrets, put_secret, reencrypt_all
@@ -45,7 +40,6 @@ from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion
 from tests.conftest import app_client, issue_key
 from tests.integration.test_edit_keeps_fields import _AppTransport
-from tests.integration.test_email import free_port
 from tests.integration.test_webhook import Receiver, new_secret
 from tests.network import SSH_BANNER, listening
 
@@ -230,11 +224,10 @@ async def test_replace_keeps_created_at_and_delete_is_404_after(client: httpx.As
 @pytest.mark.parametrize(
     ("name", "body", "status", "field"),
     [
+        # Which names and values are refused is tests/unit/test_secrets.py's table; here, that
+        # the API names the field, and a NUL never reaches PostgreSQL.
         ("-dash", {"value": "v"}, 422, "name"),
-        ("a" * 101, {"value": "v"}, 422, "name"),
-        ("ok", {"value": ""}, 422, "value"),
         ("ok", {"value": "a\u0000b"}, 422, "value"),
-        ("ok", {"value": "x" * 65_537}, 422, "value"),
         ("ok", {"value": 5}, 422, "value"),
         ("ok", {"value": "v", "extra": 1}, 422, "extra"),
     ],
@@ -246,14 +239,6 @@ async def test_bad_input_is_refused_naming_the_field(
     assert response.status_code == status, response.text
     assert response.json()["error"]["field"] == field
     assert (await client.get(f"{API}/secrets")).json() == {"items": []}
-
-
-async def test_every_route_needs_a_key(live_app: FastAPI) -> None:
-    async with app_client(live_app, None) as http:
-        for method in ("GET", "PUT", "DELETE"):
-            path = f"{API}/secrets" if method == "GET" else f"{API}/secrets/x"
-            response = await http.request(method, path, json={"value": "v"})
-            assert response.status_code == 401, (method, response.text)
 
 
 async def test_another_owner_cannot_see_use_or_delete_a_secret(live_app: FastAPI) -> None:
@@ -414,6 +399,7 @@ async def test_replicas_storing_one_new_secret_at_once_store_one(db: Database, d
 # -- the operator's key -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])  # the app refuses, nothing stored
 async def test_without_a_key_storing_is_refused_naming_the_setting(settings: Settings) -> None:
     app = create_app(settings.model_copy(update={"secrets_key": None}))
     async with app.router.lifespan_context(app), app_client(app, await issue_key(app)) as http:
@@ -470,31 +456,6 @@ async def test_a_secret_deleted_since_fails_the_run_naming_it(engine_app: FastAP
         assert after["enabled"] is False and "agent-token" in after["paused_note"]
 
 
-async def test_a_cancelled_run_keeps_what_its_agent_printed_with_secrets_redacted(
-    engine_app: FastAPI, settings: Settings
-) -> None:
-    value = fresh_value("token")
-    async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
-        assert (await put(http, "agent-token", value)).status_code == 200
-        runner = command(
-            'echo "working with $TOKEN"; touch printed; sleep 30',
-            {"TOKEN": {"secret": "agent-token"}},
-        )
-        schedule = await created(http, schedule_body(runner))
-        queued = await run_now(http, schedule["id"])
-        printed = settings.data_dir / "tasks" / "alice" / schedule["id"] / "printed"
-        deadline = time.monotonic() + 20
-        while not printed.exists():
-            assert time.monotonic() < deadline, "the agent did not print"
-            await asyncio.sleep(0.05)
-        cancelled = await http.post(f"{API}/runs/{queued['id']}/cancel")
-        assert cancelled.status_code == 202, cancelled.text
-        run = await finished(http, queued["id"])
-    assert (run["status"], run["error"]) == ("cancelled", "cancelled on request")
-    assert run["output"] == "working with [secret:agent-token]\n"
-    assert_absent(value, run)
-
-
 async def test_openai_runner_sends_the_stored_key_and_its_echo_is_redacted(
     engine_app: FastAPI,
 ) -> None:
@@ -520,27 +481,24 @@ async def test_openai_runner_sends_the_stored_key_and_its_echo_is_redacted(
     assert_absent(value, run, task, schedule)
 
 
-async def test_a_webhook_signed_with_a_stored_secret_verifies(engine_app: FastAPI) -> None:
-    signing = new_secret()
-    receiver = Receiver(signing).start()
-    try:
+async def test_a_webhook_signed_with_a_stored_secret_verifies(
+    engine_app: FastAPI,
+    receiver: Receiver,
+    secret: str,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    notify = [
+        {"type": "webhook", "url": receiver.url(), "secret": {"secret": "hook"}},
+        {"type": "webhook", "url": receiver.url("/bad"), "secret": {"secret": "not-a-hook"}},
+    ]
+    with structlog.testing.capture_logs() as logs:
         async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
-            assert (await put(http, "hook", signing)).status_code == 200
+            assert (await put(http, "hook", secret)).status_code == 200
             assert (await put(http, "not-a-hook", fresh_value("plain"))).status_code == 200
-            notify = [
-                {"type": "webhook", "url": receiver.url(), "secret": {"secret": "hook"}},
-                {
-                    "type": "webhook",
-                    "url": receiver.url("/bad"),
-                    "secret": {"secret": "not-a-hook"},
-                },
-            ]
-            body = schedule_body(command("echo done", {}), notify=notify)
-            schedule = await created(http, body)
+            schedule = await created(http, schedule_body(command("echo done", {}), notify=notify))
             run = await finished(http, (await run_now(http, schedule["id"]))["id"], delivered=True)
             shown = (await http.get(f"{API}/schedules/{schedule['id']}")).json()
-    finally:
-        receiver.stop()
     assert [d["status"] for d in run["deliveries"]] == ["delivered", "failed"]
     (got,) = receiver.requests  # the second channel never connected
     assert got.verify_error is None and got.headers["webhook-id"] == f"{run['id']}.0"
@@ -548,50 +506,10 @@ async def test_a_webhook_signed_with_a_stored_secret_verifies(engine_app: FastAP
     assert bad["attempts"] == 1
     assert "stored secret 'not-a-hook' is not a webhook signing secret" in bad["error"]
     assert [c["secret"] for c in shown["notify"]] == [{"secret": "hook"}, {"secret": "not-a-hook"}]
-    assert_absent(signing, run, shown)
-
-
-class _Inbox:
-    """An aiosmtpd handler that keeps every message it accepts."""
-
-    def __init__(self) -> None:
-        self.messages: list[bytes] = []
-
-    async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
-        assert isinstance(envelope.content, bytes)
-        self.messages.append(envelope.content)
-        return "250 OK"
-
-
-async def test_email_reads_its_smtp_url_from_a_stored_secret(tmp_path: Path) -> None:
-    inbox = _Inbox()
-    port = free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        url = f"smtp://127.0.0.1:{port}"
-        channel = {
-            "type": "email",
-            "to": ["ops@example.org"],
-            "from": "agentcron@example.org",
-            "smtp_url_secret": "smtp",
-        }
-        body = {"type": "run.finished", "schedule": {"name": "x"}, "run": {"status": "succeeded"}}
-        # The server on loopback stands for the owner's: a stored URL reaches a private
-        # address only where the operator allows private destinations.
-        request = DeliveryRequest("run.0", channel, body, tmp_path, True, secrets={"smtp": url})
-        await EmailNotifier().deliver(request)
-        assert len(inbox.messages) == 1
-        with pytest.raises(RunPermanentError, match="secret 'smtp' does not hold a valid SMTP"):
-            await EmailNotifier().deliver(
-                DeliveryRequest(
-                    "run.1", channel, body, tmp_path, True, secrets={"smtp": "http://x"}
-                )
-            )
-        with pytest.raises(RunPermanentError, match="secret 'smtp'"):
-            await EmailNotifier().deliver(DeliveryRequest("run.2", channel, body, tmp_path, True))
-    finally:
-        controller.stop()
+    assert logs, "structlog capture saw nothing: the log check would prove nothing"
+    output = capsys.readouterr()
+    assert_absent(secret, run, shown, repr(logs), caplog.text, output.out, output.err)
+    assert_absent(secret.removeprefix("whsec_"), repr(logs), caplog.text, output.out, output.err)
 
 
 async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconnected(
@@ -635,6 +553,7 @@ async def cli(app: FastAPI, monkeypatch: pytest.MonkeyPatch, key: str, *args: st
     return await asyncio.to_thread(cli_main, [*args, "--url", ORIGIN, "--key", key])
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])  # a client of the API
 async def test_the_command_line_sets_lists_and_deletes_without_showing_values(
     live_app: FastAPI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -204,28 +204,26 @@ def test_channels_accept_references_and_show_them_as_they_are() -> None:
 # -- redaction ----------------------------------------------------------------------------------
 
 
-def test_every_occurrence_is_replaced_by_the_name() -> None:
-    text = f"key={VALUE}\nagain {VALUE}."
-    assert redact(text, {"openai": VALUE}) == "key=[secret:openai]\nagain [secret:openai]."
-    assert redact(None, {"openai": VALUE}) is None
-    assert redact("", {"openai": VALUE}) == ""
+KEPT_TAIL = VALUE[5:] + "\nrest of the output"  # a runner keeps the tail of a long output
 
 
-def test_short_values_are_not_redacted() -> None:
-    assert redact("abc abcd", {"three": "abc", "four": "abcd"}) == "abc [secret:four]"
-
-
-def test_a_value_containing_another_is_replaced_whole() -> None:
-    secrets = {"inner": "token-1234", "outer": "Bearer token-1234-xyz"}
-    assert redact("Bearer token-1234-xyz", secrets) == "[secret:outer]"
-
-
-def test_the_start_of_a_tail_cut_through_a_value_is_redacted() -> None:
-    # A runner keeps the tail of a long output: what is left of a value at its start.
-    text = VALUE[5:] + "\nrest of the output"
-    assert redact(text, {"openai": VALUE}) == "[secret:openai]\nrest of the output"
-    # Too short a fragment to mean anything is left alone.
-    assert redact(VALUE[-5:] + " more", {"openai": VALUE}) == VALUE[-5:] + " more"
+@pytest.mark.parametrize(
+    ("text", "secrets", "redacted"),
+    [
+        (f"key={VALUE}\nagain {VALUE}.", {"o": VALUE}, "key=[secret:o]\nagain [secret:o]."),
+        (None, {"o": VALUE}, None),
+        ("", {"o": VALUE}, ""),
+        ("abc abcd", {"three": "abc", "four": "abcd"}, "abc [secret:four]"),  # 3 is too short
+        ("Bearer tok-1234-xyz", {"in": "tok-1234", "out": "Bearer tok-1234-xyz"}, "[secret:out]"),
+        (KEPT_TAIL, {"o": VALUE}, "[secret:o]\nrest of the output"),  # a value cut at its start
+        (VALUE[-5:] + " more", {"o": VALUE}, VALUE[-5:] + " more"),  # too short a fragment
+    ],
+    ids=["every-occurrence", "none", "empty", "short", "longest-first", "cut-value", "fragment"],
+)
+def test_every_value_is_replaced_by_its_name(
+    text: str | None, secrets: dict[str, str], redacted: str | None
+) -> None:
+    assert redact(text, secrets) == redacted
 
 
 def test_every_string_of_a_result_is_redacted_keys_included() -> None:
@@ -241,10 +239,14 @@ def test_every_string_of_a_result_is_redacted_keys_included() -> None:
 def test_an_attempts_result_is_redacted_before_it_is_recorded() -> None:
     verdict = Verdict(Run(), "/nonexistent", 10.0, "engine", uuid.uuid4())
     verdict.outcome = RunOutcome(output=VALUE, result={"session": "s-1", "token": VALUE})
+    # What a stopped attempt keeps (a cancelled run's output), and an error quoting the value.
+    verdict.partial, verdict.error = f"working with {VALUE}", f"exit 1: {VALUE} refused"
     verdict.redact({"openai": VALUE})
     assert verdict.outcome is not None
     assert verdict.outcome.output == "[secret:openai]"
     assert verdict.outcome.result == {"session": "s-1", "token": "[secret:openai]"}
+    assert verdict.partial == "working with [secret:openai]"
+    assert verdict.error == "exit 1: [secret:openai] refused"
 
 
 # -- logs ---------------------------------------------------------------------------------------
