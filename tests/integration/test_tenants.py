@@ -1,12 +1,12 @@
-"""Tenants get only what the operator allows (``core.policy``), through the public API, on
-both databases: a tenant's own command, a runner type not listed, a service variable, a private
-model endpoint are each refused with a 422 naming the field and saying what is allowed; a
-declared agent runs with the tenant's parameters; admin keys and the local owner keep today's
-freedom, so the quickstart still works as written."""
+"""Tenants get only what the operator allows (``core.policy``), through the public API: a
+tenant's own command, a runner type not listed, a service variable, a private model endpoint
+are each refused with a 422 naming the field and saying what is allowed; a declared agent runs
+with the tenant's parameters; admin keys and the local owner keep today's freedom, so the
+quickstart still works as written. The rules are the API's, before any storage: SQLite alone,
+but for what the database stores of a tenant's record."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -25,12 +25,13 @@ from agentcron.testing.kit import SettableClock
 from agentcron.web.app import create_app
 from tests.chat_server import ChatServer
 from tests.conftest import app_client, issue_key
-from tests.integration.engine_kit import wait_for
+from tests.integration.test_secrets import created as created_schedule
+from tests.integration.test_secrets import finished, run_now
 
 AGENTS = """
 [agents.echo-topic]
 description = "Writes its topic, then echoes the prompt"
-argv = ["sh", "-c", "echo topic=$1; cat", "echo-topic", "{topic}"]
+argv = ["sh", "-c", "echo topic=$1 $FIXED; cat", "echo-topic", "{topic}"]
 env = { FIXED = "set-by-operator" }
 tenant_env = ["STYLE"]
 
@@ -40,6 +41,11 @@ pattern = "[a-z ]{1,20}"
 [agents.plain]
 argv = ["sh", "-c", "cat"]
 """
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"
 
 
 @pytest.fixture
@@ -92,6 +98,10 @@ def refused(response: httpx.Response, field: str, *words: str) -> None:
         assert word in error["message"], error["message"]
 
 
+MAIL = {"type": "email", "to": ["a@example.org"], "from": "b@example.org"}
+SHARED_KEY = {**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}
+
+
 async def test_a_tenants_own_command_is_refused_naming_what_is_allowed(
     tenant: httpx.AsyncClient,
 ) -> None:
@@ -112,17 +122,13 @@ async def test_naming_a_service_variable_is_refused(tenant: httpx.AsyncClient) -
     stolen = {**OPENAI, "api_key_env": "AGENTCRON_DATABASE_URL"}
     response = await tenant.post("/api/v1/schedules", json=schedule(stolen))
     refused(response, "runner.api_key_env", "AGENTCRON_DATABASE_URL", "SHARED_MODEL_KEY")
-    mail = {"type": "email", "to": ["a@example.org"], "from": "b@example.org"}
-    mail["smtp_url_env"] = "OPENAI_API_KEY"
-    response = await tenant.post(
-        "/api/v1/schedules",
-        json=schedule({**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}, notify=[mail]),
-    )
+    mail = {**MAIL, "smtp_url_env": "OPENAI_API_KEY"}
+    response = await tenant.post("/api/v1/schedules", json=schedule(SHARED_KEY, notify=[mail]))
     refused(response, "notify.0.smtp_url_env", "OPENAI_API_KEY")
-    allowed = {**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}
-    assert (await tenant.post("/api/v1/schedules", json=schedule(allowed))).status_code == 201
+    assert (await tenant.post("/api/v1/schedules", json=schedule(SHARED_KEY))).status_code == 201
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])  # compared with what was stored
 async def test_a_tenants_unchanged_record_put_again_moves_nothing(
     tenant_app: FastAPI, tenant: httpx.AsyncClient
 ) -> None:
@@ -130,9 +136,7 @@ async def test_a_tenants_unchanged_record_put_again_moves_nothing(
     # the record put again must still compare equal to what was stored from it.
     clock = SettableClock()
     tenant_app.state.schedules.context.clock = clock
-    mail = {"type": "email", "to": ["a@example.org"], "from": "b@example.org"}
-    runner = {**OPENAI, "api_key_env": "SHARED_MODEL_KEY"}
-    body = schedule(runner, notify=[{**mail, "smtp_url_env": "SHARED_MODEL_KEY"}])
+    body = schedule(SHARED_KEY, notify=[{**MAIL, "smtp_url_env": "SHARED_MODEL_KEY"}])
     first = await tenant.put("/api/v1/schedules/by-key/job", json=body)
     assert first.status_code == 201, first.text
     clock.jump_to(clock() + timedelta(minutes=20))
@@ -141,19 +145,11 @@ async def test_a_tenants_unchanged_record_put_again_moves_nothing(
     assert again.json() == first.json()
 
 
-@pytest.mark.parametrize(
-    "base_url",
-    [
-        "http://127.0.0.1:8080/v1",
-        "http://localhost/v1",
-        "http://169.254.169.254/",
-        "http://10.1.2.3/",
-    ],
-)
 async def test_a_private_model_endpoint_is_refused_unless_the_operator_allows_it(
-    tenant: httpx.AsyncClient, base_url: str
+    tenant: httpx.AsyncClient,
 ) -> None:
-    runner = {**OPENAI, "base_url": base_url, "api_key_env": "SHARED_MODEL_KEY"}
+    # Which endpoints are private or the operator's: tests/unit/test_tenant_endpoints.py.
+    runner = {**SHARED_KEY, "base_url": "http://169.254.169.254/"}
     refused(await tenant.post("/api/v1/schedules", json=schedule(runner)), "runner.base_url")
     local = {**runner, "base_url": "http://127.0.0.1:11434/v1"}  # AGENTCRON_TENANT_ENDPOINTS
     assert (await tenant.post("/api/v1/schedules", json=schedule(local))).status_code == 201
@@ -206,16 +202,10 @@ async def test_a_declared_agent_runs_with_the_tenants_parameters(
     tenant: httpx.AsyncClient,
 ) -> None:
     runner = {"type": "command", "agent": "echo-topic", "params": {"topic": "ai news"}}
-    created = (await tenant.post("/api/v1/schedules", json=schedule(runner))).json()
-    run = (await tenant.post(f"/api/v1/schedules/{created['id']}/run")).json()
-
-    async def finished() -> dict[str, Any] | None:
-        body: dict[str, Any] = (await tenant.get(f"/api/v1/runs/{run['id']}")).json()
-        return body if body["status"] not in ("pending", "running") else None
-
-    ended = await wait_for(finished, 15, "the agent's run")
+    created = await created_schedule(tenant, schedule(runner))
+    ended = await finished(tenant, (await run_now(tenant, created["id"]))["id"])
     assert ended["status"] == "succeeded", ended["error"]
-    assert ended["output"] == "topic=ai news\nhello from the tenant"
+    assert ended["output"] == "topic=ai news set-by-operator\nhello from the tenant"
 
 
 @pytest.mark.parametrize("who", ["admin", "local"])
@@ -265,13 +255,6 @@ def test_a_bad_agents_file_refuses_the_start(tmp_path: Path) -> None:
         ExecutionPolicy.from_settings(missing)
 
 
-def test_the_agent_command_fills_the_template(agents_file: Path) -> None:
-    agent = load_agents(agents_file)["echo-topic"]
-    params = agent.check_params({"topic": "ai"}, "runner.params")
-    assert agent.command(params) == ["sh", "-c", "echo topic=$1; cat", "echo-topic", "ai"]
-    assert json.dumps(dict(agent.env)) == '{"FIXED": "set-by-operator"}'
-
-
 async def test_a_tenants_model_host_resolving_to_a_private_address_is_refused_at_run_time(
     tenant: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,15 +273,8 @@ async def test_a_tenants_model_host_resolving_to_a_private_address_is_refused_at
         monkeypatch.setenv("SHARED_MODEL_KEY", "sk-shared")
         base_url = f"http://models.example:{port}/v1"
         runner = {**OPENAI, "base_url": base_url, "api_key_env": "SHARED_MODEL_KEY"}
-        created = await tenant.post("/api/v1/schedules", json=schedule(runner))
-        assert created.status_code == 201, created.text
-        assert created.json()["runner"]["private_endpoints"] is False  # confined, and says so
-        run = (await tenant.post(f"/api/v1/schedules/{created.json()['id']}/run")).json()
-
-        async def finished() -> dict[str, Any] | None:
-            body: dict[str, Any] = (await tenant.get(f"/api/v1/runs/{run['id']}")).json()
-            return body if body["status"] not in ("pending", "running") else None
-
-        ended = await wait_for(finished, 15, "the run")
+        created = await created_schedule(tenant, schedule(runner))
+        assert created["runner"]["private_endpoints"] is False  # confined, and says so
+        ended = await finished(tenant, (await run_now(tenant, created["id"]))["id"])
         assert ended["status"] == "failed" and "loopback" in ended["error"], ended["error"]
         assert resolved == ["models.example"] and server.requests == []

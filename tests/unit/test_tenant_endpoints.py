@@ -66,6 +66,8 @@ def judge(base_url: str) -> bool | str:
         ("http://[::1]:8080/v1", ALLOWED),
         ("http://[0:0:0:0:0:0:0:1]:8080", ALLOWED),  # the same address, spelt out
         ("http://[::1]:8081/v1", REFUSED),
+        ("http://localhost/v1", REFUSED),  # a name that is loopback whatever it resolves to
+        ("http://169.254.169.254/", REFUSED),  # cloud metadata
     ],
 )
 def test_an_endpoint_is_matched_by_scheme_host_port_and_path(
