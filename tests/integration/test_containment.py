@@ -10,11 +10,9 @@ directory.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,11 +32,11 @@ from agentcron.core.storage.models import Task
 from agentcron.core.workdirs import TaskDirectories, adopt_legacy_directory
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
+from tests.integration.test_secrets import finished, run_now
 from tests.sandbox import HOST_PYTHON
 
 API = "/api/v1"
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
-TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "skipped"}
 INSTANCE = "containment-replica"
 SERVICE_SECRETS = {
     # Names the service really reads, with values that must never reach an agent.
@@ -163,17 +161,8 @@ async def create(http: httpx.AsyncClient, argv: list[str], **fields: Any) -> str
     return schedule_id
 
 
-async def run_to_end(http: httpx.AsyncClient, schedule_id: str, within: float = 20) -> Any:
-    queued = await http.post(f"{API}/schedules/{schedule_id}/run")
-    assert queued.status_code == 202, queued.text
-    run_id = queued.json()["id"]
-    deadline = time.monotonic() + within
-    while True:
-        run = (await http.get(f"{API}/runs/{run_id}")).json()
-        if run["status"] in TERMINAL:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
-        await asyncio.sleep(0.05)
+async def run_to_end(http: httpx.AsyncClient, schedule_id: str) -> Any:
+    return await finished(http, (await run_now(http, schedule_id))["id"])
 
 
 async def workdir_of(http: httpx.AsyncClient, task_id: str) -> str:
@@ -207,11 +196,14 @@ async def test_an_agent_gets_only_the_documented_environment(
 ) -> None:
     data_dir = tmp_path / "data"
     settings = settings_for(db_url, data_dir, agent_env="AGENT_PASS_ME")
-    async with serving(settings) as app, owner(app, "alice") as alice:
-        schedule_id = await create(alice, ["sh", "-c", "env -0 > env.txt"])
-        run = await run_to_end(alice, schedule_id)
-        assert run["status"] == "succeeded", run
-        workdir = await workdir_of(alice, run["task_id"])
+    with capture_logs() as lines:
+        async with serving(settings) as app, owner(app, "alice") as alice:
+            schedule_id = await create(alice, ["sh", "-c", "env -0 > env.txt"])
+            run = await run_to_end(alice, schedule_id)
+            assert run["status"] == "succeeded", run
+            workdir = await workdir_of(alice, run["task_id"])
+    (started,) = [line for line in lines if line["event"] == "engine_started"]
+    assert started["sandbox"] == "none" and started["agent_env"] == ["AGENT_PASS_ME"]
 
     # Each owner has a root of its own: tasks/<owner>/<schedule id>.
     assert Path(workdir) == (data_dir / "tasks" / "alice" / schedule_id).resolve()
@@ -361,11 +353,12 @@ async def test_a_sandboxed_agent_reaches_only_its_own_directory(
     outside = tmp_path / "outside.txt"  # under /tmp: the sandbox's /tmp is its own tmpfs
     in_repo = REPO / f".sandbox-escape-{uuid.uuid4().hex}.txt"
     in_data = data_dir / "planted.txt"
+    planted_in_bobs = data_dir / "tasks" / "bob" / "planted-by-alice.txt"  # another owner's root
     settings = settings_for(db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap)
     try:
         async with serving(settings) as app:
             bob_dir, alice_dir, report = await probe(
-                app, data_dir, db_url, [outside, in_repo, in_data, bob_dir_guess(data_dir)]
+                app, data_dir, db_url, [outside, in_repo, in_data, planted_in_bobs]
             )
     finally:
         in_repo.unlink(missing_ok=True)
@@ -402,11 +395,6 @@ async def test_a_sandboxed_agent_reaches_only_its_own_directory(
 
 def is_dir(path: str) -> bool:
     return os.path.isdir(path)
-
-
-def bob_dir_guess(data_dir: Path) -> Path:
-    """A path in another owner's root the agent tries to create files in."""
-    return data_dir / "tasks" / "bob" / "planted-by-alice.txt"
 
 
 async def test_a_sqlite_database_in_the_data_dir_is_not_there_at_all(
@@ -468,12 +456,3 @@ async def test_the_service_refuses_to_start_when_bwrap_is_missing(
     api_only = settings.model_copy(update={"disable_scheduler": True})
     async with serving(api_only):
         pass
-
-
-@pytest.mark.parametrize("backend", ["sqlite"])
-async def test_engine_started_says_there_is_no_sandbox(db_url: str, tmp_path: Path) -> None:
-    with capture_logs() as lines:
-        async with serving(settings_for(db_url, tmp_path / "data", agent_env="HTTPS_PROXY")):
-            pass
-    (started,) = [line for line in lines if line["event"] == "engine_started"]
-    assert started["sandbox"] == "none" and started["agent_env"] == ["HTTPS_PROXY"]
