@@ -170,29 +170,7 @@ def request_for(
     )
 
 
-# -- one delivery, straight to the notifier ------------------------------------------------
-
-
-async def test_delivers_the_exact_signed_bytes_with_standard_headers(
-    receiver: Receiver, secret: str
-) -> None:
-    body = {"type": "run.finished", "schedule": {"id": "s", "name": "digest ☕"}, "run": {"a": 1}}
-    request = request_for(receiver.url(), secret, body)
-    before = int(time.time())
-    await WebhookNotifier().deliver(request)
-
-    assert receiver.connections == 1 and len(receiver.requests) == 1
-    got = receiver.requests[0]
-    assert got.verify_error is None and got.payload == body
-    assert got.path == "/hooks/agentcron"
-    assert got.body == json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    assert got.headers["webhook-id"] == request.delivery_id
-    assert before <= int(got.headers["webhook-timestamp"]) <= int(time.time())
-    assert got.headers["webhook-signature"].startswith("v1,")
-    assert got.headers["content-type"] == "application/json"
-    assert got.headers["user-agent"].startswith("agentcron")
-    assert got.headers["host"] == f"127.0.0.1:{receiver.port}"
-    assert secret not in json.dumps(got.headers)
+# -- one delivery, straight to the notifier (the bytes and headers: test_run_is_delivered_once) --
 
 
 async def test_an_ipv6_receiver_is_reached_through_its_pinned_address(secret: str) -> None:
@@ -387,11 +365,11 @@ def schedule_body(notify: list[dict[str, Any]], **fields: Any) -> dict[str, Any]
     }
 
 
-async def finished_run(db: Database, url: str, secret: str) -> Run:
+async def finished_run(db: Database, url: str, secret: str, name: str = "digest") -> Run:
     """A succeeded run of a new schedule whose one channel is the webhook ``url``."""
     service = ScheduleService(db, allow_private=True)
     notify = [{"type": "webhook", "url": url, "secret": secret}]
-    schedule = await service.create(ScheduleCreate(**schedule_body(notify)), "local")
+    schedule = await service.create(ScheduleCreate(**schedule_body(notify, name=name)), "local")
     queued = await RunService(db).run_now(schedule.id, None)
     async with db.session() as session:
         run = await session.get(Run, queued.id)
@@ -407,18 +385,28 @@ async def finished_run(db: Database, url: str, secret: str) -> Run:
 async def test_run_is_delivered_once_with_the_documented_body(
     db: Database, receiver: Receiver, secret: str, tmp_path: Path
 ) -> None:
-    run = await finished_run(db, receiver.url("/hooks/agentcron?tenant=7"), secret)
+    run = await finished_run(db, receiver.url("/hooks/agentcron?tenant=7"), secret, "digest ☕")
+    before = int(time.time())
     await deliver_run(db, run, run_view(run), tmp_path, policy=FAST, allow_private=True)
     (row,) = await deliveries_of(db, run.id)
     assert (row.status, row.attempts, row.error) == ("delivered", 1, None)
     assert row.target == receiver.url()  # the query may hold a token: not shown
 
+    assert receiver.connections == 1
     (got,) = receiver.requests
     assert got.verify_error is None and got.path == "/hooks/agentcron?tenant=7"
+    # The exact bytes signed, with the standard headers.
+    assert got.body == json.dumps(got.payload, separators=(",", ":"), ensure_ascii=False).encode()
     assert got.headers["webhook-id"] == f"{run.id}.0"
+    assert before <= int(got.headers["webhook-timestamp"]) <= int(time.time())
+    assert got.headers["webhook-signature"].startswith("v1,")
+    assert got.headers["content-type"] == "application/json"
+    assert got.headers["user-agent"].startswith("agentcron")
+    assert got.headers["host"] == f"127.0.0.1:{receiver.port}"
+    assert secret not in json.dumps(got.headers)
     body = got.payload
     assert set(body) == {"type", "schedule", "run"} and body["type"] == "run.finished"
-    assert body["schedule"] == {"id": str(run.schedule_id), "name": "digest"}
+    assert body["schedule"] == {"id": str(run.schedule_id), "name": "digest ☕"}
     assert body["run"]["id"] == str(run.id) and body["run"]["status"] == "succeeded"
     assert body["run"]["output"] == "five bullets" and body["run"]["trigger"] == "manual"
     assert "T" in body["run"]["created_at"]  # ISO 8601, as the API writes times
