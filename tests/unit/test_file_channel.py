@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,56 +73,39 @@ async def test_a_symlinked_directory_on_the_way_is_not_followed(dirs: tuple[Path
     assert list(outside.iterdir()) == []
 
 
-async def test_a_symlink_as_the_file_is_not_followed_in_append_mode(
-    dirs: tuple[Path, Path],
+@pytest.mark.parametrize(
+    ("planted", "mode", "refused"),
+    [
+        ("runs.jsonl", "append", True),  # the link is not followed
+        ("latest.json", "replace", False),  # the link itself is replaced
+        # The channel once wrote "<name>.tmp" then renamed it: an agent that linked that name to
+        # a file outside had the service overwrite it (its content replaced by the run's JSON).
+        ("latest.json.tmp", "replace", False),
+    ],
+)
+async def test_a_planted_symlink_is_never_written_through(
+    dirs: tuple[Path, Path], planted: str, mode: str, refused: bool
 ) -> None:
     workdir, outside = dirs
     victim = outside / "victim.txt"
     victim.write_text("precious\n")
-    (workdir / "runs.jsonl").symlink_to(victim)
-    with pytest.raises(RunPermanentError, match="symbolic link"):
-        await deliver(workdir, "runs.jsonl")
+    (workdir / planted).symlink_to(victim)
+    path = planted.removesuffix(".tmp")
+    if refused:
+        with pytest.raises(RunPermanentError, match="symbolic link"):
+            await deliver(workdir, path, mode)
+    else:
+        await deliver(workdir, path, mode)
+        assert not (workdir / path).is_symlink()
+        assert json.loads((workdir / path).read_text()) == BODY
     assert victim.read_text() == "precious\n"
 
 
-async def test_replace_mode_replaces_a_symlink_instead_of_writing_through_it(
-    dirs: tuple[Path, Path],
+@pytest.mark.parametrize("planted", [os.mkfifo, Path.mkdir], ids=["fifo", "directory"])
+async def test_a_fifo_or_a_directory_in_place_of_the_file_fails_permanently(
+    dirs: tuple[Path, Path], planted: Callable[[Path], None]
 ) -> None:
-    workdir, outside = dirs
-    victim = outside / "victim.txt"
-    victim.write_text("precious\n")
-    (workdir / "latest.json").symlink_to(victim)
-    await deliver(workdir, "latest.json", mode="replace")
-    assert victim.read_text() == "precious\n"
-    assert not (workdir / "latest.json").is_symlink()
-    assert json.loads((workdir / "latest.json").read_text()) == BODY
-
-
-async def test_replace_mode_does_not_write_through_a_planted_temporary_file(
-    dirs: tuple[Path, Path],
-) -> None:
-    # The channel once wrote "<name>.tmp" then renamed it: an agent that linked that name to a
-    # file outside had the service overwrite it (its content replaced by the run's JSON).
-    workdir, outside = dirs
-    victim = outside / "victim.txt"
-    victim.write_text("precious\n")
-    (workdir / "latest.json.tmp").symlink_to(victim)
-    await deliver(workdir, "latest.json", mode="replace")
-    assert victim.read_text() == "precious\n"
-    assert json.loads((workdir / "latest.json").read_text()) == BODY
-
-
-async def test_a_fifo_fails_the_delivery_instead_of_blocking_it(dirs: tuple[Path, Path]) -> None:
     workdir, _ = dirs
-    os.mkfifo(workdir / "runs.jsonl")
-    with pytest.raises(RunPermanentError):
+    planted(workdir / "runs.jsonl")
+    with pytest.raises(RunPermanentError):  # and a FIFO never blocks the delivery
         await asyncio.wait_for(deliver(workdir, "runs.jsonl"), 5)
-
-
-async def test_a_directory_in_place_of_the_file_fails_permanently(
-    dirs: tuple[Path, Path],
-) -> None:
-    workdir, _ = dirs
-    (workdir / "runs.jsonl").mkdir()
-    with pytest.raises(RunPermanentError):
-        await deliver(workdir, "runs.jsonl")
