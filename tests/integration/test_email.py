@@ -277,9 +277,9 @@ async def persisted_run(db: Database, tmp_path: Path, notify: list[dict[str, Any
 
 
 async def test_plain_smtp_delivers_text_and_html_with_a_stable_message_id(
-    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
+    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = start_server()
+    server = start_server(tls_context=certificate.server_context())  # offers STARTTLS
     monkeypatch.setenv(ENV, server.url("smtp"))
     req = request(ALICE, BOB)
     notifier = EmailNotifier()
@@ -288,6 +288,7 @@ async def test_plain_smtp_delivers_text_and_html_with_a_stable_message_id(
     await notifier.deliver(req)  # a retry after a crash: the same message again
 
     first, again = server.mailbox.messages
+    # smtp:// means plain, never upgraded: TLS is asked for by the scheme.
     assert (first.mail_from, first.rcpt_tos, first.tls) == (SENDER, [ALICE, BOB], False)
     mail = first.message
     assert mail["From"] == SENDER
@@ -336,16 +337,6 @@ async def test_a_failed_run_shows_its_error_and_its_result_but_no_output(
 
 
 # -- TLS and AUTH -------------------------------------------------------------------------
-
-
-async def test_plain_smtp_is_never_upgraded(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = start_server(tls_context=certificate.server_context())  # offers STARTTLS
-    monkeypatch.setenv(ENV, server.url("smtp"))
-    await EmailNotifier().deliver(request())
-    [received] = server.mailbox.messages
-    assert received.tls is False  # smtp:// means plain; TLS is asked for by the scheme
 
 
 async def test_starttls_refuses_an_untrusted_certificate(
