@@ -311,8 +311,8 @@ def test_an_owner_that_is_not_a_path_component_is_refused(tmp_path: Path) -> Non
 
 
 async def probe(app: FastAPI, data_dir: Path, db_url: str, writes: list[Path]) -> Any:
-    """Bob's agent keeps a note; Alice's probe reports what it can reach. Returns
-    (bob's schedule id, bob's workdir, alice's workdir, alice's run, the probe's report)."""
+    """Bob's agent keeps a note; Alice's probe reports what it can reach. Returns (bob's
+    workdir, alice's workdir, the probe's report)."""
     async with owner(app, "bob") as bob:
         bob_id = await create(bob, ["sh", "-c", "echo bob-private > notes.txt"])
         bob_run = await run_to_end(bob, bob_id)
