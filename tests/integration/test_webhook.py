@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -413,11 +413,10 @@ async def test_run_is_delivered_once_with_the_documented_body(
 
 
 @pytest.fixture
-def short_timeout() -> Iterator[None]:
-    """The registered webhook channel with a 0.5 s timeout, for this test only."""
-    register_notifier(WebhookNotifier(timeout=0.5))
+def webhook_timeout() -> Iterator[Callable[[float], None]]:
+    """Sets the registered webhook channel's timeout for this test only."""
     try:
-        yield
+        yield lambda seconds: register_notifier(WebhookNotifier(timeout=seconds))
     finally:
         register_notifier(WebhookNotifier())
 
@@ -439,7 +438,7 @@ async def test_transient_failures_are_retried_with_the_same_webhook_id(
     receiver: Receiver,
     secret: str,
     tmp_path: Path,
-    short_timeout: None,
+    webhook_timeout: Callable[[float], None],
     answers: list[int | str],
     allow_private: bool,
     status: str,
@@ -447,6 +446,8 @@ async def test_transient_failures_are_retried_with_the_same_webhook_id(
     error: str | None,
 ) -> None:
     receiver.answers = list(answers)
+    if HANG in answers:
+        webhook_timeout(0.2)
     run = await finished_run(db, receiver.url(), secret)
     with structlog.testing.capture_logs() as logs:
         await deliver_run(
