@@ -6,7 +6,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 from sqlalchemy import func, insert, select, update
 
 from agentcron.core.config import Settings
@@ -214,32 +213,6 @@ async def test_a_pass_ends_when_every_old_row_is_protected(db: Database) -> None
     assert report.deleted == 0
     assert report.examined == 150
     assert report.batches == 8
-
-
-async def test_retention_days_through_the_api(client: httpx.AsyncClient) -> None:
-    body = {
-        "name": "kept a week",
-        "prompt": "p",
-        "trigger": {"every_seconds": 60},
-        "runner": {"type": "command", "argv": ["true"]},
-        "retention_days": 7,
-    }
-    created = await client.post("/api/v1/schedules", json=body)
-    assert created.status_code == 201, created.text
-    assert created.json()["retention_days"] == 7
-    schedule_id = created.json()["id"]
-
-    cleared = await client.patch(f"/api/v1/schedules/{schedule_id}", json={"retention_days": None})
-    assert cleared.status_code == 200 and cleared.json()["retention_days"] is None
-
-    for bad in (0, -1, 36_501, "7", 1.5):
-        refused = await client.patch(
-            f"/api/v1/schedules/{schedule_id}", json={"retention_days": bad}
-        )
-        assert refused.status_code == 422, (bad, refused.text)
-        assert refused.json()["error"]["field"] == "retention_days"
-    other_null = await client.patch(f"/api/v1/schedules/{schedule_id}", json={"name": None})
-    assert other_null.status_code == 422
 
 
 async def test_the_service_loop_prunes_on_its_interval(db: Database, settings: Settings) -> None:
