@@ -204,9 +204,11 @@ async def test_pruned_runs_take_deliveries_and_orphan_tasks_not_shared_ones(db: 
 async def test_a_pass_ends_when_every_old_row_is_protected(db: Database) -> None:
     # 50 schedules whose whole (old) history is inside keep_last: nothing to delete, and the
     # cursor must still walk past them instead of re-reading the same batch forever.
-    for _ in range(50):
-        schedule_id = await add_schedule(db)
-        await add_runs(db, [run_row(schedule_id, NOW - (300 - i) * DAY) for i in range(3)])
+    schedules = [schedule_values(NOW) for _ in range(50)]
+    async with db.session() as session:
+        await session.execute(insert(Schedule), schedules)
+    ages = [NOW - (300 - i) * DAY for i in range(3)]
+    await add_runs(db, [run_row(row["id"], age) for row in schedules for age in ages])
 
     report = await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=3, batch=20))
 
