@@ -153,11 +153,16 @@ async def wait_state(pid: int, state: str, within: float) -> datetime:
     return datetime.now(UTC)
 
 
-# A command that runs 3 s of real work in steps, noting each step, so a freeze shows as a gap.
-STEPS = (
-    'echo $$ > "pid.$AGENTCRON_ATTEMPT"; '
-    "for i in 1 2 3 4 5 6; do sleep 0.5; echo $i >> steps; done; echo done"
-)
+def stepping(count: int) -> str:
+    """A command that runs ``count`` half-second steps of real work, noting each step, so a
+    freeze shows as a gap."""
+    return (
+        'echo $$ > "pid.$AGENTCRON_ATTEMPT"; '
+        f"for i in $(seq {count}); do sleep 0.5; echo $i >> steps; done; echo done"
+    )
+
+
+STEPS = stepping(6)  # 3 s
 
 
 async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_confirmed(
@@ -232,7 +237,7 @@ async def test_a_frozen_attempt_whose_lease_was_taken_over_is_killed(
     thawed."""
     engine = make_engine(start=False, lease=LEASE)
     renewal = Renewal(engine, monkeypatch, failing=True)
-    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
+    schedule = await engine.create(spec(command(stepping(120)), HOURLY, timeout_seconds=300))
     workdir = engine.workdir(schedule)
     engine.loop.start()
     queued = await engine.run_now(schedule.id)
