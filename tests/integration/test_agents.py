@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.chat_server import ChatServer, Reply
-from tests.integration.engine_kit import Engine
+from tests.integration.engine_kit import ROOMY_LEASE, Engine
 
 API = "/api/v1"
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
@@ -190,7 +190,9 @@ async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
     assert outcome.output == "reply 2: question 2"
     # ... replica A dies here: nothing recorded, its lease runs out.
 
-    survivor: Engine = make_engine("replica-b")
+    # Its own lease roomy: a renewal late on a loaded machine would rightly fence attempt 2
+    # and make it attempt 3, which is not what this test is about.
+    survivor: Engine = make_engine("replica-b", lease=ROOMY_LEASE)
     done = await finished(client, queued.id, within=15)
     assert done["status"] == "succeeded" and done["attempt"] == 2
     assert done["task_id"] == str(task.id)
