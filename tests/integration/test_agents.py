@@ -1,7 +1,7 @@
-"""The ``openai`` runner through the real API and engine, on both databases.
+"""The ``openai`` and ``python`` runners through the real API and engine, on both databases.
 
 Schedules are created and run through the HTTP API (``client``); the in-process engine
-(``engine``, sharing the test database) executes them. The runner talks to a real
+(``engine``, sharing the test database) executes them. The ``openai`` runner talks to a real
 OpenAI-compatible server on loopback (``tests.chat_server``) that records what it was sent, so
 the tests see the conversation a ``persistent`` schedule carries from run to run, and the key.
 """
@@ -9,7 +9,9 @@ the tests see the conversation a ``persistent`` schedule carries from run to run
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -88,6 +90,41 @@ async def conversation(client: httpx.AsyncClient, task_id: str) -> list[dict[str
 # -- openai: the conversation -------------------------------------------------------------
 
 
+async def test_a_persistent_schedule_carries_the_conversation(
+    client: httpx.AsyncClient, engine: Engine, llm: ChatServer
+) -> None:
+    runner = openai_runner(llm, system="Answer in one line.")
+    schedule_id = await create(client, runner, mode="persistent")
+    runs = []
+    for n in (1, 2, 3):
+        await set_prompt(client, schedule_id, f"question {n}")
+        run = await run_to_end(client, schedule_id)
+        assert run["status"] == "succeeded", run["error"]
+        assert run["output"] == f"reply {n}: question {n}"
+        runs.append(run)
+
+    system = {"role": "system", "content": "Answer in one line."}
+    pairs = [
+        [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": reply}]
+        for n, reply in ((1, "reply 1: question 1"), (2, "reply 2: question 2"))
+    ]
+    sent = [request.body["messages"] for request in llm.requests]
+    assert sent[0] == [system, {"role": "user", "content": "question 1"}]
+    assert sent[1] == [system, *pairs[0], {"role": "user", "content": "question 2"}]
+    assert sent[2] == [system, *pairs[0], *pairs[1], {"role": "user", "content": "question 3"}]
+
+    task_ids = {run["task_id"] for run in runs}
+    assert len(task_ids) == 1  # one task keeps the conversation
+    turns = await conversation(client, task_ids.pop())
+    assert len(turns) == 6
+    assert [(t["role"], t["content"]) for t in turns] == [
+        (role, f"{prefix}question {n}")
+        for n in (1, 2, 3)
+        for role, prefix in (("user", ""), ("assistant", f"reply {n}: "))
+    ]
+    assert [t["run_id"] for t in turns] == [run["id"] for run in runs for _ in (1, 2)]
+
+
 async def test_a_retried_run_adds_its_turns_once(
     client: httpx.AsyncClient, engine: Engine, llm: ChatServer
 ) -> None:
@@ -147,6 +184,41 @@ async def test_the_api_key_appears_in_no_response_and_no_log(
     assert KEY not in caplog.text
     captured = capsys.readouterr()
     assert KEY not in captured.out and KEY not in captured.err
+
+
+async def test_a_missing_key_variable_fails_the_run_naming_it(
+    client: httpx.AsyncClient, engine: Engine, llm: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KEY_ENV)
+    schedule_id = await create(client, openai_runner(llm), max_attempts=3)
+    run = await run_to_end(client, schedule_id)
+    assert run["status"] == "failed" and run["attempt"] == 1  # permanent: not retried
+    assert KEY_ENV in run["error"] and "not set" in run["error"]
+    assert llm.requests == []
+
+
+# -- python ------------------------------------------------------------------------------
+
+
+async def test_a_python_target_gone_at_run_time_pauses_the_schedule(
+    client: httpx.AsyncClient, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"agentcron_tmp_{uuid.uuid4().hex}"
+    module = tmp_path / f"{name}.py"
+    module.write_text("def run(ctx):\n    return 'here'\n")
+    importlib.invalidate_caches()
+    schedule_id = await create(client, {"type": "python", "target": f"{name}:run"})
+
+    module.unlink()  # uninstalled since the schedule was created
+    sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    run = await run_to_end(client, schedule_id)
+    assert run["status"] == "failed" and run["attempt"] == 1
+    assert f"{name}:run" in run["error"] and "unavailable" in run["error"]
+    schedule = (await client.get(f"{API}/schedules/{schedule_id}")).json()
+    assert schedule["enabled"] is False and schedule["next_run"] is None
+    assert f"{name}:run" in schedule["paused_note"]
 
 
 # -- openai: a crash between the reply and its record --------------------------------------
