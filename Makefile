@@ -22,11 +22,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# Two stamps: `make run` needs only the runtime dependencies, so a first start does not wait
-# for the test, lint and browser tools; the tasks that test, lint or measure add those. The dev
-# set includes the runtime one, so installing it stamps both.
+# Two stamps: `make run` needs agentcron with every extra (`.[all]`: the server, its dashboard
+# and command line, MCP, email, stored secrets, metrics: what the README shows the service
+# doing), not the test, lint and browser tools, so a first start does not wait for those; the
+# tasks that test, lint or measure add them. The dev set includes `agentcron[all]`, so
+# installing it stamps both.
 $(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[all]'
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
@@ -38,7 +40,7 @@ help: ## list the tasks
 
 install: $(VENV)/.installed-dev ## create .venv and install agentcron with its dev tools
 
-install-runtime: $(VENV)/.installed-runtime ## create .venv and install agentcron alone (what `make run` needs)
+install-runtime: $(VENV)/.installed-runtime ## create .venv and install agentcron with every extra, without the dev tools (what `make run` needs)
 
 run: install-runtime ## migrate the SQLite database, add the example schedule, serve on 127.0.0.1:8000 (HOST=, PORT=)
 	$(BIN)/agentcron migrate
@@ -48,7 +50,7 @@ run: install-runtime ## migrate the SQLite database, add the example schedule, s
 test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium and bubblewrap as root)
 	sh scripts/install-chromium
 	sh scripts/install-bubblewrap
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/unit tests/integration tests/e2e tests/faults tests/test_bench_smoke.py
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/unit tests/contract tests/integration tests/e2e tests/faults tests/test_bench_smoke.py
 	$(BIN)/pytest -m solo tests/e2e tests/faults tests/test_bench_smoke.py
 
 lint: install ## ruff and mypy (strict)

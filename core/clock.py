@@ -70,10 +70,10 @@ class DatabaseClock:
         it, which would widen the round trip). Raises ``SchedulerUnavailable`` when the
         database cannot be reached, leaving the skew unchanged.
         """
-        from agentcron.core.storage import queries as q
+        from agentcron.core.storage.sql.clock import database_now as now_statement
 
         async with db.connection(single=True) as connection:
             before = self.local()
-            database_now = (await connection.execute(q.database_now())).scalar_one()
+            database_now = (await connection.execute(now_statement())).scalar_one()
             after = self.local()
         return self.observe(before, database_now, after)

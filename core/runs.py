@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.clock import Clock, utcnow
@@ -16,40 +15,23 @@ from agentcron.core.errors import Conflict, NotFound
 from agentcron.core.pagination import Page, check_limit, decode_run_cursor, encode_cursor
 from agentcron.core.schedules.views import load_schedule, parse_id
 from agentcron.core.states import QUEUED_ORIGINS, TERMINAL, RunStatus
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule
+from agentcron.core.storage.sql.deliveries import deliveries_of
+from agentcron.core.storage.sql.history import (
+    history_page,
+    status_counts,
+    visible_run,
+)
+from agentcron.core.storage.sql.schedules import lock_schedule
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import promote_next, queued_run, run_payload
 from agentcron.core.transitions import apply, cancelled
 
-# The run history's order, newest first: by when a run was written; runs written at once (the
-# due times a claim writes after a restart, a backfill, a resume's catch-up share one created_at)
-# by due time, a run without one (manual, replay) counting as due when it was queued; then by
-# id, so the order is total and a cursor holding the three keys resumes exactly after its row.
-# ix_runs_schedule_created gives the first key; the rows of one created_at are sorted after.
-due_or_queued = func.coalesce(Run.due_at, Run.created_at)
-HISTORY_ORDER = (Run.created_at, due_or_queued, Run.id)
-
 
 def history_position(run: Run) -> tuple[datetime, datetime, uuid.UUID]:
-    """The keys of ``HISTORY_ORDER`` of ``run``."""
+    """The keys of ``HISTORY_ORDER`` (``core.storage.sql.history``) of ``run``."""
     return run.created_at, run.due_at or run.created_at, run.id
-
-
-def after_in_history(
-    created: datetime, due: datetime, id: uuid.UUID
-) -> tuple[ColumnElement[bool], ...]:
-    """The runs listed after the position (``created``, ``due``, ``id``), newest first. The
-    bound on created_at alone is implied by the rest; it is there for the index."""
-    return (
-        Run.created_at <= created,
-        or_(
-            Run.created_at < created,
-            and_(Run.created_at == created, due_or_queued < due),
-            and_(Run.created_at == created, due_or_queued == due, Run.id < id),
-        ),
-    )
 
 
 @dataclass
@@ -114,7 +96,7 @@ class RunService:
                 if run.origin in QUEUED_ORIGINS:
                     # Its schedule's row, as a backfill or a resume holds it while it queues
                     # runs: the next one is promoted by one of them, never by neither.
-                    await session.execute(q.lock_schedule(run.schedule_id))
+                    await session.execute(lock_schedule(run.schedule_id))
                     await promote_next(session, [run.schedule_id], now)  # woken just below
         self._changed()
         if self.on_cancel is not None:
@@ -149,18 +131,15 @@ class RunService:
         check_limit(limit)
         async with self.db.session(write=False) as session:
             schedule = await load_schedule(session, schedule_id, owner)
-            query = select(Run).where(Run.schedule_id == schedule.id)
-            if status is not None:
-                query = query.where(Run.status.in_([str(value) for value in status]))
-            if trigger is not None:
-                query = query.where(Run.trigger.in_(list(trigger)))
-            if origin is not None:
-                query = query.where(Run.origin.in_(list(origin)))
-            if not skipped:
-                query = query.where(Run.status != RunStatus.SKIPPED)
-            if cursor is not None:
-                query = query.where(*after_in_history(*decode_run_cursor(cursor)))
-            query = query.order_by(*(key.desc() for key in HISTORY_ORDER)).limit(limit + 1)
+            query = history_page(
+                schedule.id,
+                limit + 1,
+                status=status,
+                trigger=trigger,
+                origin=origin,
+                skipped=skipped,
+                after=None if cursor is None else decode_run_cursor(cursor),
+            )
             runs = list((await session.execute(query)).scalars())
             more = len(runs) > limit
             runs = runs[:limit]
@@ -171,23 +150,14 @@ class RunService:
     async def count_runs(self, schedule_id: uuid.UUID) -> dict[str, int]:
         """Runs of a schedule by status (diagnostics and tests)."""
         async with self.db.session(write=False) as session:
-            rows = await session.execute(
-                select(Run.status, func.count())
-                .where(Run.schedule_id == schedule_id)
-                .group_by(Run.status)
-            )
+            rows = await session.execute(status_counts(schedule_id))
             return {status: int(count) for status, count in rows.all()}
 
 
 async def _visible_run(
     session: AsyncSession, run_id: str | uuid.UUID, owner: str | None, *, lock: bool = False
 ) -> tuple[Run, Schedule]:
-    id = parse_id(run_id, "run")
-    query = select(Run, Schedule).join(Schedule, Run.schedule_id == Schedule.id).where(Run.id == id)
-    if owner is not None:
-        query = query.where(Schedule.owner == owner)
-    if lock:
-        query = query.with_for_update(of=Run)
+    query = visible_run(parse_id(run_id, "run"), owner, lock=lock)
     row = (await session.execute(query)).one_or_none()
     if row is None:
         raise NotFound("run", str(run_id))
@@ -199,11 +169,7 @@ async def _deliveries(
 ) -> dict[uuid.UUID, list[Delivery]]:
     if not run_ids:
         return {}
-    rows = await session.execute(
-        select(Delivery)
-        .where(Delivery.run_id.in_(run_ids))
-        .order_by(Delivery.run_id, Delivery.index)
-    )
+    rows = await session.execute(deliveries_of(run_ids))
     result: dict[uuid.UUID, list[Delivery]] = {}
     for delivery in rows.scalars():
         result.setdefault(delivery.run_id, []).append(delivery)

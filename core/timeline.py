@@ -25,11 +25,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from agentcron.core import triggers
-from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunReason, RunStatus
+from agentcron.core.states import RunReason, RunStatus
 from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.storage.sql import runs as sql
 
@@ -230,18 +229,6 @@ def queued_rows(
             }
         )
     return rows
-
-
-def queue_under_way(schedule_id: uuid.UUID) -> Any:
-    """Whether a queued run of the schedule is running, or claimable, or waiting: a new queue
-    then waits behind it instead of starting a second head."""
-    return select(
-        exists().where(
-            Run.schedule_id == schedule_id,
-            Run.origin.in_(QUEUED_ORIGINS),
-            Run.status.in_(ACTIVE),
-        )
-    )
 
 
 async def promote_next(

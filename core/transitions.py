@@ -3,9 +3,10 @@
 A transition is the columns it writes, as a function of its inputs. Given Python values it
 returns the values to store (the rows a claim inserts, the memory store's runs); given column
 expressions and bind parameters it returns what a batched statement writes
-(``core.storage.sql.runs``). Every writer (the claim, an admission, a record, a release, a
-take-over, a promotion, a cancel) writes what one of these functions says, so no two paths can
-drift apart. docs/design.md lists each transition with its writer.
+(``core.storage.sql``: ``runs``, ``leases``, ``schedules``). Every writer (the claim, an
+admission, a record, a release, a take-over, a promotion, a cancel) writes what one of these
+functions says, so no two paths can drift apart. docs/design.md lists each transition with
+its writer.
 """
 
 from __future__ import annotations

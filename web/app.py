@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from agentcron.core.config import Settings, get_settings
+from agentcron.core.extras import have, missing
 from agentcron.core.logging import configure_logging, get_logger
 from agentcron.web.api import health, runs, schedules, secrets, tasks
-from agentcron.web.api.errors import install_error_handlers
-from agentcron.web.dashboard import install as install_dashboard
+from agentcron.web.api.errors import extra_missing_response, install_error_handlers
 from agentcron.web.engine.heap import settle_heap
 from agentcron.web.host import Engine
-from agentcron.web.mcp.endpoint import install as install_mcp
 
 log = get_logger(__name__)
 
@@ -41,7 +43,7 @@ def create_app(settings: Settings | None = None, *, settle: bool = False) -> Fas
             app.state.runs = engine.runs
             app.state.loop = engine.loop
             app.state.clock_watch = engine.watch
-            async with mcp.running():
+            async with mcp_running():
                 if settle:
                     settle_heap()
                 yield
@@ -60,9 +62,35 @@ def create_app(settings: Settings | None = None, *, settle: bool = False) -> Fas
     app.include_router(runs.schedule_runs)
     app.include_router(tasks.router)
     app.include_router(secrets.router)
-    install_dashboard(app)
-    mcp = install_mcp(app)
+    # The parts of the service whose extra may be missing: each one missing is said at start,
+    # in one line naming the extra, and its URL answers 501 with the same line.
+    if have("server"):
+        from agentcron.web.dashboard import install as install_dashboard
+
+        install_dashboard(app)
+    else:
+        _absent(app, "/", "server", "the dashboard")
+    mcp_running: Callable[[], AbstractAsyncContextManager[None]] = nullcontext
+    if have("mcp"):
+        from agentcron.web.mcp.endpoint import install as install_mcp
+
+        mcp_running = install_mcp(app).running
+    else:
+        _absent(app, "/mcp", "mcp", "the MCP endpoint (/mcp)", methods=["POST"])
+    if not have("metrics"):
+        log.warning("extra_missing", reason=missing("metrics", health.METRICS_FEATURE))
     return app
+
+
+def _absent(
+    app: FastAPI, path: str, extra: str, feature: str, methods: list[str] | None = None
+) -> None:
+    log.warning("extra_missing", reason=missing(extra, feature))
+
+    async def answer(request: Request) -> Response:
+        return extra_missing_response(extra, feature)
+
+    app.router.routes.append(Route(path, answer, methods=methods))
 
 
 def app_from_env() -> FastAPI:

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, true
+from sqlalchemy import ColumnElement
 
 from agentcron.core.notify.delivery import applicable_channels
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
+from agentcron.core.storage.sql import deliveries as delivery_sql
+from agentcron.core.storage.sql.schedules import schedule_owners
+from agentcron.core.storage.sql.tasks import task_workdirs
 from agentcron.core.transitions import Values, apply, delivering
 
 if TYPE_CHECKING:
@@ -55,11 +57,13 @@ class SqlDeliveries:
         until, ids = self.until(now), list(run_ids)
         async with self.db.connection() as connection:
             for first in range(0, len(ids), 1000):
-                await connection.execute(q.renew_deliveries(ids[first : first + 1000], until))
+                await connection.execute(
+                    delivery_sql.renew_deliveries(ids[first : first + 1000], until)
+                )
 
     async def end(self, run_ids: Sequence[uuid.UUID]) -> None:
         async with self.db.connection(single=True) as connection:
-            await connection.execute(q.end_deliveries(list(run_ids)))
+            await connection.execute(delivery_sql.end_deliveries(list(run_ids)))
 
     async def take_over(
         self, now: datetime, limit: int, dead: Collection[str] = (), predecessors: bool = False
@@ -69,9 +73,10 @@ class SqlDeliveries:
         SQLite every run left by anyone, on PostgreSQL those under this very id."""
         adopt: ColumnElement[bool] | None = None
         if predecessors:
-            adopt = Run.deliverer == self.owner if self.db.capabilities.multi_process else true()
+            multi_process = self.db.capabilities.multi_process
+            adopt = delivery_sql.predecessor_deliveries(self.owner, multi_process)
         async with self.db.session() as session:
-            statement = q.take_over_deliveries(
+            statement = delivery_sql.take_over_deliveries(
                 now, self.owner, self.until(now), limit, sorted(dead), adopt, schema=self.db.schema
             )
             runs = list((await session.execute(statement)).scalars())
@@ -79,14 +84,13 @@ class SqlDeliveries:
             workdirs: dict[uuid.UUID | None, str] = {}
             if task_ids:
                 workdirs.update(
-                    (row.id, row.workdir)
-                    for row in await session.execute(q.task_workdirs(task_ids))
+                    (row.id, row.workdir) for row in await session.execute(task_workdirs(task_ids))
                 )
             orphans = {run.schedule_id for run in runs if run.task_id not in workdirs}
             owners: dict[uuid.UUID, str] = {}
             if orphans:
                 owners.update(
-                    (row.id, row.owner) for row in await session.execute(q.schedule_owners(orphans))
+                    (row.id, row.owner) for row in await session.execute(schedule_owners(orphans))
                 )
         return [
             (

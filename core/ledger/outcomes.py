@@ -73,7 +73,7 @@ class FollowUp:
     failures: int
 
     def row(self, schedule_id: uuid.UUID) -> dict[str, Any]:
-        """The schedule's row of ``core.storage.sql.runs.FOLLOW_UP``."""
+        """The schedule's row of ``core.storage.sql.schedules.FOLLOW_UP``."""
         return {
             "id": schedule_id,
             "status": self.values["status"],

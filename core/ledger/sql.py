@@ -1,10 +1,10 @@
 """The run store on SQL (SQLite or PostgreSQL): ``RunStore``'s contract over the database.
 
 One path for every run: a run alone and a run in a batch go through the same statements
-(``core.storage.sql.runs``), on both databases. An admission is decided by
-``core.admission``, a claim planned by ``core.planning``, and every value written is one of
-``core.transitions``: this class only reads what they need under the right locks and writes
-what they say.
+(``core.storage.sql``: ``runs``, ``leases``, ``schedules``, ``tasks``), on both databases. An
+admission is decided by ``core.admission``, a claim planned by ``core.planning``, and every
+value written is one of ``core.transitions``: this class only reads what they need under the
+right locks and writes what they say.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from agentcron.core.ledger.store import (
 from agentcron.core.ledger.tasks import SqlTasks
 from agentcron.core.planning import ClaimPlan, plan_claim
 from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunStatus
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, built
+from agentcron.core.storage.sql import leases as lease_sql
 from agentcron.core.storage.sql import runs as sql
+from agentcron.core.storage.sql import schedules as schedule_sql
+from agentcron.core.storage.sql import wakeups as wakeup_sql
 from agentcron.core.storage.sql.rows import IDS, rows_params, split
 from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import promote_next
@@ -128,7 +130,7 @@ class SqlRunStore:
     # -- waking and claiming ----------------------------------------------------------------
 
     async def next_wakeup(self, liveness: bool = False) -> Wakeup:
-        statement = q.next_wakeup(self.owner if liveness else None, self.db.schema)
+        statement = wakeup_sql.next_wakeup(self.owner if liveness else None, self.db.schema)
         async with self.db.session(write=False) as session:
             row = (await session.execute(statement)).one()
         *work, deliveries = row[:4]
@@ -149,7 +151,9 @@ class SqlRunStore:
     ) -> Claim:
         until = self._until(now)
         async with self.db.session() as session:
-            schedules = list((await session.execute(q.due_schedules(now, limit))).scalars())
+            schedules = list(
+                (await session.execute(schedule_sql.due_schedules(now, limit))).scalars()
+            )
             plan = ClaimPlan()
             for first in range(0, len(schedules), PLAN_EVERY):
                 if first:
@@ -179,15 +183,15 @@ class SqlRunStore:
             if room > 0:
                 adopt = None
                 if predecessors:
-                    adopt = (
-                        Run.lease_owner == self.owner
-                        if self.db.capabilities.multi_process
-                        else Run.lease_owner.is_not(None)
+                    adopt = lease_sql.predecessor_runs(
+                        self.owner, self.db.capabilities.multi_process
                     )
-                statement = q.claimable_runs(now, room, sorted(dead), adopt, schema=self.db.schema)
+                statement = lease_sql.claimable_runs(
+                    now, room, sorted(dead), adopt, schema=self.db.schema
+                )
                 found = (await session.execute(statement)).all()
                 if found:
-                    taken = sql.take_runs([row.id for row in found], self.owner, until)
+                    taken = lease_sql.take_runs([row.id for row in found], self.owner, until)
                     claimed.extend((await session.execute(taken)).scalars())
                     # A run that had another replica's lease: this is a takeover.
                     recovered = sum(
@@ -222,8 +226,8 @@ class SqlRunStore:
         if tasks:
             await self.tasks.insert(connection, tasks)
         if plan.advances:
-            params = self._rows(sql.ADVANCE, "a", plan.advances)
-            await connection.execute(sql.advance_schedules(self._dialect), params)
+            params = self._rows(schedule_sql.ADVANCE, "a", plan.advances)
+            await connection.execute(schedule_sql.advance_schedules(self._dialect), params)
         return inserted
 
     # -- admitting ----------------------------------------------------------------------------
@@ -238,7 +242,7 @@ class SqlRunStore:
             locked = await connection.execute(sql.lock_admittable(self._dialect), params)
             held = [Held.of(row, by_id[row.id]) for row in locked]
             schedule_ids = sorted({row.schedule_id for row in held})
-            locking = sql.lock_schedules(self._dialect)
+            locking = schedule_sql.lock_schedules(self._dialect)
             found = (await connection.execute(locking, self._ids("j", schedule_ids))).all()
             schedules = {row.id: row for row in found}
             going = await self._going(connection, held, schedules)
@@ -286,7 +290,7 @@ class SqlRunStore:
             if waits:
                 await connection.execute(sql.SET_REASON, waits)
             if stops:
-                await connection.execute(q.ask_to_stop(sorted(set(stops))))
+                await connection.execute(sql.ask_to_stop(sorted(set(stops))))
             promoted = await promote_next(connection, promote, now)
         if promoted:
             self._changed()
@@ -374,10 +378,12 @@ class SqlRunStore:
         if not follow:
             return queued
         params = {
-            **self._rows(sql.FOLLOW_UP, "f", [f.row(id) for id, f in sorted(follow.items())]),
+            **self._rows(
+                schedule_sql.FOLLOW_UP, "f", [f.row(id) for id, f in sorted(follow.items())]
+            ),
             "b_now": now,
         }
-        rows = await connection.execute(sql.follow_schedules(self._dialect), params)
+        rows = await connection.execute(schedule_sql.follow_schedules(self._dialect), params)
         paused_any = False
         for schedule_id, streak, limit, enabled in rows:
             followed = follow[schedule_id]
@@ -391,7 +397,9 @@ class SqlRunStore:
                 apply_held(run, run_values)
                 await connection.execute(sql.update_run(run.id, run_values))
             if note is not None:
-                await connection.execute(sql.update_schedule(schedule_id, paused(now, note)))
+                await connection.execute(
+                    schedule_sql.update_schedule(schedule_id, paused(now, note))
+                )
                 paused_any = True
         if paused_any:
             await announce_change(self.db, connection)
@@ -405,7 +413,7 @@ class SqlRunStore:
         now = self.clock()
         statuses = ACTIVE if started else (RunStatus.PENDING.value,)
         async with self.db.connection() as connection:
-            statement = sql.release(self.owner, sorted(run_ids), statuses, released(now))
+            statement = lease_sql.release(self.owner, sorted(run_ids), statuses, released(now))
             released_runs = await connection.execute(statement)
             if started:
                 held = [(task, run) for run, task in released_runs if task is not None]
@@ -417,14 +425,14 @@ class SqlRunStore:
         until = self._until(now)
         async with self.db.connection() as connection:
             if run_ids is None:
-                rows = list(await connection.execute(q.renew_leases(self.owner, until)))
+                rows = list(await connection.execute(lease_sql.renew_leases(self.owner, until)))
             else:
-                # Sorted across the chunks too, not only within each (``q.renew_leases``):
+                # Sorted across the chunks too, not only within each (``lease_sql.renew_leases``):
                 # chunks in a random order would lock rows out of id order, and deadlock with
                 # a batched write locking the same rows in order.
                 ids, rows = sorted(run_ids), []
                 for first in range(0, len(ids), 1000):
-                    batch = q.renew_leases(self.owner, until, ids[first : first + 1000])
+                    batch = lease_sql.renew_leases(self.owner, until, ids[first : first + 1000])
                     rows.extend(await connection.execute(batch))
         return {row[0]: bool(row[1]) for row in rows}
 

@@ -21,6 +21,8 @@ from agentcron.core.planning import new_task
 from agentcron.core.states import RunStatus
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.sql import runs as sql
+from agentcron.core.storage.sql import schedules as schedule_sql
+from agentcron.core.storage.sql import tasks as task_sql
 from agentcron.core.storage.sql.rows import IDS, rows_params
 from agentcron.core.transitions import Values
 from agentcron.core.workdirs import TaskDirectories
@@ -64,7 +66,7 @@ class SqlTasks:
         busy: set[uuid.UUID] = set()
         if shared:
             ids = self._ids("k", sorted(set(shared.values())))
-            locked = await connection.execute(sql.lock_tasks(self.dialect), ids)
+            locked = await connection.execute(task_sql.lock_tasks(self.dialect), ids)
             found = {task.id: task for task in locked}
             holders = sorted({task.lock_run_id for task in found.values()} - {None})
             if holders:
@@ -99,9 +101,9 @@ class SqlTasks:
         if made:
             await self.insert(connection, made)
         if binds:
-            await connection.execute(sql.BIND_TASK, binds)
+            await connection.execute(schedule_sql.BIND_TASK, binds)
         if locks:
-            await connection.execute(sql.TAKE_TASK_LOCK, locks)
+            await connection.execute(task_sql.TAKE_TASK_LOCK, locks)
         return tasks
 
     async def after_record(
@@ -121,19 +123,19 @@ class SqlTasks:
         for outcome, value, task_id in persistent:
             if not outcome.turns or value["status"] != RunStatus.SUCCEEDED:
                 continue
-            held = await connection.scalar(sql.conversation(task_id))
+            held = await connection.scalar(task_sql.conversation(task_id))
             if held is None or any(turn.get("run_id") == str(outcome.run.id) for turn in held):
                 continue
             turns = [{**turn, "run_id": str(outcome.run.id)} for turn in outcome.turns]
             values = {"conversation": [*held, *turns], "updated_at": now}
-            await connection.execute(sql.update_task(task_id, values))
+            await connection.execute(task_sql.update_task(task_id, values))
 
     async def insert(self, connection: AsyncConnection, tasks: Sequence[Mapping[str, Any]]) -> None:
         """Insert fresh tasks (``planning.new_task``'s rows), made at one instant."""
         first = tasks[0]
-        shared = {key: first[key] for key in sql.TASK_SHARED}
-        params = rows_params(sql.NEW_TASK, "t", tasks, self.db.engine.dialect, shared)
-        await connection.execute(sql.insert_tasks(self.dialect), params)
+        shared = {key: first[key] for key in task_sql.TASK_SHARED}
+        params = rows_params(task_sql.NEW_TASK, "t", tasks, self.db.engine.dialect, shared)
+        await connection.execute(task_sql.insert_tasks(self.dialect), params)
 
     async def free(
         self,
@@ -144,4 +146,4 @@ class SqlTasks:
         """Each (task, run): the task gives up its run lock if the run holds it."""
         frees = [{"b_id": task, "b_run": run, "b_now": now} for task, run in sorted(held)]
         if frees:
-            await connection.execute(sql.FREE_TASK_LOCK, frees)
+            await connection.execute(task_sql.FREE_TASK_LOCK, frees)

@@ -27,8 +27,7 @@ from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.secrets.redaction import redact
-from agentcron.core.secrets.references import referenced_secrets
-from agentcron.core.secrets.resolution import Resolution, load
+from agentcron.core.secrets.resolution import Resolution, load, referenced_secrets
 from agentcron.core.states import RunReason
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule

@@ -35,7 +35,8 @@ from agentcron.core.notify.ssrf import (
     resolve,
     vet,
 )
-from agentcron.core.secrets.references import check_reference, reference_name
+from agentcron.core.secrets.references import check_reference
+from agentcron.core.secrets.resolution import reference_name
 
 # A channel's own keys, besides the "type" and "notify_on" every channel has.
 FIELDS = frozenset({"url", "secret"})

@@ -16,7 +16,7 @@ from agentcron.core.errors import InvalidSchedule
 from agentcron.core.plugins import load_entry_points
 from agentcron.core.runners.base import Runner, RunnerType
 from agentcron.core.runners.command.config import CommandRunnerType
-from agentcron.core.runners.handler import HandlerRunnerType
+from agentcron.core.runners.handler import Handler, HandlerRunner, HandlerRunnerType
 from agentcron.core.runners.openai.config import OpenAIRunnerType
 from agentcron.core.runners.python import PythonRunnerType
 
@@ -61,8 +61,11 @@ def validate_runner(config: Mapping[str, Any]) -> dict[str, Any]:
     return runner_type(kind).validate(config)
 
 
-def build_runner(config: Mapping[str, Any]) -> Runner:
-    """A runner instance for a stored (already validated) configuration."""
+def build_runner(config: Mapping[str, Any], handler: Handler | None = None) -> Runner:
+    """A runner instance for a stored (already validated) configuration; a ``handler`` run's
+    calls ``handler``, the engine's own callable (a host's, not a registered type)."""
+    if config.get("type") == HandlerRunnerType.name:
+        return HandlerRunner(handler)
     return runner_type(str(config["type"])).build(config)
 
 

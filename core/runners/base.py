@@ -10,10 +10,14 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.containment import Containment
+
+if TYPE_CHECKING:
+    from agentcron.core.ledger.store import TaskRef
+    from agentcron.core.storage.models import Run
 
 RESULT_LIMIT = 16_384  # bytes of JSON: what the host needs to find its own work (a session id)
 
@@ -177,6 +181,46 @@ class RunRequest:
     # one): as many as the engine's concurrency, so every slot can block at once. None outside
     # an engine: the event loop's default executor, which has a handful of threads.
     threads: Executor | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(
+        cls,
+        run: Run,
+        task: TaskRef,
+        *,
+        timeout: float,
+        secrets: Mapping[str, str],
+        instance_id: str,
+        containment: Containment,
+        threads: Executor | None = None,
+    ) -> RunRequest:
+        """The attempt of ``run`` in ``task`` as its runner sees it, from what the run saved
+        (``run.payload``). Its task directory exists once this returns, the data directory
+        above it included: every runner is handed it to keep files in between runs (an
+        ``OSError`` making it is the attempt's transient failure)."""
+        payload = run.payload
+        workdir = Path(task.workdir)
+        # Here, not in each runner: a handler or python target is handed the path (no process
+        # is started in it), so only a directory made for it is one it can write to at once.
+        workdir.mkdir(parents=True, exist_ok=True)
+        return cls(
+            run_id=run.id,
+            schedule_id=run.schedule_id,
+            task_id=task.id,
+            attempt=run.attempt,
+            trigger=run.trigger,
+            due_at=run.due_at,
+            prompt=str(payload["prompt"]),
+            workdir=workdir,
+            timeout_seconds=timeout,
+            history=list(task.conversation) if payload.get("mode") == "persistent" else [],
+            secrets=secrets,
+            instance_id=instance_id,
+            containment=containment,
+            payload=payload,
+            replay_of=run.replay_of,
+            threads=threads,
+        )
 
 
 @dataclass(frozen=True)

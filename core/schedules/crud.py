@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
@@ -32,11 +31,9 @@ from agentcron.core.specs import (
     reject_nul,
     reject_oversized,
 )
-from agentcron.core.states import RunReason
-from agentcron.core.storage import queries as q
-from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.models import Schedule
+from agentcron.core.storage.sql.runs import end_deleted_pending
 from agentcron.core.storage.sql.schedules import schedules_page
-from agentcron.core.transitions import cancelled
 from agentcron.core.triggers.kinds import Trigger
 
 # Fields whose change makes an update recompute the schedule's warnings, and its next_run.
@@ -281,7 +278,7 @@ class ScheduleCrud:
         The row is kept (marked deleted) so its runs stay readable by run id. Pending runs
         end ``cancelled`` now, or at their admission if one is under way this instant; a
         running run is asked to stop by its next lease renewal. The deletion holds the
-        schedule's row, so it never waits for a run's (``queries.unheld_pending``).
+        schedule's row, so it never waits for a run's (``sql.runs.end_deleted_pending``).
         """
         async with self.context.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner, lock=True)
@@ -296,8 +293,4 @@ class ScheduleCrud:
         schedule.enabled = False
         schedule.next_run = None
         schedule.updated_at = now
-        await session.execute(
-            update(Run)
-            .where(q.unheld_pending(schedule.id))
-            .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
-        )
+        await session.execute(end_deleted_pending(schedule.id, now))

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
@@ -22,10 +21,10 @@ from agentcron.core.specs import (
     BackfillRequest,
     reject_nul,
 )
-from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import queries as q
+from agentcron.core.states import RunReason
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.sql.timeline import insert_runs, summaries_across
 from agentcron.core.timeline import (
     Gap,
     find_gap,
@@ -226,14 +225,7 @@ async def trim_summaries(
     """Keep gap summary rows true around a backfilled range: one that began before ``start``
     now ends before it, and what a trimmed or replaced summary covered after ``end`` gets rows
     of its own (bounded like any gap)."""
-    before = await session.scalars(
-        select(Run).where(
-            Run.schedule_id == schedule.id,
-            Run.due_at < start,
-            Run.covers_until >= start,
-            Run.status == RunStatus.SKIPPED,
-        )
-    )
+    before = await session.scalars(summaries_across(schedule.id, start))
     tails: list[tuple[Run, datetime]] = []  # a summary row, and the last due time it covered
     for run in before:
         if run.covers_until is not None:
@@ -247,7 +239,7 @@ async def trim_summaries(
             rest = find_gap(trigger, end, until + timedelta(microseconds=1))
             if rest:
                 rows = gap_rows(schedule, rest, run.reason, run.created_at, run.payload)
-                await session.execute(q.insert_runs(db.capabilities.dialect), rows)
+                await session.execute(insert_runs(db.capabilities.dialect), rows)
 
 
 def parse_instant(value: str, field: str, *, min_year: int = 1) -> datetime:

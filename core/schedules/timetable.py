@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
@@ -31,10 +30,16 @@ from agentcron.core.schedules.plans import (
 from agentcron.core.schedules.views import load_schedule
 from agentcron.core.specs import BackfillRequest
 from agentcron.core.states import RunReason, RunStatus
-from agentcron.core.storage import queries as q
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from agentcron.core.timeline import Gap, gap_rows, queue_under_way, queued_rows
+from agentcron.core.storage.sql.runs import queue_under_way
+from agentcron.core.storage.sql.timeline import (
+    delete_skipped_occurrence,
+    insert_runs,
+    run_due_at,
+    runs_due_between,
+)
+from agentcron.core.timeline import Gap, gap_rows, queued_rows
 from agentcron.core.transitions import apply, paused
 
 
@@ -58,11 +63,11 @@ async def _write_resume(
     dialect = db.capabilities.dialect
     if plan.skipped:
         rows = gap_rows(schedule, plan.skipped, RunReason.PAUSED, now)
-        await session.execute(q.insert_runs(dialect), rows)
+        await session.execute(insert_runs(dialect), rows)
     if plan.run:
         busy = bool(await session.scalar(queue_under_way(schedule.id)))
         rows = queued_rows(schedule, plan.run, "catchup", now, by=by, head_free=not busy)
-        await session.execute(q.insert_runs(dialect), rows)
+        await session.execute(insert_runs(dialect), rows)
 
 
 class TimetableVerbs:
@@ -149,11 +154,7 @@ class TimetableVerbs:
             due_times = due_times_between(trigger, start, end)
             existing = {
                 run.due_at: run
-                for run in await session.scalars(
-                    select(Run).where(
-                        Run.schedule_id == schedule.id, Run.due_at >= start, Run.due_at < end
-                    )
-                )
+                for run in await session.scalars(runs_due_between(schedule.id, start, end))
             }
             redo = [
                 run
@@ -183,7 +184,7 @@ class TimetableVerbs:
                 one_at_a_time=spec.overlap == "buffer_all",
                 head_free=not busy,
             )
-            await session.execute(q.insert_runs(self.context.db.capabilities.dialect), rows)
+            await session.execute(insert_runs(self.context.db.capabilities.dialect), rows)
             await self.context.announce(session)
         self.context.changed()
         return plan
@@ -200,10 +201,8 @@ class TimetableVerbs:
             due = upcoming_due_time(schedule, due_at, now)
             row = gap_rows(schedule, Gap([due]), RunReason.OCCURRENCE_SKIPPED, now)[0]
             row["started_by"] = by
-            await session.execute(q.insert_runs(self.context.db.capabilities.dialect), [row])
-            run = await session.scalar(
-                select(Run).where(Run.schedule_id == schedule.id, Run.due_at == due)
-            )
+            await session.execute(insert_runs(self.context.db.capabilities.dialect), [row])
+            run = await session.scalar(run_due_at(schedule.id, due))
             assert run is not None
             if (run.status, run.reason) != (RunStatus.SKIPPED, RunReason.OCCURRENCE_SKIPPED):
                 raise Conflict(f"the due time {due.isoformat()} already has a {run.status} run")
@@ -218,13 +217,6 @@ class TimetableVerbs:
         async with self.context.db.session() as session:
             schedule = await load_schedule(session, schedule_id, owner)
             due = upcoming_due_time(schedule, due_at, now)
-            result = await session.execute(
-                delete(Run).where(
-                    Run.schedule_id == schedule.id,
-                    Run.due_at == due,
-                    Run.status == RunStatus.SKIPPED,
-                    Run.reason == RunReason.OCCURRENCE_SKIPPED,
-                )
-            )
+            result = await session.execute(delete_skipped_occurrence(schedule.id, due))
             undone = bool(getattr(result, "rowcount", 0))
         return undone

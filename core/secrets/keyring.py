@@ -9,11 +9,19 @@ encrypting under the first key, decrypting under any, rotating to the first, and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from pydantic import SecretStr
 
 from agentcron.core.errors import RunPermanentError, StartupError
+from agentcron.core.extras import require
+
+if TYPE_CHECKING:
+    from cryptography.fernet import MultiFernet
+
+# Stored secrets are the secrets extra's (cryptography): imported in the functions that use
+# it, after ``require``, so an install without it starts (and says so when a key is set).
+_FEATURE = "stored secrets (AGENTCRON_SECRETS_KEY)"
 
 KEY_SETTING = "AGENTCRON_SECRETS_KEY"
 KEY_HINT = "make one with `agentcron secrets-key`"
@@ -27,6 +35,9 @@ class SecretUnreadable(RunPermanentError):
 
 def generate_key() -> str:
     """A fresh random key for ``AGENTCRON_SECRETS_KEY``."""
+    require("secrets", _FEATURE)
+    from cryptography.fernet import Fernet
+
     return Fernet.generate_key().decode("ascii")
 
 
@@ -40,7 +51,10 @@ class Keyring:
     def __init__(self, keys: Sequence[str]) -> None:
         if not keys:
             raise ValueError("a keyring needs at least one key")
-        self._fernet = MultiFernet([Fernet(key.encode("ascii")) for key in keys])
+        require("secrets", _FEATURE)
+        from cryptography.fernet import Fernet, MultiFernet
+
+        self._fernet: MultiFernet = MultiFernet([Fernet(key.encode("ascii")) for key in keys])
         self.size = len(keys)
 
     def __repr__(self) -> str:
@@ -50,7 +64,8 @@ class Keyring:
     def from_setting(cls, setting: SecretStr | str | None) -> Keyring | None:
         """The keyring of ``AGENTCRON_SECRETS_KEY``; None when it is unset or blank.
 
-        Raises ``StartupError`` saying which key of the list is malformed, never quoting it.
+        Raises ``StartupError`` saying which key of the list is malformed, never quoting it,
+        or that the secrets extra is missing (``ExtraMissing``) when a key is set without it.
         """
         text = setting.get_secret_value() if isinstance(setting, SecretStr) else setting
         if text is None or not text.strip():
@@ -58,6 +73,9 @@ class Keyring:
         keys = [part.strip() for part in text.split(",") if part.strip()]
         if not keys:
             raise StartupError(f"{KEY_SETTING} lists no key ({KEY_HINT})")
+        require("secrets", _FEATURE)
+        from cryptography.fernet import Fernet
+
         for position, key in enumerate(keys, start=1):
             try:
                 Fernet(key.encode("ascii"))
@@ -78,6 +96,8 @@ class Keyring:
     def decrypt(self, owner: str, name: str, token: str) -> str:
         """The value of ``token`` if it was made for ``owner``'s secret ``name`` under one of
         the keys; ``SecretUnreadable`` otherwise (wrong key, altered or moved row)."""
+        from cryptography.fernet import InvalidToken
+
         try:
             plain = self._fernet.decrypt(token.encode("ascii"))
         except (InvalidToken, UnicodeEncodeError):
@@ -89,6 +109,8 @@ class Keyring:
 
     def rotate(self, token: str) -> str:
         """``token`` re-encrypted under the first key (same owner, name and value)."""
+        from cryptography.fernet import InvalidToken
+
         try:
             return self._fernet.rotate(token.encode("ascii")).decode("ascii")
         except (InvalidToken, UnicodeEncodeError):

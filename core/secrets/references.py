@@ -1,9 +1,9 @@
 """Secret names, values and references: what may be stored, and where a configuration refers
 to a stored secret.
 
-It owns the rules for a name and a value, the reference ``{"secret": NAME}`` and the top-level
-``NAME_KEYS`` of a runner or channel, finding every reference in a configuration, and refusing
-a configuration that refers to a secret its owner has not stored. Nothing here reads a value.
+It owns the rules for a name, a value and a reference ``{"secret": NAME}``, and refuses a
+configuration that refers to a secret its owner has not stored (finding the references is
+``core.secrets.resolution``'s, as reading them at run time is). Nothing here reads a value.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core.errors import InvalidSchedule
+from agentcron.core.secrets.resolution import reference_name, secret_references
 from agentcron.core.storage.sql.secrets import stored_names
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
 _NAME = re.compile(NAME_PATTERN)
 MAX_VALUE_BYTES = 65_536
-# Top-level keys of a runner or channel whose string value names a secret. Everywhere else a
-# reference is a value ``{"secret": NAME}``.
-NAME_KEYS = frozenset({"api_key_secret", "smtp_url_secret"})
 
 
 def check_name(name: object, field: str = "name") -> str:
@@ -49,63 +47,12 @@ def check_value(value: object, field: str = "value") -> str:
     return value
 
 
-def reference_name(value: object) -> str | None:
-    """The name in a reference ``{"secret": NAME}`` (exactly that one key, a string), else
-    None. The name is not checked here: ``check_reference`` does."""
-    if isinstance(value, Mapping) and len(value) == 1:
-        name = value.get("secret")
-        if isinstance(name, str):
-            return name
-    return None
-
-
 def check_reference(value: object, field: str) -> dict[str, str]:
     """The normalised reference ``{"secret": NAME}`` or ``InvalidSchedule`` naming ``field``."""
     name = reference_name(value)
     if name is None:
         raise InvalidSchedule('a secret reference is {"secret": "NAME"}', field=field)
     return {"secret": check_name(name, field)}
-
-
-def secret_references(
-    runner: Mapping[str, Any] | None, notify: Sequence[Any] | None
-) -> list[tuple[str, str]]:
-    """Every reference in a runner and its notify channels, as ``(field, name)`` in config
-    order: ``{"secret": NAME}`` values anywhere, and the top-level ``NAME_KEYS``. Either
-    argument may be None (not given)."""
-    found: list[tuple[str, str]] = []
-    if runner is not None:
-        _walk_config(runner, "runner", found)
-    for index, channel in enumerate(notify or ()):
-        _walk_config(channel, f"notify.{index}", found)
-    return found
-
-
-def referenced_secrets(runner: Mapping[str, Any] | None, notify: Sequence[Any] | None) -> set[str]:
-    """The names of the secrets a runner and its notify channels refer to."""
-    return {name for _, name in secret_references(runner, notify)}
-
-
-def _walk_config(config: object, field: str, found: list[tuple[str, str]]) -> None:
-    if not isinstance(config, Mapping):
-        return
-    for key, value in config.items():
-        if key in NAME_KEYS and isinstance(value, str):
-            found.append((f"{field}.{key}", value))
-        else:
-            _walk(value, f"{field}.{key}", found)
-
-
-def _walk(value: object, field: str, found: list[tuple[str, str]]) -> None:
-    name = reference_name(value)
-    if name is not None:
-        found.append((field, name))
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _walk(item, f"{field}.{key}", found)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _walk(item, f"{field}.{index}", found)
 
 
 async def check_references(

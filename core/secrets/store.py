@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import Conflict, NotFound
+from agentcron.core.extras import have, missing
 from agentcron.core.logging import get_logger
 from agentcron.core.secrets.keyring import KEY_HINT, KEY_SETTING, Keyring
 from agentcron.core.secrets.references import check_name, check_value
@@ -32,6 +33,8 @@ log = get_logger(__name__)
 
 def _disabled() -> Conflict:
     # A Conflict (409), not a 503: retrying does not help until the operator sets the key.
+    if not have("secrets"):  # the key could not be set either: say what to install first
+        return Conflict(f"secrets cannot be stored: {missing('secrets', 'storing a secret')}")
     return Conflict(
         f"secrets cannot be stored: the service has no {KEY_SETTING} (the operator sets it; "
         f"{KEY_HINT})"

@@ -7,7 +7,7 @@ the server ends the session and releases every lock it held. So each engine take
 ``pg_advisory_lock(hashtextextended('agentcron:' || owner, 0))`` (``'agentcron@<schema>:'``
 with ``AGENTCRON_DATABASE_SCHEMA``) on one dedicated connection (outside the pool: a pooled
 connection is handed back and forth, the lock must stay put), and the loop's one idle
-statement (``queries.next_wakeup``) also reports the owners of active runs whose lock nobody
+statement (``sql.wakeups.next_wakeup``) also reports the owners of active runs whose lock nobody
 holds. ``Suspects`` turns two such sightings at least ``CONFIRM_SECONDS`` apart into "dead";
 the next claim takes that owner's runs over, checking again in the claim statement that its
 lock is still free.
@@ -31,8 +31,8 @@ from sqlalchemy.pool import NullPool
 
 from agentcron.core.config import Settings
 from agentcron.core.logging import get_logger
-from agentcron.core.storage import liveness_sql as q
 from agentcron.core.storage.database import Database
+from agentcron.core.storage.sql import liveness as q
 
 log = get_logger(__name__)
 

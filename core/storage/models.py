@@ -18,6 +18,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     Uuid,
@@ -259,6 +260,12 @@ class Secret(Base):
     # One secret per (owner, name); its index also serves every lookup, which is by both.
     __table_args__ = (UniqueConstraint("owner", "name"),)
 
+
+# The tables of the models, for the statements written on tables rather than on models
+# (``core.storage.sql``: the batched writes of the run ledger).
+RUNS: Table = Run.__table__  # type: ignore[assignment]  # declarative tables are Tables
+SCHEDULES: Table = Schedule.__table__  # type: ignore[assignment]
+TASKS: Table = Task.__table__  # type: ignore[assignment]
 
 M = TypeVar("M", bound=Base)
 

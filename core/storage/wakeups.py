@@ -12,13 +12,13 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 import asyncpg
-from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from agentcron.core.logging import get_logger
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.scope import scoped
+from agentcron.core.storage.sql.wakeups import notify
 
 log = get_logger(__name__)
 
@@ -36,7 +36,7 @@ def wake_channel(db: Database) -> str:
 async def announce_change(db: Database, session: AsyncSession | AsyncConnection) -> None:
     """Tell other replicas, on commit of ``session``, that the timetable changed."""
     if db.capabilities.listen_notify:
-        await session.execute(select(func.pg_notify(wake_channel(db), "")))
+        await session.execute(notify(wake_channel(db)))
 
 
 async def listen(

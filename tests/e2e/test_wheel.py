@@ -1,21 +1,28 @@
-"""The built wheel, installed into a fresh virtualenv outside the repository, runs the service.
+"""The built wheel, installed into fresh virtualenvs outside the repository.
 
 What a host gets from ``pip install agentcron``: one top-level package, ``agentcron`` (no
-``core`` or ``web`` beside the host's own), the migrations inside it, and an ``agentcron``
-command that migrates, serves and runs a schedule with nothing of the checkout on its path.
+``core`` or ``web`` beside the host's own), the migrations inside it. With no extra, at most
+the number of packages docs/library.md gives, and the library example of that page runs to a
+fired run; each feature whose extra is missing says which one to install, in one line. With
+``[all]``, an ``agentcron`` command that migrates and serves the API, the dashboard, MCP and
+metrics with nothing of the checkout on its path. One virtualenv of each kind per test run.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,8 +30,11 @@ import pytest
 from tests.e2e.conftest import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
-# One worker builds the wheel and runs both tests (--dist loadgroup); the build lock below is
-# for a run without it.
+LIBRARY_MD = REPO / "docs" / "library.md"
+# The bound the issue set for the base install; docs/library.md gives the figure the test holds.
+MOST_PACKAGES = 30
+# One worker builds the wheel and the two virtualenvs and runs every test of this module
+# (--dist loadgroup); the build lock below is for a run without it.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 
@@ -93,34 +103,174 @@ def wheel_info(wheel: Path) -> str:
     return f"{name}-{version}.dist-info"
 
 
-# Its pip install alone may take minutes on a loaded machine (its own bound is 600 s).
-@pytest.mark.timeout(900)
-def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
-    wheel: Path, tmp_path: Path
-) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+@dataclass(frozen=True)
+class Venv:
+    """A virtualenv outside the checkout holding the wheel (with extras or without)."""
+
+    path: Path
+
+    def bin(self, name: str) -> str:
+        return str(self.path / "bin" / name)
+
+    def packages(self) -> list[str]:
+        """The distributions installed, pip and setuptools not counted (agentcron is)."""
+        listed = subprocess.run(
+            [self.bin("python"), "-m", "pip", "list", "--format", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        names = [item["name"].lower() for item in json.loads(listed)]
+        return sorted(name for name in names if name not in ("pip", "setuptools"))
+
+
+def make_venv(path: Path, requirement: str) -> Venv:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
+    # pip's own bound is 600 s: on a loaded machine the install alone may take minutes.
     pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+        [str(path / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert pip.returncode == 0, pip.stderr
-    agentcron = str(venv / "bin" / "agentcron")
-    home = tmp_path / "host"  # the host's own directory: nothing of the checkout in it
-    home.mkdir()
+    return Venv(path)
+
+
+@pytest.fixture(scope="session")
+def slim(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """The wheel alone: what `pip install agentcron` gives a host."""
+    return make_venv(tmp_path_factory.mktemp("slim") / "venv", str(wheel))
+
+
+@pytest.fixture(scope="session")
+def full(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """The wheel with every extra: `pip install 'agentcron[all]'`."""
+    return make_venv(tmp_path_factory.mktemp("full") / "venv", f"{wheel}[all]")
+
+
+def host_env(venv: Venv, home: Path) -> dict[str, str]:
+    """The environment of a process of the host in ``home``: nothing of this test run's
+    agentcron settings or Python paths, the venv's commands first on PATH."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("AGENTCRON_", "PYTHON", "VIRTUAL_ENV"))
     }
     env.update(
-        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        PATH=f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         AGENTCRON_DATABASE_URL=f"sqlite:///{home / 'agentcron.db'}",
         AGENTCRON_DATA_DIR=str(home / "data"),
         AGENTCRON_LOG_FORMAT="json",
     )
+    return env
+
+
+def host_home(tmp_path: Path) -> Path:
+    home = tmp_path / "host"  # the host's own directory: nothing of the checkout in it
+    home.mkdir()
+    return home
+
+
+def documented_bound() -> int:
+    """The most packages docs/library.md says the base install brings."""
+    found = re.search(r"at most (\d+) packages", LIBRARY_MD.read_text())
+    assert found, "docs/library.md gives no bound on the base install's packages"
+    return int(found.group(1))
+
+
+def slim_check(venv: Venv, home: Path, *args: str) -> dict[str, Any]:
+    """Run a check of tests/e2e/slim_checks.py with the venv's python, from ``home`` (a copy
+    of the script there: nothing of the checkout is on its path); its JSON answer."""
+    script = home / "slim_checks.py"
+    shutil.copy(Path(__file__).with_name("slim_checks.py"), script)
+    done = subprocess.run(
+        [venv.bin("python"), str(script), *args],
+        cwd=home,
+        env={**host_env(venv, home), "AGENTCRON_SCHEDULER_TICK_SECONDS": "0.2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+@pytest.mark.timeout(900)
+def test_the_base_install_is_small_and_runs_the_library_example(slim: Venv, tmp_path: Path) -> None:
+    packages = slim.packages()
+    assert documented_bound() <= MOST_PACKAGES
+    assert len(packages) <= documented_bound(), packages
+    assert "agentcron" in packages
+    home = host_home(tmp_path)
+    (home / "var").mkdir()  # the example's relative database: var/host-jobs.db
+    example = LIBRARY_MD.read_text().split("<!-- example:")[1].split("```python\n")[1]
+    (home / "example.py").write_text(example.split("```")[0])
+    found = slim_check(slim, home, "library", str(home / "example.py"))
+    run = found["run"]
+    assert run["status"] == "succeeded", run
+    assert run["output"] == "ran d-42: summarise the news (attempt 1)"
+    # Nothing of an extra was imported on the way: `import agentcron`, the engine, the API.
+    assert found["loaded"] == []
+    # A schedule with an email channel: refused at save, naming the field and the extra.
+    assert found["email"]["status"] == 422
+    assert found["email"]["body"]["error"] == {
+        "type": "InvalidSchedule",
+        "message": "an email channel needs the email extra: pip install 'agentcron[email]'",
+        "field": "notify.0.type",
+    }
+
+
+@pytest.mark.timeout(900)
+def test_each_missing_extra_is_one_line_naming_it(slim: Venv, tmp_path: Path) -> None:
+    home = host_home(tmp_path)
+    env = host_env(slim, home)
+    server_line = (
+        "agentcron: the agentcron command needs the server extra: pip install 'agentcron[server]'\n"
+    )
+    for command in (["serve"], ["migrate"], ["mcp"], ["--help"]):
+        done = subprocess.run(
+            [slim.bin("agentcron"), *command],
+            cwd=home,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", server_line)
+    found = slim_check(slim, home, "service", f"sqlite:///{home / 'service.db'}")
+    lines = {
+        "/": "the dashboard needs the server extra: pip install 'agentcron[server]'",
+        "/mcp": "the MCP endpoint (/mcp) needs the mcp extra: pip install 'agentcron[mcp]'",
+        "/metrics": "GET /metrics needs the metrics extra: pip install 'agentcron[metrics]'",
+    }
+    # At start, one line each; at the URL, a 501 with the same line.
+    assert [line["reason"] for line in found["logged"]] == list(lines.values())
+    assert found["answers"] == {
+        f"{method} {path}": [
+            501,
+            {"error": {"type": "ExtraMissing", "message": line, "field": None}},
+        ]
+        for (path, line), method in zip(lines.items(), ("GET", "POST", "GET"), strict=True)
+    }
+    # A secrets key set without the extra refuses the start (never a run that fires later).
+    assert found["secrets"] == (
+        "ExtraMissing: stored secrets (AGENTCRON_SECRETS_KEY) needs the secrets extra: "
+        "pip install 'agentcron[secrets]'"
+    )
+
+
+# The first test to ask for a virtualenv pays its pip install (its own bound is 600 s; minutes on
+# a loaded machine), within its timeout.
+@pytest.mark.timeout(900)
+def test_every_extra_migrates_serves_the_api_the_dashboard_mcp_and_metrics(
+    full: Venv, tmp_path: Path
+) -> None:
+    agentcron = full.bin("agentcron")
+    home = host_home(tmp_path)
+    env = host_env(full, home)
 
     def cli(*args: str) -> str:
         done = subprocess.run(
@@ -131,7 +281,7 @@ def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
 
     # The installed package is the one imported, from site-packages, not from the checkout.
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import agentcron.core as c; print(c.__file__)"],
+        [full.bin("python"), "-c", "import agentcron.core as c; print(c.__file__)"],
         cwd=home,
         env=env,
         capture_output=True,
@@ -165,6 +315,19 @@ def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
         )
         assert created.status_code == 201, created.text
         schedule_id = created.json()["id"]
+        # The dashboard's sign-in page, while the run is due.
+        login = httpx.get(f"{base}/login", timeout=10)
+        assert login.status_code == 200 and "text/html" in login.headers["content-type"]
+        # MCP's streamable-HTTP transport: the tools, as the owner of the key.
+        listed = httpx.post(
+            f"{base}/mcp",
+            headers={**headers, "accept": "application/json, text/event-stream"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            timeout=10,
+        )
+        assert listed.status_code == 200, listed.text
+        tools = {tool["name"] for tool in listed.json()["result"]["tools"]}
+        assert {"create_schedule", "list_runs"} <= tools
         deadline = time.monotonic() + 30
         while True:
             runs = httpx.get(
@@ -176,9 +339,14 @@ def test_a_fresh_venv_with_only_the_wheel_migrates_serves_and_runs(
             time.sleep(0.3)
         assert runs[0]["status"] == "succeeded", runs[0]
         assert "ran from the wheel" in runs[0]["output"]
+        # The run, counted in Prometheus' text format.
+        metrics = httpx.get(f"{base}/metrics", timeout=10)
+        assert metrics.status_code == 200
+        assert 'agentcron_runs_total{status="succeeded",trigger="schedule"} 1.0' in metrics.text
     finally:
         server.terminate()
         server.wait(timeout=30)
+    assert "extra_missing" not in (home / "serve.log").read_text()
 
 
 def test_an_editable_install_warns_of_nothing_and_imports_the_checkout(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from agentcron.core.notify.email import notifier as email_channel
 from agentcron.core.runners import python
 from agentcron.core.runners.command import config as command
 from agentcron.core.runners.openai import config as openai
-from agentcron.core.secrets.references import referenced_secrets
+from agentcron.core.secrets.resolution import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Schedule

@@ -5,7 +5,6 @@ service's own environment that must never reach them."""
 from __future__ import annotations
 
 import os
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from agentcron.core.runners import build_runner, validate_runner
 from agentcron.core.runners.base import CancelToken, RunRequest
 from agentcron.core.runners.containment import DEFAULT_PATH, Containment, Sandbox, agent_environment
+from tests.factories import run_request
 
 # What the service's environment holds in production, and no agent may see.
 SERVICE_SECRETS = {
@@ -78,16 +78,11 @@ def test_passthrough_names_are_copied_and_missing_ones_left_out() -> None:
 
 
 def request(workdir: Path, containment: Containment) -> RunRequest:
-    return RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=1,
+    return run_request(
         trigger="manual",
         due_at=datetime(2026, 1, 5, 8, 0, tzinfo=UTC),
         prompt="",
         workdir=workdir,
-        timeout_seconds=30,
         instance_id="replica-7",
         containment=containment,
     )
@@ -97,10 +92,6 @@ def read_env(path: Path) -> dict[str, str]:
     """``env -0`` output: NUL-separated NAME=VALUE."""
     pairs = [item.partition("=") for item in path.read_text().split("\0") if item]
     return {name: value for name, _, value in pairs}
-
-
-def real(path: Path) -> str:
-    return os.path.realpath(path)
 
 
 def is_dir(path: str) -> bool:
@@ -134,21 +125,27 @@ def service_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return dict(os.environ)
 
 
-def assert_contained(
-    env: dict[str, str], raw: str, req: RunRequest, service: dict[str, str], *extra: str
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["unconfined", "sandboxed"])
+async def test_an_agent_sees_none_of_the_service_environment(
+    tmp_path: Path, service_env: dict[str, str], request: pytest.FixtureRequest, sandboxed: bool
 ) -> None:
-    """``env`` has exactly the documented variables (plus ``extra`` and the shell's own), the
-    metadata of ``req``, and no value of the service's secrets anywhere."""
-    documented = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", *METADATA, *extra}
+    """Exactly the documented variables (and the shell's own), the run's metadata, and no value
+    of the service's secrets anywhere; a runner's ``env`` applies last, and its ``LD_PRELOAD``
+    never loads into bubblewrap."""
+    workdir = tmp_path / "data" / "tasks" / "alice" / "s1"
+    sandbox = Sandbox(request.getfixturevalue("bwrap"), tmp_path / "data") if sandboxed else None
+    containment = Containment(agent_env=("DIGEST_API_KEY",), sandbox=sandbox)
+    config_env = {"LD_PRELOAD": "", "LANG": "fr_FR.UTF-8", "MODEL": "small"}
+    req, env, raw = await env_inside(workdir, containment, config_env)
+    assert env.pop("DIGEST_API_KEY") == SERVICE_SECRETS["DIGEST_API_KEY"]  # passed through
+    raw = raw.replace(SERVICE_SECRETS["DIGEST_API_KEY"], "")
+    documented = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", *METADATA, *config_env}
     assert set(env) - SHELL_OWN == documented, sorted(set(env) - SHELL_OWN ^ documented)
     for name, value in SERVICE_SECRETS.items():
         assert name not in env
         assert value not in raw
-    # Nothing else of the service's leaked either (its HOME, USER, the test runner's own).
-    leaked = {name for name in service if name in env and name not in {*documented, *SHELL_OWN}}
-    assert leaked == set()
-    assert env["PATH"] == service["PATH"]
-    assert env["LANG"] == "C.UTF-8" and env["TZ"] == "Asia/Shanghai"
+    assert env["PATH"] == service_env["PATH"] and env["TZ"] == "Asia/Shanghai"
+    assert env["LANG"] == "fr_FR.UTF-8" and env["MODEL"] == "small"
     assert env["AGENTCRON_RUN_ID"] == str(req.run_id)
     assert env["AGENTCRON_SCHEDULE_ID"] == str(req.schedule_id)
     assert env["AGENTCRON_TASK_ID"] == str(req.task_id)
@@ -156,51 +153,12 @@ def assert_contained(
     assert env["AGENTCRON_TRIGGER"] == "manual"
     assert env["AGENTCRON_DUE_AT"] == "2026-01-05T08:00:00+00:00"
     assert env["AGENTCRON_INSTANCE_ID"] == "replica-7"
-
-
-async def test_an_agent_sees_none_of_the_service_environment(
-    tmp_path: Path, service_env: dict[str, str]
-) -> None:
-    workdir = tmp_path / "tasks" / "alice" / "s1"
-    req, env, raw = await env_inside(workdir, Containment())
-    assert_contained(env, raw, req, service_env)
     # HOME is the task's directory, not the service user's home.
-    assert env["HOME"] == real(workdir) != service_env.get("HOME")
-    # TMPDIR was a directory of the attempt's own, existing while it ran and removed after.
-    assert (workdir / "tmpdir.txt").read_text() == env["TMPDIR"]
-    assert env["TMPDIR"] != "/tmp" and str(req.run_id) in env["TMPDIR"]
-    assert not is_dir(env["TMPDIR"])
-
-
-async def test_agent_env_passes_a_named_service_variable_through(
-    tmp_path: Path, service_env: dict[str, str]
-) -> None:
-    containment = Containment(agent_env=("OPENAI_API_KEY", "NOT_SET_ANYWHERE"))
-    workdir = tmp_path / "w"
-    _, env, _ = await env_inside(workdir, containment)
-    assert env["OPENAI_API_KEY"] == SERVICE_SECRETS["OPENAI_API_KEY"]
-    assert "NOT_SET_ANYWHERE" not in env
-    assert "AGENTCRON_DATABASE_URL" not in env and "DIGEST_API_KEY" not in env
-
-
-async def test_the_runner_config_env_still_applies_last(
-    tmp_path: Path, service_env: dict[str, str]
-) -> None:
-    _, env, _ = await env_inside(
-        tmp_path / "w", Containment(), {"MODEL": "small", "LANG": "fr_FR.UTF-8"}
-    )
-    assert env["MODEL"] == "small" and env["LANG"] == "fr_FR.UTF-8"
-
-
-async def test_a_sandboxed_agent_sees_none_of_the_service_environment(
-    tmp_path: Path, service_env: dict[str, str], bwrap: str
-) -> None:
-    data_dir = tmp_path / "data"
-    workdir = data_dir / "tasks" / "alice" / "s1"
-    containment = Containment(agent_env=("DIGEST_API_KEY",), sandbox=Sandbox(bwrap, data_dir))
-    req, env, raw = await env_inside(workdir, containment, {"LD_PRELOAD": ""})
-    env.pop("DIGEST_API_KEY")  # passed through on purpose
-    env.pop("LD_PRELOAD")
-    assert_contained(env, raw.replace(SERVICE_SECRETS["DIGEST_API_KEY"], ""), req, service_env)
-    assert env["HOME"] == real(workdir)
-    assert env["TMPDIR"] == "/tmp"  # the sandbox's own tmpfs
+    assert env["HOME"] == str(workdir.resolve()) != service_env.get("HOME")
+    if sandboxed:
+        assert env["TMPDIR"] == "/tmp"  # the sandbox's own tmpfs
+    else:
+        # TMPDIR was a directory of the attempt's own, existing while it ran and removed after.
+        assert (workdir / "tmpdir.txt").read_text() == env["TMPDIR"]
+        assert env["TMPDIR"] != "/tmp" and str(req.run_id) in env["TMPDIR"]
+        assert not is_dir(env["TMPDIR"])

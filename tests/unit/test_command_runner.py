@@ -1,36 +1,40 @@
-"""The ``command`` runner with real processes: stdin, environment, exit codes, cancellation."""
+"""The ``command`` runner with real processes: stdin, output, exit codes, cancellation.
+
+Tests taking ``containment`` run their agent as is and inside bubblewrap; what only the sandbox
+does is in test_sandbox.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from agentcron.core.errors import RunPermanentError
+from agentcron.core.errors import RunPermanentError, TargetUnavailable
 from agentcron.core.runners import build_runner, validate_runner
-from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.base import CancelToken, RunOutcome, TransientRunError
 from agentcron.core.runners.command.runner import OUTPUT_LIMIT
+from agentcron.core.runners.containment import Containment, Sandbox
+from tests.e2e.conftest import processes_with
+from tests.factories import run_request
 
 PY = sys.executable
 
 
-def request(workdir: Path, prompt: str = "hello agent", attempt: int = 1) -> RunRequest:
-    return RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=attempt,
-        trigger="schedule",
-        due_at=datetime(2025, 1, 6, 8, 0, tzinfo=UTC),
-        prompt=prompt,
-        workdir=workdir,
-        timeout_seconds=30,
-    )
+@pytest.fixture(params=["unconfined", "sandboxed"])
+def containment(request: pytest.FixtureRequest, tmp_path: Path) -> Containment:
+    if request.param == "unconfined":
+        return Containment()
+    return Containment(sandbox=Sandbox(request.getfixturevalue("bwrap"), tmp_path / "data"))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A task's directory in the data directory, made by the runner."""
+    return tmp_path / "data" / "tasks" / "alice" / "s1"
 
 
 async def run(
@@ -39,10 +43,25 @@ async def run(
     *,
     prompt: str = "hello agent",
     token: CancelToken | None = None,
+    containment: Containment | None = None,
     **config: object,
 ) -> RunOutcome:
     runner = build_runner(validate_runner({"type": "command", "argv": argv, **config}))
-    return await runner.run(request(workdir, prompt), token or CancelToken())
+    req = run_request(workdir=workdir, prompt=prompt, containment=containment or Containment())
+    return await runner.run(req, token or CancelToken())
+
+
+def marker(workdir: Path) -> str:
+    """A mark unique to the test, for its agent's argv, to find its processes in /proc."""
+    return f"agentcron-command-test-{abs(hash(str(workdir)))}"
+
+
+async def none_left(text: str, within: float = 5.0) -> bool:
+    for _ in range(int(within / 0.05)):
+        if not processes_with(text):
+            return True
+        await asyncio.sleep(0.05)
+    return not processes_with(text)
 
 
 def process_state(pid: int) -> str | None:
@@ -79,8 +98,8 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def same_directory(reported: str, expected: Path) -> bool:
-    return expected.is_dir() and Path(reported).resolve() == expected.resolve()
+def real(path: Path) -> str:
+    return os.path.realpath(path)
 
 
 def read_text(path: Path) -> str:
@@ -105,47 +124,12 @@ async def wait_for_file(path: Path, within: float = 10.0) -> str:
     raise AssertionError(f"{path} was not written within {within} s")
 
 
-async def test_prompt_arrives_on_stdin(tmp_path: Path) -> None:
+async def test_prompt_arrives_on_stdin_in_the_task_directory(
+    workdir: Path, containment: Containment
+) -> None:
     prompt = "Summarise today's headlines.\nLine two, ünïcode."
-    outcome = await run(["cat"], tmp_path, prompt=prompt)
-    assert outcome.output == prompt
-
-
-async def test_run_identity_is_in_the_environment(tmp_path: Path) -> None:
-    req = request(tmp_path, attempt=2)
-    runner = build_runner(
-        validate_runner(
-            {
-                "type": "command",
-                "argv": [
-                    "sh",
-                    "-c",
-                    (
-                        'printf "%s|%s|%s|%s|%s|%s|%s" "$AGENTCRON_RUN_ID" '
-                        '"$AGENTCRON_SCHEDULE_ID" "$AGENTCRON_TASK_ID" "$AGENTCRON_ATTEMPT" '
-                        '"$AGENTCRON_TRIGGER" "$AGENTCRON_DUE_AT" "$EXTRA"'
-                    ),
-                ],
-                "env": {"EXTRA": "configured"},
-            }
-        )
-    )
-    outcome = await runner.run(req, CancelToken())
-    assert outcome.output.split("|") == [
-        str(req.run_id),
-        str(req.schedule_id),
-        str(req.task_id),
-        "2",
-        "schedule",
-        "2025-01-06T08:00:00+00:00",
-        "configured",
-    ]
-
-
-async def test_cwd_is_the_task_workdir_created_on_demand(tmp_path: Path) -> None:
-    workdir = tmp_path / "tasks" / "abc"
-    outcome = await run([PY, "-c", "import os; print(os.getcwd(), end='')"], workdir)
-    assert same_directory(outcome.output, workdir)
+    outcome = await run(["sh", "-c", "cat; pwd"], workdir, prompt=prompt, containment=containment)
+    assert outcome.output == f"{prompt}{real(workdir)}\n"
 
 
 async def test_output_is_the_last_64_kib_of_stdout(tmp_path: Path) -> None:
@@ -158,9 +142,21 @@ async def test_output_is_the_last_64_kib_of_stdout(tmp_path: Path) -> None:
     assert outcome.output == expected
 
 
-async def test_exit_75_is_transient(tmp_path: Path) -> None:
-    with pytest.raises(TransientRunError, match="exit code 75"):
-        await run(["sh", "-c", "echo try later >&2; exit 75"], tmp_path)
+@pytest.mark.parametrize(
+    ("argv", "error", "message"),
+    [
+        (["sh", "-c", "echo try later >&2; exit 75"], TransientRunError, "exit code 75"),
+        (["sh", "-c", "echo no >&2; exit 3"], RunPermanentError, "exit code 3"),
+        # Inside bwrap, a death by a signal is read back from bwrap's status 128 + its number.
+        (["sh", "-c", "kill -9 $$"], TransientRunError, "killed by signal SIGKILL"),
+        (["no-such-agent-xyz"], TargetUnavailable, "cannot start 'no-such-agent-xyz'"),
+    ],
+)
+async def test_exit_codes_a_foreign_signal_and_a_missing_command_keep_their_meaning(
+    argv: list[str], error: type[Exception], message: str, workdir: Path, containment: Containment
+) -> None:
+    with pytest.raises(error, match=message):
+        await run(argv, workdir, containment=containment)
 
 
 async def test_other_exit_codes_are_permanent_with_the_stderr_tail(tmp_path: Path) -> None:
@@ -174,11 +170,6 @@ async def test_other_exit_codes_are_permanent_with_the_stderr_tail(tmp_path: Pat
     assert message.endswith("API key rejected")
     assert "noise 100" in message
     assert "noise 1\n" not in message  # only the tail, not all of stderr
-
-
-async def test_missing_executable_is_permanent(tmp_path: Path) -> None:
-    with pytest.raises(RunPermanentError, match="cannot start"):
-        await run(["/nonexistent/agent-binary"], tmp_path)
 
 
 async def test_agent_that_never_reads_stdin_still_succeeds(tmp_path: Path) -> None:
@@ -201,25 +192,26 @@ async def test_cancel_terminates_the_whole_process_group(tmp_path: Path) -> None
     assert group_members(leader) == []
 
 
-async def test_sigkill_after_grace_for_a_process_that_traps_term(tmp_path: Path) -> None:
+async def test_timeout_sends_sigterm_to_the_agent_then_sigkill(
+    workdir: Path, containment: Containment
+) -> None:
+    # The agent traps TERM and ignores it: it must see TERM (not just die with bwrap), then
+    # SIGKILL after the grace period must end it and everything it started.
     script = (
-        "import pathlib, signal, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: pathlib.Path('term').write_text('TERM'))\n"
-        "pathlib.Path('ready').write_text(str(__import__('os').getpid()))\n"
-        "while True:\n"
-        "    time.sleep(1)\n"
+        "trap 'echo TERM >> term.txt' TERM; sleep 60 & echo started > ready.txt; "
+        "while true; do sleep 0.05; done"
     )
     token = CancelToken()
+    argv = ["sh", "-c", script, marker(workdir)]
     job = asyncio.ensure_future(
-        run([PY, "-c", script], tmp_path, token=token, kill_grace_seconds=0.5)
+        run(argv, workdir, token=token, containment=containment, kill_grace_seconds=1)
     )
-    pid = int(await wait_for_file(tmp_path / "ready"))
+    await wait_for_file(workdir / "ready.txt")
     token.cancel("timeout")
     with pytest.raises(RunPermanentError, match=r"cancelled \(timeout\)"):
         await asyncio.wait_for(job, 10)
-    # It got SIGTERM first (and ignored it), then SIGKILL ended it.
-    assert read_text(tmp_path / "term") == "TERM"
-    assert await eventually_dead(pid)
+    assert read_text(workdir / "term.txt") == "TERM"
+    assert await none_left(marker(workdir))
 
 
 async def test_background_child_does_not_outlive_a_finished_run(tmp_path: Path) -> None:
@@ -231,8 +223,3 @@ async def test_background_child_does_not_outlive_a_finished_run(tmp_path: Path) 
     assert outcome.output == "started\n"
     child = int(read_text(tmp_path / "child.pid"))
     assert await eventually_dead(child)
-
-
-async def test_death_by_a_foreign_signal_is_transient(tmp_path: Path) -> None:
-    with pytest.raises(TransientRunError, match="SIGKILL"):
-        await run(["sh", "-c", "kill -9 $$"], tmp_path)

@@ -148,7 +148,7 @@ async def test_a_runner_that_ignores_its_cancel_token_is_stopped_the_hard_way(
     bench: Bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hard stop, a grace after the timeout, stops the attempt and its slot goes on."""
-    monkeypatch.setattr("agentcron.web.engine.run.HARD_STOP_GRACE", 0.2)
+    monkeypatch.setattr("agentcron.web.engine.attempt.HARD_STOP_GRACE", 0.2)
     deaf = DeafRunnerType()
     register_runner_type(deaf)
     schedule = bench.store.add_schedule({"type": "deaf"}, timeout_seconds=0.3)

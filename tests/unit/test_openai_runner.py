@@ -67,46 +67,30 @@ def assert_no_key(exc: BaseException) -> None:
 # -- what is sent, what comes back --------------------------------------------------------
 
 
-async def test_sends_system_history_and_prompt_in_order_and_returns_both_turns(
-    server: ChatServer,
+@pytest.mark.parametrize("options", [{}, {"temperature": 0.2, "max_tokens": 50}])
+async def test_sends_the_prompt_with_only_the_options_given_and_returns_both_turns(
+    server: ChatServer, options: dict[str, Any]
 ) -> None:
-    earlier = str(uuid.uuid4())
-    history = [
-        {"role": "user", "content": "first question", "run_id": earlier},
-        {"role": "assistant", "content": "first answer", "run_id": earlier},
-    ]
-    req = request("second question", history=history)
-    outcome = await run(server, req, system="You are terse.", temperature=0.2, max_tokens=50)
+    """The system message and the history, sent before the prompt, are proved by
+    tests/integration/test_agents.py::test_a_persistent_schedule_carries_the_conversation."""
+    req = request("just this")
+    # A trailing slash in base_url is ignored.
+    outcome = await run(server, req, base_url=server.base_url + "/", **options)
 
-    assert len(server.requests) == 1
-    sent = server.requests[0]
+    [sent] = server.requests
     assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
     assert sent.headers["authorization"] == f"Bearer {KEY}"
     assert sent.body == {
         "model": "test-model",
-        "messages": [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "first question"},
-            {"role": "assistant", "content": "first answer"},
-            {"role": "user", "content": "second question"},
-        ],
-        "temperature": 0.2,
-        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "just this"}],
+        **options,
     }
-    assert outcome.output == "reply 1: second question"
+    assert outcome.output == "reply 1: just this"
     run_id = str(req.run_id)
     assert list(outcome.turns) == [
-        {"role": "user", "content": "second question", "run_id": run_id},
-        {"role": "assistant", "content": "reply 1: second question", "run_id": run_id},
+        {"role": "user", "content": "just this", "run_id": run_id},
+        {"role": "assistant", "content": "reply 1: just this", "run_id": run_id},
     ]
-
-
-async def test_without_options_sends_only_model_and_messages(server: ChatServer) -> None:
-    await run(server, request("just this"))
-    assert server.requests[0].body == {
-        "model": "test-model",
-        "messages": [{"role": "user", "content": "just this"}],
-    }
 
 
 async def test_a_resumed_run_does_not_send_its_own_turn_twice(server: ChatServer) -> None:
@@ -128,45 +112,39 @@ async def test_a_resumed_run_does_not_send_its_own_turn_twice(server: ChatServer
     ]
 
 
-async def test_a_trailing_slash_in_base_url_is_ignored(server: ChatServer) -> None:
-    runner = build_runner(validate_runner(config(server.base_url + "/")))
-    await runner.run(request(), CancelToken())
-    assert server.requests[0].path == "/v1/chat/completions"
-
-
 # -- classification -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [429, 500, 502, 503, 408])
-async def test_rate_limits_server_errors_and_timeouts_are_transient(
-    server: ChatServer, status: int
-) -> None:
-    server.script(Reply(status=status, json={"error": {"message": "try again later"}}))
-    with pytest.raises(TransientRunError) as caught:
-        await run(server)
-    assert f"HTTP {status}" in str(caught.value)
-    assert "try again later" in str(caught.value)
-    assert_no_key(caught.value)
-
-
 @pytest.mark.parametrize(
-    ("reply", "message"),
+    ("reply", "error", "message"),
     [
+        *(
+            (
+                Reply(status, json={"error": {"message": "try again"}}),
+                TransientRunError,
+                "try again",
+            )
+            for status in (429, 500, 502, 503, 408)  # rate limits, server errors, timeouts
+        ),
         (
             Reply(400, json={"error": {"message": "max_tokens is too large"}}),
+            RunPermanentError,
             "max_tokens is too large",
         ),
-        (Reply(404, json={"error": "model 'x' not found"}), "model 'x' not found"),
-        (Reply(422, json={"message": "bad input"}), "bad input"),
-        (Reply(403, text="forbidden\nby policy"), "forbidden by policy"),
+        (
+            Reply(404, json={"error": "model 'x' not found"}),
+            RunPermanentError,
+            "model 'x' not found",
+        ),
+        (Reply(422, json={"message": "bad input"}), RunPermanentError, "bad input"),
+        (Reply(403, text="forbidden\nby policy"), RunPermanentError, "forbidden by policy"),
     ],
-    ids=["openai_shape", "error_string", "message_field", "plain_text"],
 )
-async def test_other_client_errors_are_permanent_with_the_server_message(
-    server: ChatServer, reply: Reply, message: str
+async def test_an_error_status_is_transient_or_permanent_with_the_server_message(
+    server: ChatServer, reply: Reply, error: type[Exception], message: str
 ) -> None:
     server.script(reply)
-    with pytest.raises(RunPermanentError) as caught:
+    with pytest.raises(error) as caught:
         await run(server)
     text = str(caught.value)
     assert text == f"HTTP {reply.status} from {server.base_url}/chat/completions: {message}"
@@ -179,15 +157,6 @@ async def test_a_long_server_message_is_truncated(server: ChatServer) -> None:
         await run(server)
     assert len(str(caught.value)) < openai_reply.MESSAGE_LIMIT + 100
     assert str(caught.value).endswith("…")
-
-
-async def test_a_server_echoing_the_key_gets_it_redacted(server: ChatServer) -> None:
-    message = f"Incorrect API key provided: {KEY}. Check it and try again."
-    server.script(Reply(status=401, json={"error": {"message": message}}))
-    with pytest.raises(RunPermanentError) as caught:
-        await run(server)
-    assert "Incorrect API key provided: [redacted]. Check it" in str(caught.value)
-    assert_no_key(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -300,27 +269,22 @@ async def test_a_token_already_set_cancels_at_once(server: ChatServer) -> None:
 # -- the key ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [None, "", "   "])
-async def test_a_missing_key_variable_is_permanent_and_names_it(
-    server: ChatServer, monkeypatch: pytest.MonkeyPatch, value: str | None
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("", "is not set"),
+        ("   ", "is not set"),
+        ("sk-é-secret", "cannot be sent in an HTTP header"),
+    ],
+)
+async def test_a_key_that_is_blank_or_cannot_be_a_header_is_permanent_and_not_echoed(
+    server: ChatServer, monkeypatch: pytest.MonkeyPatch, value: str, says: str
 ) -> None:
-    if value is None:
-        monkeypatch.delenv(KEY_ENV)
-    else:
-        monkeypatch.setenv(KEY_ENV, value)
+    monkeypatch.setenv(KEY_ENV, value)
     with pytest.raises(RunPermanentError) as caught:
         await run(server)
-    assert KEY_ENV in str(caught.value) and "not set" in str(caught.value)
-    assert server.requests == []
-
-
-async def test_a_key_that_cannot_be_a_header_is_refused_without_echoing_it(
-    server: ChatServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(KEY_ENV, "sk-é-secret")
-    with pytest.raises(RunPermanentError) as caught:
-        await run(server)
-    assert "sk-é-secret" not in str(caught.value) and KEY_ENV in str(caught.value)
+    assert KEY_ENV in str(caught.value) and says in str(caught.value)
+    assert "sk-é" not in str(caught.value)
     assert server.requests == []
 
 

@@ -1,5 +1,6 @@
 """The ``command`` runner inside bubblewrap, with real processes: what the agent can reach, and
-that the engine's signals (timeout, cancel, freeze and thaw) still reach the agent.
+that the engine's signals (cancel, freeze and thaw) still reach the agent. Stdin, exit codes and
+the timeout's TERM then KILL are test_command_runner.py's, run there in the sandbox too.
 
 bwrap's ``--new-session`` gives the agent a process group of the sandbox's own; the runner
 learns it from bwrap's info and signals it (see core/runners/command/). Each test's agent
@@ -9,36 +10,22 @@ carries a marker in its argv so its processes can be found in the host's /proc.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentcron.core.errors import RunPermanentError, StartupError, TargetUnavailable
-from agentcron.core.runners import build_runner, validate_runner
-from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.errors import RunPermanentError, StartupError
+from agentcron.core.runners.base import CancelToken, RunOutcome
 from agentcron.core.runners.containment import Containment, Sandbox, check_sandbox
 from tests.e2e.conftest import processes_with
+from tests.unit.test_command_runner import marker, none_left, wait_for_file
+from tests.unit.test_command_runner import run as run_command
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
-
-
-def request(workdir: Path, sandbox: Sandbox) -> RunRequest:
-    return RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=1,
-        trigger="manual",
-        due_at=None,
-        prompt="hello agent",
-        workdir=workdir,
-        timeout_seconds=30,
-        containment=Containment(sandbox=sandbox),
-    )
 
 
 @pytest.fixture
@@ -56,19 +43,12 @@ async def run(
     workdir: Path,
     sandbox: Sandbox,
     token: CancelToken | None = None,
-    **config: object,
+    **config: Any,
 ) -> RunOutcome:
     """``sh -c script marker``: ``$0`` is a marker unique to the test."""
-    runner = build_runner(
-        validate_runner(
-            {"type": "command", "argv": ["sh", "-c", script, marker(workdir)], **config}
-        )
-    )
-    return await runner.run(request(workdir, sandbox), token or CancelToken())
-
-
-def marker(workdir: Path) -> str:
-    return f"agentcron-sandbox-test-{abs(hash(str(workdir)))}"
+    argv = ["sh", "-c", script, marker(workdir)]
+    containment = Containment(sandbox=sandbox)
+    return await run_command(argv, workdir, token=token, containment=containment, **config)
 
 
 def states(text: str) -> set[str]:
@@ -80,75 +60,6 @@ def states(text: str) -> set[str]:
         except OSError:
             continue
     return letters
-
-
-def real(path: Path) -> str:
-    return os.path.realpath(path)
-
-
-def read_text(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        return ""
-
-
-async def wait_for_file(path: Path, within: float = 10.0) -> str:
-    for _ in range(int(within / 0.02)):
-        if text := read_text(path):
-            return text
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} was not written within {within} s")
-
-
-async def none_left(text: str, within: float = 5.0) -> bool:
-    for _ in range(int(within / 0.05)):
-        if not processes_with(text):
-            return True
-        await asyncio.sleep(0.05)
-    return not processes_with(text)
-
-
-async def test_a_sandboxed_command_answers_on_stdout(workdir: Path, sandbox: Sandbox) -> None:
-    outcome = await run('echo "got: $(cat)"; pwd', workdir, sandbox)
-    assert outcome.output == f"got: hello agent\n{real(workdir)}\n"
-
-
-async def test_exit_codes_keep_their_meaning(workdir: Path, sandbox: Sandbox) -> None:
-    with pytest.raises(TransientRunError, match="exit code 75"):
-        await run("exit 75", workdir, sandbox)
-    with pytest.raises(RunPermanentError, match="exit code 3"):
-        await run("echo no >&2; exit 3", workdir, sandbox)
-    # bwrap reports the agent's death by a signal as 128 + its number: read back as the signal.
-    with pytest.raises(TransientRunError, match="killed by signal SIGKILL"):
-        await run("kill -9 $$", workdir, sandbox)
-
-
-async def test_a_missing_command_is_unavailable_not_a_bwrap_failure(
-    workdir: Path, sandbox: Sandbox
-) -> None:
-    runner = build_runner(validate_runner({"type": "command", "argv": ["no-such-agent-xyz"]}))
-    with pytest.raises(TargetUnavailable, match="cannot start 'no-such-agent-xyz'"):
-        await runner.run(request(workdir, sandbox), CancelToken())
-
-
-async def test_timeout_sends_sigterm_to_the_agent_then_sigkill(
-    workdir: Path, sandbox: Sandbox
-) -> None:
-    # The agent traps TERM and ignores it: it must see TERM (not just die with bwrap), then
-    # SIGKILL after the grace period must end it and everything it started.
-    script = (
-        "trap 'echo TERM >> term.txt' TERM; sleep 60 & echo started > ready.txt; "
-        "while true; do sleep 0.05; done"
-    )
-    token = CancelToken()
-    job = asyncio.ensure_future(run(script, workdir, sandbox, token, kill_grace_seconds=1))
-    await wait_for_file(workdir / "ready.txt")
-    token.cancel("timeout")
-    with pytest.raises(RunPermanentError, match=r"cancelled \(timeout\)"):
-        await asyncio.wait_for(job, 10)
-    assert (workdir / "term.txt").read_text() == "TERM\n"
-    assert await none_left(marker(workdir))
 
 
 async def test_a_graceful_agent_finishes_its_cleanup_within_the_grace(

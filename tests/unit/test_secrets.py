@@ -21,14 +21,10 @@ from agentcron.core.runners.base import RunOutcome, RunRequest
 from agentcron.core.runners.command.config import CommandRunnerType
 from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
 from agentcron.core.secrets.redaction import redact, redact_json
-from agentcron.core.secrets.references import (
-    check_name,
-    check_value,
-    referenced_secrets,
-    secret_references,
-)
+from agentcron.core.secrets.references import check_name, check_value
+from agentcron.core.secrets.resolution import referenced_secrets, secret_references
 from agentcron.core.storage.models import Run
-from agentcron.web.engine.verdict import Verdict, redact_verdict
+from agentcron.web.engine.attempt import Verdict
 
 K1, K2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 VALUE = "sk-live-4f9a1c0e8b7d6a5f"
@@ -245,7 +241,7 @@ def test_every_string_of_a_result_is_redacted_keys_included() -> None:
 def test_an_attempts_result_is_redacted_before_it_is_recorded() -> None:
     verdict = Verdict(Run(), "/nonexistent", 10.0, "engine", uuid.uuid4())
     verdict.outcome = RunOutcome(output=VALUE, result={"session": "s-1", "token": VALUE})
-    redact_verdict(verdict, {"openai": VALUE})
+    verdict.redact({"openai": VALUE})
     assert verdict.outcome is not None
     assert verdict.outcome.output == "[secret:openai]"
     assert verdict.outcome.result == {"session": "s-1", "token": "[secret:openai]"}

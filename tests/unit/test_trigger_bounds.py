@@ -32,6 +32,7 @@ def test_a_cron_trigger_fires_only_between_its_bounds() -> None:
         NOW,
     )
     fires = [in_zone(trigger, f).isoformat() for f in preview(trigger, NOW, 10)]
+    assert str(in_zone(trigger, NOW).tzinfo) == "Asia/Shanghai"
     # 09:00 on the 10th, 11th and 12th; end_at itself is inclusive.
     assert fires == [
         "2026-01-10T09:00:00+08:00",

@@ -247,47 +247,6 @@ CASES: list[tuple[str, str, str, dict[str, str], str, list[str]]] = [
             "2025-11-03T01:00:00-05:00 -",
         ],
     ),
-    # ---- America/New_York: asked from inside the repeated hour (strictly after, by instant) ----
-    (
-        "fixed_fold_asked_at_its_fire_new_york",
-        "30 1 * * *",
-        NY,
-        {},
-        "2025-11-02T01:30:00-04:00",
-        ["2025-11-03T01:30:00-05:00 -"],
-    ),
-    (
-        "fixed_fold_asked_in_the_second_pass_new_york",
-        "30 1 * * *",
-        NY,
-        {},
-        "2025-11-02T01:10:00-05:00",
-        ["2025-11-03T01:30:00-05:00 -"],
-    ),
-    (
-        "wildcard_fold_asked_in_the_second_pass_new_york",
-        "*/30 * * * *",
-        NY,
-        {},
-        "2025-11-02T01:10:00-05:00",
-        ["2025-11-02T01:30:00-05:00 repeat_both", "2025-11-02T02:00:00-05:00 -"],
-    ),
-    (
-        "fixed_fold_last_asked_between_the_passes_new_york",
-        "30 1 * * *",
-        NY,
-        {"dst_repeat": "last"},
-        "2025-11-02T01:45:00-04:00",
-        ["2025-11-02T01:30:00-05:00 repeat_last", "2025-11-03T01:30:00-05:00 -"],
-    ),
-    (
-        "fixed_fold_both_asked_between_the_passes_new_york",
-        "30 1 * * *",
-        NY,
-        {"dst_repeat": "both"},
-        "2025-11-02T01:45:00-04:00",
-        ["2025-11-02T01:30:00-05:00 repeat_both", "2025-11-03T01:30:00-05:00 -"],
-    ),
     # ---- Australia/Lord_Howe (30-minute shifts) ----
     (
         "fixed_gap_lord_howe",
@@ -358,15 +317,6 @@ CASES: list[tuple[str, str, str, dict[str, str], str, list[str]]] = [
         "2025-03-29T12:00:00+00:00",
         ["2025-03-30T03:00:00+02:00 gap_shift", "2025-03-31T01:00:00+02:00 -"],
     ),
-    (
-        # Asked from the first pass, past 02:00: the second pass of 01:00 lies ahead in time.
-        "wildcard_fold_asked_in_the_first_pass_troll",
-        "0 * * * *",
-        "Antarctica/Troll",
-        {},
-        "2025-10-26T02:30:00+02:00",
-        ["2025-10-26T01:00:00+00:00 repeat_both"],
-    ),
 ]
 
 
@@ -414,14 +364,6 @@ def test_policies_are_parsed_and_stored_only_when_given() -> None:
     assert trigger_to_dict(plain) == {"cron": "30 2 * * *", "timezone": "UTC"}
     both = CronTrigger("*/5 * * * *", "Europe/London", "shift", "first")
     assert trigger_from_dict(trigger_to_dict(both)) == both
-
-
-def test_effective_policies_default_by_job_kind() -> None:
-    fixed, wildcard = CronTrigger("30 2 * * *"), CronTrigger("*/30 2 * * *")
-    assert (fixed.gap_policy, fixed.repeat_policy) == ("shift", "first")
-    assert (wildcard.gap_policy, wildcard.repeat_policy) == ("skip", "both")
-    chosen = CronTrigger("30 2 * * *", dst_gap="skip", dst_repeat="last")
-    assert (chosen.gap_policy, chosen.repeat_policy) == ("skip", "last")
 
 
 @pytest.mark.parametrize(

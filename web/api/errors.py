@@ -26,6 +26,7 @@ from agentcron.core.errors import (
     SchedulerUnavailable,
     Unauthorized,
 )
+from agentcron.core.extras import missing
 from agentcron.core.logging import get_logger
 
 log = get_logger(__name__)
@@ -58,6 +59,12 @@ _HTTP_TYPES = {
 
 def error_body(type_: str, message: str, field: str | None = None) -> dict[str, Any]:
     return {"error": {"type": type_, "message": message, "field": field}}
+
+
+def extra_missing_response(extra: str, feature: str) -> JSONResponse:
+    """501 ``ExtraMissing``: ``feature`` needs ``extra``, not installed here (the message
+    names the pip command)."""
+    return JSONResponse(error_body("ExtraMissing", missing(extra, feature)), 501)
 
 
 def status_for(exc: AgentcronError) -> int:

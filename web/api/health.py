@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentcron.core.errors import SchedulerUnavailable
+from agentcron.core.extras import have
 from agentcron.core.storage.database import Database
+from agentcron.web.api.errors import extra_missing_response
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.supervisor import Supervisor
 
 router = APIRouter(tags=["service"])
+METRICS_FEATURE = "GET /metrics"
 
 
 @router.get("/healthz")
@@ -57,7 +59,12 @@ async def readyz(request: Request) -> JSONResponse:
 # Not in the OpenAPI document: it is for scrapers, in Prometheus' text format, not JSON.
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    """The engine's counters and histograms (web/engine/metrics.py) in Prometheus text format."""
+    """The engine's counters and histograms (web/engine/metrics.py) in Prometheus text format;
+    without the metrics extra, 501 with the line naming it (the service logs it at start)."""
+    if not have("metrics"):
+        return extra_missing_response("metrics", METRICS_FEATURE)
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
     return Response(
         generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST
     )

@@ -232,9 +232,13 @@ def secrets_key() -> None:
     To rotate, put the new key first and keep the old one after it
     (AGENTCRON_SECRETS_KEY=NEW,OLD), restart, run `agentcron secrets-rotate`, then drop OLD.
     """
+    from agentcron.core.errors import StartupError
     from agentcron.core.secrets.keyring import generate_key
 
-    _print(generate_key())
+    try:
+        _print(generate_key())
+    except StartupError as exc:  # the secrets extra is missing
+        fail(exc.message, 2)
 
 
 def secrets_rotate() -> None:

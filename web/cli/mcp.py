@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx
 
-from agentcron.web.cli.client import DEFAULT_URL, Api, KeyOption, UrlOption
+from agentcron.web.cli.client import DEFAULT_URL, Api, CliError, KeyOption, UrlOption
 
 if TYPE_CHECKING:
     from agentcron.web.mcp.server import Context
@@ -28,6 +28,10 @@ def mcp(url: UrlOption = DEFAULT_URL, key: KeyOption = None) -> None:
     read runs with their output, and skip a due time, as the owner of --key. Add it to an MCP
     client as a command: see the README, "From an agent (MCP)".
     """
+    from agentcron.core.extras import have, missing  # only here: the other commands load no core
+
+    if not have("mcp"):
+        raise CliError(missing("mcp", "agentcron mcp"), 2)
     api = Api.connect(url, key)
     anyio.run(_serve, api)
 

@@ -1,66 +1,333 @@
-"""What an admitted attempt is handed: its runner, and the request that runner reads."""
+"""One admitted attempt of a run, from its start to its record.
+
+``Attempts.execute`` runs it: the runner of the run's saved config, the secrets that config
+refers to (resolved now, redacted from everything recorded), under the timeout with a
+cooperative cancel token (``AttemptDeadline``), and returns its ``Verdict``: the outcome or the
+error, and what kind of error. ``Attempts.finish`` records that verdict (``RunStore.record``, in
+a batch with the outcomes of the same moment), then hands the finished run to delivery. The
+lease's fence around the attempt is ``web.engine.leases``; admission is ``web.engine.run``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from pathlib import Path
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
-from agentcron.core.errors import InvalidSchedule, TargetUnavailable
-from agentcron.core.ledger.store import TaskRef
+from agentcron.core.clock import Clock
+from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
+from agentcron.core.ledger.store import Outcome, RunStore, StartDecision
+from agentcron.core.logging import logs_at
+from agentcron.core.notify.delivery import TRIPPED
+from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import build_runner
-from agentcron.core.runners.base import Runner, RunRequest
+from agentcron.core.runners.base import (
+    AttemptStopped,
+    CancelToken,
+    RunOutcome,
+    RunRequest,
+    checked_outcome,
+)
 from agentcron.core.runners.containment import Containment
-from agentcron.core.runners.handler import Handler, HandlerRunner, HandlerRunnerType
+from agentcron.core.runners.handler import Handler
+from agentcron.core.secrets.keyring import Keyring
+from agentcron.core.secrets.redaction import redact, redact_json
+from agentcron.core.secrets.resolution import load, referenced_secrets
+from agentcron.core.states import RunStatus
 from agentcron.core.storage.models import Run
+from agentcron.web.engine.batching import GroupCommit, retrying
+from agentcron.web.engine.delivery import Deliveries, run_log
+from agentcron.web.engine.leases import LEASE_LOST, LEASE_UNCONFIRMED
+from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.slots import QUICK_SECONDS
+
+# The logger of every run's lines (``web.engine.delivery.run_log``): whether its info lines
+# are kept is asked before a run's two (started, finished) are made, since structlog drops them
+# only after they were bound and built.
+LINES = logging.getLogger("agentcron.engine")
+
+HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
+RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
 
 
-def runner_for(config: dict[str, Any], handler: Handler | None) -> Runner:
-    """The runner of a run's saved ``runner`` config: the engine's own handler for a
-    ``handler`` run (a callable, not a registered type), else its registered type.
-    ``TargetUnavailable`` for a type that was valid when the run was made: its plug-in is gone."""
-    if config.get("type") == HandlerRunnerType.name:
-        return HandlerRunner(handler)
-    try:
-        return build_runner(config)
-    except InvalidSchedule as exc:
-        raise TargetUnavailable(exc.message) from exc
+class AttemptDeadline:
+    """The one timer of an attempt. At ``timeout`` seconds it cancels the attempt's token (the
+    runner stops on its own); ``grace`` seconds later, if the attempt is still awaited, it
+    cancels the task awaiting it: the hard stop for a runner that ignores its token. Made in
+    that task, since that is the task it stops."""
+
+    def __init__(self, token: CancelToken, timeout: float, grace: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._token, self._grace = task, token, grace
+        self._hard = False
+        self._handle = self._loop.call_later(timeout, self._timed_out)
+
+    def _timed_out(self) -> None:
+        self._token.cancel("timeout")
+        self._handle = self._loop.call_later(self._grace, self._hard_stop)
+
+    def _hard_stop(self) -> None:
+        self._hard = True
+        self._task.cancel()
+
+    def disarm(self) -> None:
+        self._handle.cancel()
+
+    def stopped_hard(self) -> bool:
+        """Whether the ``CancelledError`` being handled is this hard stop; if so it is taken
+        back, so the task goes on to record the attempt."""
+        if self._hard:
+            self._hard = False
+            self._task.uncancel()
+            return True
+        return False
 
 
-def request_for(
-    run: Run,
-    task: TaskRef,
-    *,
-    timeout: float,
-    secrets: dict[str, str],
-    instance_id: str,
-    containment: Containment,
-    threads: Executor | None = None,
-) -> RunRequest:
-    """The attempt as its runner sees it, from what the run saved (``run.payload``). Its
-    task directory exists once this returns, the data directory above it included: every
-    runner is handed it to keep files in between runs (an ``OSError`` making it is the
-    attempt's transient failure)."""
-    payload = run.payload
-    workdir = Path(task.workdir)
-    # Here, not in each runner: a handler or python target is handed the path (no process is
-    # started in it), so only a directory made for it is one it can write to at once.
-    workdir.mkdir(parents=True, exist_ok=True)
-    return RunRequest(
-        run_id=run.id,
-        schedule_id=run.schedule_id,
-        task_id=task.id,
-        attempt=run.attempt,
-        trigger=run.trigger,
-        due_at=run.due_at,
-        prompt=str(payload["prompt"]),
-        workdir=workdir,
-        timeout_seconds=timeout,
-        history=list(task.conversation) if payload.get("mode") == "persistent" else [],
-        secrets=secrets,
-        instance_id=instance_id,
-        containment=containment,
-        payload=payload,
-        replay_of=run.replay_of,
-        threads=threads,
-    )
+@dataclass
+class Verdict:
+    """What one attempt came to, waiting to be recorded."""
+
+    run: Run
+    workdir: str
+    timeout: float
+    owner: str  # this engine's instance id, named in every line about the run
+    task_id: uuid.UUID
+    outcome: RunOutcome | None = None
+    error: str | None = None
+    transient: bool = False
+    unavailable: bool = False  # the runner can no longer work at all: pause the schedule
+    cancelled: str | None = None  # the cancel token's reason, if it was cancelled
+    partial: str | None = None  # what a stopped attempt's agent had written (``AttemptStopped``)
+
+    @cached_property
+    def bound(self) -> Any:
+        """The logger of every line about this attempt, bound at the first line: with the
+        engine's info lines off (``AGENTCRON_LOG_LEVEL=WARNING``) a run that goes well binds
+        none (binding it and building its two info lines were about a sixth of the engine's
+        own work per run)."""
+        return run_log(self.run, self.owner, attempt=self.run.attempt, task_id=str(self.task_id))
+
+    def redact(self, secrets: Mapping[str, str]) -> None:
+        """Replace every resolved secret value in what the attempt will record (its output, its
+        turns, its result, its error) before it is recorded or logged: an agent that prints its
+        key must not leak it through the API, a delivery or a log line."""
+        self.error = redact(self.error, secrets)
+        self.partial = redact(self.partial, secrets)
+        outcome = self.outcome
+        if outcome is not None:
+            self.outcome = RunOutcome(
+                output=redact(outcome.output, secrets),
+                turns=[
+                    {**turn, "content": redact(turn["content"], secrets)}
+                    if isinstance(turn.get("content"), str)
+                    else turn
+                    for turn in outcome.turns
+                ],
+                result=redact_json(outcome.result, secrets),
+            )
+
+    def to_record(self, retry: RetryPolicy, now: datetime) -> Outcome | None:
+        """What the store records of the attempt (``RunStore.record``); None when nothing is
+        recorded: an attempt stopped without an outcome (shutdown, a lease lost or
+        unconfirmed) is given back or was taken, and goes on as a new attempt. A transient
+        failure with an attempt left is tried again after ``retry``'s delay from ``now``."""
+        run, cancelled = self.run, self.cancelled
+        if cancelled == "timeout":
+            # The half-finished output is not kept: channels that ask for timed_out runs get
+            # the record without it (docs/design.md, promise 8).
+            return Outcome(run, RunStatus.TIMED_OUT, error=f"timed out after {self.timeout:g} s")
+        if cancelled == "cancel":
+            # A cancelled run keeps what its agent had printed: nothing is delivered for it.
+            return Outcome(run, RunStatus.CANCELLED, output=self.partial)
+        if cancelled is not None:
+            return None
+        if self.outcome is not None and self.error is None:
+            done = self.outcome
+            result = None if done.result is None else dict(done.result)
+            return Outcome(
+                run, RunStatus.SUCCEEDED, output=done.output, result=result, turns=done.turns
+            )
+        if self.transient and run.attempt < retry.max_attempts:
+            retry_at = now + timedelta(seconds=retry.delay(run.attempt))
+            return Outcome(run, RunStatus.PENDING, error=self.error, retry_at=retry_at)
+        return Outcome(run, RunStatus.FAILED, error=self.error, pause_schedule=self.unavailable)
+
+
+class Attempts:
+    """The attempts of one engine: each admitted run's agent, then its record. It shares the
+    engine's ``suspendable`` (attempts whose runner can freeze, for the lease keeper) and
+    ``recent`` (whether each recent attempt was quick, for the slots)."""
+
+    def __init__(
+        self,
+        ledger: RunStore,
+        *,
+        clock: Clock,
+        metrics: EngineMetrics,
+        deliveries: Deliveries,
+        suspendable: set[uuid.UUID],
+        recent: deque[bool],
+        wake: Callable[[], None],
+        threads: Executor,
+        retry_base: float = 1.0,
+        keyring: Keyring | None = None,
+        containment: Containment | None = None,
+        handler: Handler | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.metrics = metrics
+        self.deliveries = deliveries
+        self.suspendable = suspendable
+        self.recent = recent
+        self.wake = wake  # a retry is due later: the loop looks at its next wake-up again
+        self.threads = threads
+        self.retry_base = retry_base
+        # AGENTCRON_SECRETS_KEY: decrypts the stored secrets runs refer to.
+        self.keyring = keyring
+        # Handed to every attempt: the agent processes' environment and sandbox.
+        self.containment = containment or Containment()
+        # The host's callable for ``handler`` schedules (``agentcron.Engine(handler=...)``).
+        self.handler = handler
+        # Outcomes wait a little to share a record's transaction: no run waits on its record
+        # (its slot is already free), and in a burst this cuts the transactions several times.
+        self.results: GroupCommit[Outcome, Run | None] = GroupCommit(
+            retrying(self._store), linger=RESULT_LINGER, name="agentcron-results"
+        )
+
+    # The store's verb, looked up at each batch (so a test may stand in for it).
+    async def _store(self, outcomes: Sequence[Outcome]) -> list[Run | None]:
+        return await self.ledger.record(outcomes)
+
+    async def execute(self, decision: StartDecision, token: CancelToken) -> Verdict:
+        """Run the agent of an admitted attempt under its timeout; return what to record.
+        ``token`` is the attempt's, held by the lease keeper for as long as it executes."""
+        run, task = decision.run, decision.task
+        assert run is not None and task is not None
+        payload = run.payload
+        timeout = float(payload["timeout_seconds"])
+        deadline = AttemptDeadline(token, timeout, HARD_STOP_GRACE)
+        verdict = Verdict(run, task.workdir, timeout, self.ledger.owner, task.id)
+        if run.due_at is not None and run.attempt == 1:
+            delay = (self.clock() - run.due_at).total_seconds()
+            self.metrics.start_delay.observe(max(0.0, delay))
+        if logs_at(LINES, logging.INFO):
+            verdict.bound.info(
+                "run_started",
+                trigger=run.trigger,
+                due_at=run.due_at.isoformat() if run.due_at else None,
+            )
+        began = time.monotonic()
+        secrets: dict[str, str] = {}
+        try:
+            try:
+                runner = build_runner(payload["runner"], self.handler)
+            except InvalidSchedule as exc:  # valid when the run was made: its plug-in is gone
+                raise TargetUnavailable(exc.message) from exc
+            names = referenced_secrets(payload["runner"], None)
+            if names:
+                found = await load(
+                    self.ledger.db, None, names, keyring=self.keyring, schedule_id=run.schedule_id
+                )
+                secrets = found.check()
+            if getattr(runner, "suspendable", False):
+                self.suspendable.add(run.id)
+            request = RunRequest.of(
+                run,
+                task,
+                timeout=timeout,
+                secrets=secrets,
+                instance_id=self.ledger.owner,
+                containment=self.containment,
+                threads=self.threads,
+            )
+            # Awaited in place, not as a task of its own: a thread's return reaches this line a
+            # loop turn later.
+            verdict.outcome = checked_outcome(await runner.run(request, token))
+        except TargetUnavailable as exc:
+            verdict.error, verdict.unavailable = exc.message, True
+        except (RunPermanentError, InvalidSchedule) as exc:
+            verdict.error = exc.message
+            verdict.partial = exc.output if isinstance(exc, AttemptStopped) else None
+        except asyncio.CancelledError:
+            # The deadline's hard stop (a runner that ignored its token), or a cancel the token
+            # had already announced (a drain that ran out); any other is not ours to absorb.
+            if not deadline.stopped_hard() and not token.cancelled:
+                raise
+            verdict.error = f"stopped ({token.reason})"
+        except Exception as exc:
+            verdict.error = f"{type(exc).__name__}: {exc}"
+            verdict.transient = True
+        finally:
+            deadline.disarm()
+            self.recent.append(time.monotonic() - began < QUICK_SECONDS)
+            self.suspendable.discard(run.id)
+        verdict.cancelled = token.reason if token.cancelled else None
+        if verdict.cancelled == LEASE_UNCONFIRMED and verdict.outcome is not None:
+            # The agent had returned when its fence fired (a stalled process sees both in one
+            # turn): stopped and run again, its work would be done twice. It is recorded
+            # instead, if the run is still this engine's, which the record checks.
+            verdict.bound.warning(
+                "run_lease_unconfirmed", action="outcome recorded: the agent had returned"
+            )
+            verdict.cancelled = None
+        if secrets:
+            verdict.redact(secrets)
+        return verdict
+
+    async def finish(self, verdict: Verdict) -> None:
+        """Write the outcome of an attempt, then hand the finished run to delivery."""
+        run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
+        if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
+            # The one line that says this replica stopped an attempt it could no longer vouch
+            # for; the run goes on elsewhere (or here) as a new attempt.
+            self.metrics.leases_lost.inc()
+            cause = "taken over" if reason == LEASE_LOST else "renewal not confirmed in time"
+            bound.warning("run_lease_lost", cause=cause, action="attempt stopped")
+        if reason in ("shutdown", LEASE_UNCONFIRMED):
+            # Still ours if the database only answered late: given back at once rather than
+            # left to wait out the lease. Unreachable, the lease simply runs out.
+            with contextlib.suppress(Exception):
+                await self.ledger.release([run.id], started=True)
+            if reason == "shutdown":
+                bound.info("run_released", reason="shutdown")
+            return
+        retry = RetryPolicy(max_attempts=int(run.payload["max_attempts"]), base=self.retry_base)
+        outcome = verdict.to_record(retry, self.clock())
+        if outcome is None:
+            return
+        recorded = await self.results.submit(outcome)
+        if outcome.retry_at is not None:
+            bound.warning(
+                "run_retry_scheduled", error=verdict.error, retry_at=outcome.retry_at.isoformat()
+            )
+            self.wake()
+            return
+        if verdict.unavailable:
+            bound.error("schedule_paused", reason=verdict.error)
+        if recorded is None:
+            bound.warning("run_lease_lost")
+            return
+        if logs_at(LINES, logging.INFO):
+            bound.info("run_finished", status=recorded.status, error=recorded.error)
+        if recorded.reason == TRIPPED:
+            bound.warning("circuit_breaker_tripped", paused="schedule", error=recorded.error)
+        self.metrics.ended(recorded.status, recorded.trigger)
+        if recorded.started_at is not None and recorded.finished_at is not None:
+            self.metrics.duration.observe(
+                (recorded.finished_at - recorded.started_at).total_seconds()
+            )
+        # The outcome was recorded with a delivery lease only if a channel applies.
+        if recorded.deliver_until is not None:
+            self.deliveries.start(recorded, verdict.workdir, bound)

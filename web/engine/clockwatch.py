@@ -17,8 +17,7 @@ from agentcron.core.clock import DatabaseClock
 from agentcron.core.logging import get_logger
 from agentcron.core.storage.database import Database
 from agentcron.web.engine.metrics import EngineMetrics
-from agentcron.web.engine.supervisor import Supervisor
-from agentcron.web.engine.timing import sleep_or_stop
+from agentcron.web.engine.supervisor import Supervisor, sleep_or_stop
 
 log = get_logger("agentcron.clock")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 from agentcron.core.clock import Clock
@@ -180,6 +180,20 @@ class LeaseKeeper:
         """``until``, or the later lease end a renewal confirmed for ``run_id`` since."""
         confirmed = self.confirmed.get(run_id)
         return until if confirmed is None else max(until, confirmed)
+
+    @contextlib.contextmanager
+    def executing(self, run: Run) -> Iterator[CancelToken]:
+        """Hold the attempt of an admitted ``run`` while it executes: its cancel token in
+        ``tokens`` (where renewals, cancels and a drain find it) and its fence armed on the
+        admission's lease; both go when the attempt ends."""
+        assert run.lease_expires_at is not None  # set by the admission
+        token = self.tokens[run.id] = CancelToken()
+        self.fence(run.id, run.lease_expires_at)
+        try:
+            yield token
+        finally:
+            self.tokens.pop(run.id, None)
+            self.disarm(run.id)
 
     def fence(self, run_id: uuid.UUID, until: datetime) -> None:
         """Arm (again) the stop of the attempt of ``run_id``, ``fence_margin`` before ``until``,

@@ -37,10 +37,10 @@ from agentcron.core.runners.handler import Handler
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.storage.liveness import CONFIRM_SECONDS, WATCH_SECONDS, Liveness, Suspects
 from agentcron.core.storage.wakeups import listen
+from agentcron.web.engine.attempt import HARD_STOP_GRACE
 from agentcron.web.engine.metrics import EngineMetrics
-from agentcron.web.engine.run import HARD_STOP_GRACE, RunEngine
-from agentcron.web.engine.supervisor import Supervisor
-from agentcron.web.engine.timing import sleep_or_stop
+from agentcron.web.engine.run import RunEngine
+from agentcron.web.engine.supervisor import Supervisor, sleep_or_stop
 
 log = get_logger("agentcron.engine")
 
@@ -189,7 +189,7 @@ class SchedulerLoop:
         """Batched transactions written so far: admissions and results (diagnostics)."""
         return {
             "admissions": self.engine.admissions.flushes,
-            "results": self.engine.results.flushes,
+            "results": self.engine.attempts.results.flushes,
         }
 
     @property

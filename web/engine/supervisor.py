@@ -27,6 +27,7 @@ come back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -36,6 +37,15 @@ from agentcron.web.engine.metrics import EngineMetrics
 log = get_logger("agentcron.supervisor")
 
 Body = Callable[[], Coroutine[Any, Any, None]]
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or until ``stop`` is set if that comes first: the pause of every wait
+    of the engine's tasks (the listener's reconnect backoff, the retention passes, the clock
+    watch, a run waiting for its ``available_at`` or another look at overlap), so a shutdown
+    never waits out a sleep."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
 
 
 class Supervisor:

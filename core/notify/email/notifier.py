@@ -16,16 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError
+from agentcron.core.extras import have, missing
 from agentcron.core.logging import get_logger
 from agentcron.core.notify.base import ENV_NAME, DeliveryRequest, check_keys, required_string
 from agentcron.core.notify.email.message import compose_message
-from agentcron.core.notify.email.transport import (
-    EmailDeferred,
-    classify,
-    safe_text,
-    send,
-    tls_context,
-)
 from agentcron.core.notify.email.url import (
     SmtpSettings,
     smtp_settings_from_env,
@@ -72,7 +66,10 @@ class EmailNotifier:
     def validate(
         self, channel: Mapping[str, Any], field: str, *, allow_private: bool
     ) -> dict[str, Any]:
-        """The normalised channel, or ``InvalidSchedule`` naming ``<field>.<key>``."""
+        """The normalised channel, or ``InvalidSchedule`` naming ``<field>.<key>``; without
+        the email extra (aiosmtplib), ``<field>.type``, saying which extra to install."""
+        if not have("email"):
+            raise InvalidSchedule(missing("email", "an email channel"), field=f"{field}.type")
         check_keys(channel, FIELDS, field)
         to = channel.get("to")
         if not isinstance(to, list) or not to or len(to) > 50:
@@ -118,6 +115,17 @@ class EmailNotifier:
         refused (``RunPermanentError``) before any connection, as a webhook's is. The
         operator's URL (``smtp_url_env``) may name any address, a relay on loopback included.
         """
+        if not have("email"):  # a channel saved where the extra was installed
+            raise RunPermanentError(missing("email", "an email channel"))
+        # Imported here: the SMTP client is the email extra's (aiosmtplib).
+        from agentcron.core.notify.email.transport import (
+            EmailDeferred,
+            classify,
+            safe_text,
+            send,
+            tls_context,
+        )
+
         # Read at each delivery (not at start-up) so a rotated secret applies to the next one.
         if "smtp_url_secret" in request.channel:
             name = str(request.channel["smtp_url_secret"])
@@ -168,6 +176,8 @@ class EmailNotifier:
 
     async def _addresses(self, settings: SmtpSettings, env: str, judged: bool) -> list[IPAddress]:
         """The addresses of the server's host (``vet``): judged when the URL is the owner's."""
+        from agentcron.core.notify.email.transport import EmailDeferred
+
         try:
             return await vet(
                 settings.host, settings.port, allow_private=not judged, resolver=self.resolver

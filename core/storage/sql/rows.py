@@ -21,6 +21,11 @@ from sqlalchemy.types import TypeEngine
 Columns = Mapping[str, TypeEngine[Any]]
 
 
+def columns_of(table: Any, *names: str) -> Columns:
+    """The columns ``names`` of ``table``, each with the type the table gives it."""
+    return {name: table.c[name].type for name in names}
+
+
 @dataclass(frozen=True)
 class RowsTable:
     """The derived table of a batch: ``c[name]`` is column ``name`` of the current row, typed

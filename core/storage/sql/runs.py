@@ -1,4 +1,7 @@
-"""The run ledger's statements: a claim's writes, an admission, a record, a release.
+"""The run ledger's statements on runs: a claim's writes, an admission, a record, the writes
+made while holding a schedule's row, a promotion. A run's lease (claimed, taken, renewed,
+given back) is ``core.storage.sql.leases``; the schedules and tasks these write with the runs
+are ``sql.schedules`` and ``sql.tasks``.
 
 Each batched statement reads its rows from one derived table (``core.storage.sql.rows``) and
 writes what ``core.transitions`` says, so a run alone and a run in a batch of 500 go through the
@@ -6,21 +9,22 @@ same statement, on SQLite and PostgreSQL alike. A builder takes the dialect (the
 is the one thing that differs) and is cached, so a statement is built once per dialect.
 
 Lock order, as every write that locks several rows takes it: runs in id order, then their
-schedules in id order, then tasks. Claims aside, which skip what another holds.
+schedules in id order, then tasks. Claims aside, which skip what another holds. A row lock
+renders on PostgreSQL only (``skip_locked``: ``FOR UPDATE SKIP LOCKED``); SQLite relies on its
+IMMEDIATE write transaction, which already serialises writers.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any
 
 from sqlalchemy import (
     JSON,
-    Boolean,
     ColumnElement,
-    Integer,
     Select,
     String,
     Text,
@@ -30,7 +34,6 @@ from sqlalchemy import (
     bindparam,
     exists,
     func,
-    insert,
     or_,
     select,
     true,
@@ -39,15 +42,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunReason, RunStatus
-from agentcron.core.storage.models import Run, Schedule, Task
-from agentcron.core.storage.queries import RUNS, SCHEDULES, TASKS
-from agentcron.core.storage.sql.rows import Columns, among, rows_table, split
+from agentcron.core.storage.models import RUNS, Run, Schedule
+from agentcron.core.storage.sql.rows import Columns, among, columns_of, rows_table, split
 from agentcron.core.storage.types import UTCDateTime
-from agentcron.core.transitions import admitted, delivering, followed, leased, promoted, streak
-
-
-def _columns(table: Any, *names: str) -> Columns:
-    return {name: table.c[name].type for name in names}
+from agentcron.core.transitions import admitted, cancelled, delivering, promoted
 
 
 def _insert(dialect: str) -> Any:
@@ -58,7 +56,7 @@ def _insert(dialect: str) -> Any:
 
 # Every column a claim gives a run it inserts: the runs of due times, and the skipped rows that
 # account for due times that do not run (core.timeline).
-CLAIMED_RUN = _columns(
+CLAIMED_RUN = columns_of(
     RUNS,
     "id",
     "schedule_id",
@@ -91,10 +89,6 @@ SKIPPED_SHARED = frozenset(
     {"trigger", "created_at", "cancel_requested", "lease_owner", "lease_expires_at"}
     | {"status", "attempt", "started_at", "task_id", "origin", "dst_rule", "finished_at"}
 )
-NEW_TASK = _columns(TASKS, "id", "schedule_id", "owner", "workdir")
-# Every new task of a batch: empty, made at the same instant.
-TASK_SHARED = _columns(TASKS, "conversation", "created_at", "updated_at")
-ADVANCE = _columns(SCHEDULES, "id", "next_run", "scheduled_runs")
 
 
 @cache
@@ -113,32 +107,6 @@ def insert_claimed(dialect: str, shared: frozenset[str]) -> Any:
         .on_conflict_do_nothing(index_elements=["schedule_id", "due_at"])
         .returning(RUNS.c.id)
     )
-
-
-@cache
-def insert_tasks(dialect: str) -> Any:
-    """Insert the fresh tasks ``NEW_TASK`` (parameter ``t``, with ``TASK_SHARED``),
-    unlocked."""
-    rows = rows_table(NEW_TASK, "t", dialect, TASK_SHARED)
-    names = [*NEW_TASK, *TASK_SHARED]
-    return insert(TASKS).from_select(names, select(*(rows.c[name] for name in names)).where(true()))
-
-
-@cache
-def advance_schedules(dialect: str) -> Any:
-    """Move each schedule of ``ADVANCE`` (parameter ``a``) to its next due time."""
-    rows = rows_table(ADVANCE, "a", dialect)
-    return (
-        update(SCHEDULES)
-        .where(SCHEDULES.c.id == rows.c["id"], among(SCHEDULES.c.id, "a", dialect, ADVANCE))
-        .values(next_run=rows.c["next_run"], scheduled_runs=rows.c["scheduled_runs"])
-    )
-
-
-def take_runs(ids: Sequence[uuid.UUID], owner: str, until: Any) -> Update:
-    """Lease the claimable runs ``ids`` to ``owner`` (``claimable_runs`` locked them);
-    returns them."""
-    return update(Run).where(Run.id.in_(ids)).values(**leased(owner, until)).returning(Run)
 
 
 # -- an admission -------------------------------------------------------------------------------
@@ -162,27 +130,6 @@ def lock_admittable(dialect: str) -> Select[*tuple[Any, ...]]:
 
 
 @cache
-def lock_schedules(dialect: str) -> Select[*tuple[Any, ...]]:
-    """The schedules of the ids ``j``, locked in id order (``FOR NO KEY UPDATE``: a pause
-    waits for the admission or is seen by it, and runs of them may still be inserted
-    meanwhile)."""
-    return (
-        select(
-            Schedule.id,
-            Schedule.owner,
-            Schedule.enabled,
-            Schedule.deleted_at,
-            Schedule.overlap,
-            Schedule.mode,
-            Schedule.task_id,
-        )
-        .where(among(Schedule.id, "j", dialect))
-        .order_by(Schedule.id)
-        .with_for_update(key_share=True)
-    )
-
-
-@cache
 def going(dialect: str) -> Select[*tuple[Any, ...]]:
     """The runs of the schedules ``j`` an admission judges overlap by: those executing, and
     those waiting under ``buffer_one``."""
@@ -190,17 +137,6 @@ def going(dialect: str) -> Select[*tuple[Any, ...]]:
     return select(Run.schedule_id, Run.id, Run.status).where(
         among(Run.schedule_id, "j", dialect),
         or_(Run.status == RunStatus.RUNNING.value, waiting),
-    )
-
-
-@cache
-def lock_tasks(dialect: str) -> Select[*tuple[Any, ...]]:
-    """The tasks ``k`` with their run lock and conversation, row-locked in id order."""
-    return (
-        select(Task.id, Task.workdir, Task.conversation, Task.lock_run_id)
-        .where(among(Task.id, "k", dialect))
-        .order_by(Task.id)
-        .with_for_update()
     )
 
 
@@ -258,7 +194,6 @@ def end_unstarted(dialect: str) -> Any:
 
 
 SET_REASON = update(RUNS).where(RUNS.c.id == bindparam("b_id")).values(reason=bindparam("b_reason"))
-
 
 # -- a record -----------------------------------------------------------------------------------
 
@@ -318,50 +253,6 @@ def record_runs(dialect: str) -> Any:
     )
 
 
-FOLLOW_UP: Columns = {
-    "id": Uuid(),
-    "status": String(),
-    "error": Text(),
-    "run_id": Uuid(),
-    "reset": Boolean(),
-    "failures": Integer(),
-}
-
-
-@cache
-def follow_schedules(dialect: str) -> Any:
-    """Each schedule of ``FOLLOW_UP`` (parameter ``f``) follows the last of its runs a record
-    ended (``followed``, with the streak ``streak`` computes), locked in id order; returns
-    (id, streak, limit, enabled) of each."""
-    rows = rows_table(FOLLOW_UP, "f", dialect)
-    locked = (
-        select(SCHEDULES.c.id)
-        .where(among(SCHEDULES.c.id, "f", dialect, FOLLOW_UP))
-        .order_by(SCHEDULES.c.id)
-        .with_for_update(key_share=True)
-    )
-    failures = streak(SCHEDULES.c.consecutive_failures, rows.c["reset"], rows.c["failures"])
-    return (
-        update(SCHEDULES)
-        .where(SCHEDULES.c.id == rows.c["id"], SCHEDULES.c.id.in_(locked.scalar_subquery()))
-        .values(
-            **followed(
-                bindparam("b_now", type_=UTCDateTime()),
-                rows.c["status"],
-                rows.c["error"],
-                rows.c["run_id"],
-                failures,
-            )
-        )
-        .returning(
-            SCHEDULES.c.id,
-            SCHEDULES.c.consecutive_failures,
-            SCHEDULES.c.pause_after_failures,
-            SCHEDULES.c.enabled,
-        )
-    )
-
-
 @cache
 def cancel_context(dialect: str) -> Select[*tuple[Any, ...]]:
     """For the runs ``h`` whose attempt was cancelled: whether a cancel was asked for, and
@@ -376,58 +267,66 @@ def cancel_context(dialect: str) -> Select[*tuple[Any, ...]]:
 
 
 def update_run(run_id: uuid.UUID, values: dict[str, Any]) -> Update:
+    """Write ``values`` (a transition's columns) onto run ``run_id``, locking its row."""
     return update(Run).where(Run.id == run_id).values(**values)
 
 
-def update_schedule(schedule_id: uuid.UUID, values: dict[str, Any]) -> Update:
-    return update(Schedule).where(Schedule.id == schedule_id).values(**values)
+def locked_runs(*where: ColumnElement[bool], skip_locked: bool = False) -> ColumnElement[bool]:
+    """``Run.id IN`` the runs matching ``where``, row-locked in id order: the order every
+    write that locks several runs takes, so no two of them can deadlock over the same runs (a
+    plain UPDATE locks in the order it happens to scan). ``skip_locked``: leave out the runs
+    another transaction holds instead of waiting for them."""
+    held = select(Run.id).where(*where).order_by(Run.id).with_for_update(skip_locked=skip_locked)
+    return Run.id.in_(held.scalar_subquery())
 
 
-# Executemany: task ``b_id``'s run lock goes to run ``b_run``.
-TAKE_TASK_LOCK = (
-    update(TASKS)
-    .where(TASKS.c.id == bindparam("b_id"))
-    .values(lock_run_id=bindparam("b_run", type_=Uuid()), updated_at=bindparam("b_now"))
-)
-# Executemany: task ``b_id`` gives up its run lock if run ``b_run`` holds it.
-FREE_TASK_LOCK = (
-    update(TASKS)
-    .where(TASKS.c.id == bindparam("b_id"), TASKS.c.lock_run_id == bindparam("b_run", type_=Uuid()))
-    .values(lock_run_id=None, updated_at=bindparam("b_now"))
-)
-# Executemany: persistent schedule ``b_id`` keeps task ``b_task`` for its runs.
-BIND_TASK = (
-    update(SCHEDULES)
-    .where(SCHEDULES.c.id == bindparam("b_id"))
-    .values(task_id=bindparam("b_task", type_=Uuid()))
-)
+# -- writes made while holding a schedule's row -----------------------------------------------
+#
+# Every transaction that locks runs and their schedule locks the runs first (claims aside,
+# which skip what is locked): records, admissions, renewals and the one-run verbs. One that
+# holds a schedule first (its deletion; an admission asking the schedule's other runs to
+# stop) must not then wait for one of its runs, or each waits for the other (PostgreSQL
+# aborts one after a second). So those writes skip the runs another transaction holds.
 
 
-def conversation(task_id: uuid.UUID) -> Select[*tuple[Any, ...]]:
-    return select(Task.conversation).where(Task.id == task_id).with_for_update()
+def unheld_pending(schedule_id: uuid.UUID) -> ColumnElement[bool]:
+    """The pending runs of a schedule that no other transaction holds, row-locked: its
+    deletion ends them at once. One skipped is being admitted or its lease renewed; its
+    admission finds the schedule deleted and ends it the same way."""
+    pending = Run.status == RunStatus.PENDING.value
+    return locked_runs(Run.schedule_id == schedule_id, pending, skip_locked=True)
 
 
-def update_task(task_id: uuid.UUID, values: dict[str, Any]) -> Update:
-    return update(Task).where(Task.id == task_id).values(**values)
-
-
-# -- a release and a promotion -----------------------------------------------------------------
-
-
-def release(owner: str, ids: Sequence[uuid.UUID], statuses: Sequence[str], values: Any) -> Any:
-    """``values`` (``transitions.released``) onto the runs ``ids`` of ``owner`` in one of
-    ``statuses``, locked in id order; returns (id, task_id) of each."""
-    held = (
-        select(Run.id)
-        .where(Run.id.in_(ids), Run.lease_owner == owner, Run.status.in_(statuses))
-        .order_by(Run.id)
-        .with_for_update()
-    )
+def end_deleted_pending(schedule_id: uuid.UUID, now: datetime) -> Update:
+    """End the pending runs of schedule ``schedule_id``, being deleted, that no other
+    transaction holds (``unheld_pending``: locked in id order, the held ones skipped):
+    ``cancelled`` with reason ``schedule_deleted``."""
     return (
         update(Run)
-        .where(Run.id.in_(held.scalar_subquery()))
-        .values(**values)
-        .returning(Run.id, Run.task_id)
+        .where(unheld_pending(schedule_id))
+        .values(**cancelled(now, RunReason.SCHEDULE_DELETED))
+    )
+
+
+def ask_to_stop(run_ids: Sequence[uuid.UUID]) -> Update:
+    """Ask these runs to stop (overlap ``cancel_other``), those no other transaction holds;
+    a run skipped is asked at the next look of the run waiting for it."""
+    unheld = locked_runs(Run.id.in_(run_ids), skip_locked=True)
+    return update(Run).where(unheld).values(cancel_requested=True)
+
+
+# -- a promotion ---------------------------------------------------------------------------------
+
+
+def queue_under_way(schedule_id: uuid.UUID) -> Select[*tuple[Any, ...]]:
+    """Whether a queued run of the schedule is running, or claimable, or waiting: a new queue
+    then waits behind it instead of starting a second head."""
+    return select(
+        exists().where(
+            Run.schedule_id == schedule_id,
+            Run.origin.in_(QUEUED_ORIGINS),
+            Run.status.in_(ACTIVE),
+        )
     )
 
 
@@ -459,4 +358,6 @@ def queue_head(schedule_id: uuid.UUID) -> Select[*tuple[Any, ...]]:
 
 
 def promote(run_id: uuid.UUID, now: Any) -> Update:
+    """Run ``run_id``, a queued run whose turn came, becomes claimable (``promoted``); the
+    caller holds its schedule's row."""
     return update(Run).where(Run.id == run_id).values(**promoted(now))

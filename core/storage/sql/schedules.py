@@ -1,19 +1,42 @@
-"""Statements on schedules: the rows the service layer reads, locks, counts and unbinds.
+"""Statements on schedules: the rows the service layer reads, locks, counts and unbinds, and
+those the run ledger finds due, advances, locks and follows.
 
 Each function returns a SQLAlchemy statement; the services (``core.schedules``, ``core.tasks``,
-``core.secrets``) only run them. A row lock (``FOR UPDATE``) renders on PostgreSQL only: SQLite
-relies on its IMMEDIATE write transaction, which already serialises writers.
+``core.secrets``) and the run ledger (``core.ledger``) only run them. The ledger's batched
+statements read their rows from one derived table (``core.storage.sql.rows``) and are built
+once per dialect, as ``core.storage.sql.runs`` says; they lock schedules after runs. A row
+lock (``FOR UPDATE``) renders on PostgreSQL only: SQLite relies on its IMMEDIATE write
+transaction, which already serialises writers.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import ScalarSelect, Select, Update, func, or_, select, update
+from sqlalchemy import (
+    Boolean,
+    Integer,
+    ScalarSelect,
+    Select,
+    String,
+    Text,
+    Update,
+    Uuid,
+    bindparam,
+    func,
+    or_,
+    select,
+    update,
+)
 
-from agentcron.core.storage.models import Schedule
+from agentcron.core.storage.models import SCHEDULES, Schedule
+from agentcron.core.storage.sql.rows import Columns, among, columns_of, rows_table
+from agentcron.core.storage.types import UTCDateTime
+from agentcron.core.transitions import followed, streak
 
 # The key of the transaction-level advisory lock that is the turn at the active-schedule limit
 # ("agnc"; retention's pass holds another key). ``core.schedules.context`` says who takes it.
@@ -89,6 +112,17 @@ def keyed_schedules(owner: str, scope: str) -> Select[Schedule]:
     )
 
 
+def shortest_retention() -> Select[int | None]:
+    """The shortest ``retention_days`` any schedule sets (NULL: none sets one); unlocked."""
+    return select(func.min(Schedule.retention_days))
+
+
+def retention_of(schedule_id: uuid.UUID) -> Select[int | None, uuid.UUID | None]:
+    """(retention_days, last_run_id) of schedule ``schedule_id``: what a prune keeps of its
+    runs; unlocked."""
+    return select(Schedule.retention_days, Schedule.last_run_id).where(Schedule.id == schedule_id)
+
+
 def lock_task_schedules(task_id: uuid.UUID) -> Select[uuid.UUID]:
     """Row-lock the schedules bound to task ``task_id``, in id order."""
     return (
@@ -108,3 +142,124 @@ def unbind_task(task_id: uuid.UUID) -> Update:
 def schedule_owner(schedule_id: uuid.UUID) -> ScalarSelect[str]:
     """The owner of schedule ``schedule_id``, as a subquery."""
     return select(Schedule.owner).where(Schedule.id == schedule_id).scalar_subquery()
+
+
+# -- the run ledger's -------------------------------------------------------------------------
+
+
+def due_schedules(now: datetime, limit: int) -> Select[Schedule]:
+    """Enabled, undeleted schedules with ``next_run <= now``, oldest due first, row-locked."""
+    return (
+        select(Schedule)
+        .where(
+            Schedule.next_run <= now,
+            Schedule.enabled.is_(True),
+            Schedule.deleted_at.is_(None),
+        )
+        .order_by(Schedule.next_run)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def lock_schedule(schedule_id: uuid.UUID) -> Select[uuid.UUID]:
+    """The schedule's row, locked as an admission locks it (``FOR NO KEY UPDATE``)."""
+    return select(Schedule.id).where(Schedule.id == schedule_id).with_for_update(key_share=True)
+
+
+def schedule_owners(ids: Collection[uuid.UUID]) -> Select[uuid.UUID, str]:
+    """(id, owner) of these schedules."""
+    return select(Schedule.id, Schedule.owner).where(Schedule.id.in_(ids))
+
+
+ADVANCE = columns_of(SCHEDULES, "id", "next_run", "scheduled_runs")
+
+
+@cache
+def advance_schedules(dialect: str) -> Any:
+    """Move each schedule of ``ADVANCE`` (parameter ``a``) to its next due time."""
+    rows = rows_table(ADVANCE, "a", dialect)
+    return (
+        update(SCHEDULES)
+        .where(SCHEDULES.c.id == rows.c["id"], among(SCHEDULES.c.id, "a", dialect, ADVANCE))
+        .values(next_run=rows.c["next_run"], scheduled_runs=rows.c["scheduled_runs"])
+    )
+
+
+@cache
+def lock_schedules(dialect: str) -> Select[*tuple[Any, ...]]:
+    """The schedules of the ids ``j``, locked in id order (``FOR NO KEY UPDATE``: a pause
+    waits for the admission or is seen by it, and runs of them may still be inserted
+    meanwhile)."""
+    return (
+        select(
+            Schedule.id,
+            Schedule.owner,
+            Schedule.enabled,
+            Schedule.deleted_at,
+            Schedule.overlap,
+            Schedule.mode,
+            Schedule.task_id,
+        )
+        .where(among(Schedule.id, "j", dialect))
+        .order_by(Schedule.id)
+        .with_for_update(key_share=True)
+    )
+
+
+FOLLOW_UP: Columns = {
+    "id": Uuid(),
+    "status": String(),
+    "error": Text(),
+    "run_id": Uuid(),
+    "reset": Boolean(),
+    "failures": Integer(),
+}
+
+
+@cache
+def follow_schedules(dialect: str) -> Any:
+    """Each schedule of ``FOLLOW_UP`` (parameter ``f``) follows the last of its runs a record
+    ended (``followed``, with the streak ``streak`` computes), locked in id order; returns
+    (id, streak, limit, enabled) of each."""
+    rows = rows_table(FOLLOW_UP, "f", dialect)
+    locked = (
+        select(SCHEDULES.c.id)
+        .where(among(SCHEDULES.c.id, "f", dialect, FOLLOW_UP))
+        .order_by(SCHEDULES.c.id)
+        .with_for_update(key_share=True)
+    )
+    failures = streak(SCHEDULES.c.consecutive_failures, rows.c["reset"], rows.c["failures"])
+    return (
+        update(SCHEDULES)
+        .where(SCHEDULES.c.id == rows.c["id"], SCHEDULES.c.id.in_(locked.scalar_subquery()))
+        .values(
+            **followed(
+                bindparam("b_now", type_=UTCDateTime()),
+                rows.c["status"],
+                rows.c["error"],
+                rows.c["run_id"],
+                failures,
+            )
+        )
+        .returning(
+            SCHEDULES.c.id,
+            SCHEDULES.c.consecutive_failures,
+            SCHEDULES.c.pause_after_failures,
+            SCHEDULES.c.enabled,
+        )
+    )
+
+
+def update_schedule(schedule_id: uuid.UUID, values: dict[str, Any]) -> Update:
+    """Write ``values`` (a transition's columns) onto schedule ``schedule_id``, locking its
+    row."""
+    return update(Schedule).where(Schedule.id == schedule_id).values(**values)
+
+
+# Executemany: persistent schedule ``b_id`` keeps task ``b_task`` for its runs.
+BIND_TASK = (
+    update(SCHEDULES)
+    .where(SCHEDULES.c.id == bindparam("b_id"))
+    .values(task_id=bindparam("b_task", type_=Uuid()))
+)

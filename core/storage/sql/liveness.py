@@ -1,7 +1,7 @@
-"""The liveness statements (PostgreSQL), in ``core.storage.queries`` style: the lock key of an
-engine, whether someone holds it (read from pg_locks), and taking it. Apart from ``queries``
-only so that each file stays short; ``queries`` uses ``liveness_held`` in the idle look and
-in the claim."""
+"""Statements on liveness (PostgreSQL): the lock key of an engine, whether someone holds it
+(read from pg_locks), and taking it. ``liveness_held`` is a where-clause the idle look
+(``sql.wakeups``), the claim (``sql.leases``) and the take-over of deliveries
+(``sql.deliveries``) compose."""
 
 from __future__ import annotations
 
