@@ -92,12 +92,16 @@ async def test_a_claim_takes_queued_runs_and_lapsed_leases_not_live_ones(world: 
 
 
 async def test_a_claim_is_bounded_and_says_when_more_is_due(world: World) -> None:
-    for _ in range(5):
+    # Due schedules and queued runs share one limit.
+    for _ in range(3):
         await world.schedule()
+    queued = [await world.queued(await world.schedule(next_run=None)) for _ in range(2)]
     first = await world.store.claim_due_jobs(NOW, limit=3)
     assert len(first.runs) == 3 and first.full
     second = await world.store.claim_due_jobs(NOW, limit=3)
     assert len(second.runs) == 2 and not second.full
+    claimed = {run.id for run in first.runs + second.runs}
+    assert len(claimed) == 5 and {run.id for run in queued} <= claimed
 
 
 async def test_due_times_missed_beyond_the_grace_are_skipped_rows(world: World) -> None:
@@ -132,12 +136,18 @@ async def test_an_admission_starts_an_attempt_and_hands_back_the_run_as_written(
 
 
 async def test_a_manual_run_gets_a_fresh_task_at_its_admission(world: World) -> None:
-    queued = await world.queued(await world.schedule(next_run=None))
-    (run,) = (await world.store.claim_due_jobs(NOW)).runs
-    assert run.id == queued.id and run.task_id is None
-    decision = await admitted(world, run)
-    assert decision.task is not None and (await world.run(run.id)).task_id == decision.task.id
-    assert await world.task(decision.task.id) is not None
+    schedule_id = await world.schedule(next_run=None)
+    tasks = []
+    for _ in range(2):  # isolated: a fresh task each time, in the schedule's one directory
+        queued = await world.queued(schedule_id)
+        (run,) = (await world.store.claim_due_jobs(NOW)).runs
+        assert run.id == queued.id and run.task_id is None
+        decision = await admitted(world, run)
+        assert decision.task is not None and (await world.run(run.id)).task_id == decision.task.id
+        assert await world.task(decision.task.id) is not None
+        tasks.append(decision.task)
+        await world.store.record([Outcome(run, "succeeded")])
+    assert tasks[0].id != tasks[1].id and tasks[0].workdir == tasks[1].workdir
 
 
 async def test_an_admission_ends_what_cannot_start_and_leaves_what_is_not_ours(
@@ -184,7 +194,19 @@ async def test_overlap_buffer_one_keeps_one_waiting_and_skips_the_next(world: Wo
     assert skipped.action == "done" and skipped.run is not None
     assert skipped.run.error == "one run of this schedule was already waiting"
     await world.store.record([Outcome(first, "succeeded")])
+    # The one waiting goes next: a newer run that comes before it looks again is skipped.
+    newer = await world.queued(first.schedule_id)
+    await world.store.claim_due_jobs(NOW)
+    assert (await admitted(world, newer)).action == "done"
     assert (await admitted(world, second)).action == "run"
+
+
+async def test_overlap_allow_starts_a_run_beside_a_running_one(world: World) -> None:
+    first = await running(world, overlap="allow")
+    second = await world.queued(first.schedule_id)
+    await world.store.claim_due_jobs(NOW)
+    assert (await admitted(world, second)).action == "run"
+    assert {run.status for run in await world.runs_of(first.schedule_id)} == {"running"}
 
 
 async def test_overlap_cancel_other_asks_the_running_run_to_stop(world: World) -> None:
@@ -246,6 +268,7 @@ async def test_a_record_ends_runs_and_follows_the_streak_in_order(world: World) 
         "e2",
     )
     assert (first.last_run_id, first.last_run_at) == (s[1].id, NOW)
+    assert first.enabled  # no breaker: failures never pause
     second = await world.schedule_row(reset)
     assert (second.consecutive_failures, second.last_run_id) == (1, r[2].id)
     assert (await world.run(r[1].id)).output == "fine"

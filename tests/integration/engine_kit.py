@@ -8,13 +8,16 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Engine as SyncEngine
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runs import RunService
@@ -80,18 +83,12 @@ async def deliveries_of(db: Database, run_id: uuid.UUID) -> list[Delivery]:
         return list((await session.execute(query)).scalars())
 
 
-def status_is(
-    db: Database, run_id: uuid.UUID, *statuses: str
-) -> Callable[[], Awaitable[Run | None]]:
+async def wait_status(db: Database, run_id: uuid.UUID, *statuses: str, within: float = 10) -> Run:
     async def check() -> Run | None:
         run = await fetch_run(db, run_id)
         return run if run.status in statuses else None
 
-    return check
-
-
-async def wait_status(db: Database, run_id: uuid.UUID, *statuses: str, within: float = 10) -> Run:
-    return await wait_for(status_is(db, run_id, *statuses), within, f"run in {statuses}")
+    return await wait_for(check, within, f"run in {statuses}")
 
 
 def runs_where(
@@ -125,6 +122,25 @@ def spec(
     )
 
 
+@contextmanager
+def statements(*engines: AsyncEngine | type[SyncEngine]) -> Iterator[list[str]]:
+    """Every statement sent through ``engines`` while the block runs (``sqlalchemy.Engine``:
+    through every engine of this process, also those made inside the block)."""
+    sent: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
+        sent.append(statement)
+
+    targets = [getattr(engine, "sync_engine", engine) for engine in engines]
+    for target in targets:
+        event.listen(target, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        for target in targets:
+            event.remove(target, "before_cursor_execute", record)
+
+
 def process_alive(pid: int) -> bool:
     """Alive and not a zombie (a dead child waiting to be reaped by PID 1 is not running)."""
     try:
@@ -133,6 +149,16 @@ def process_alive(pid: int) -> bool:
     except (ProcessLookupError, FileNotFoundError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def wait_dead(pid: int, within: float) -> datetime:
+    """The moment ``pid`` was seen gone (checked every 20 ms)."""
+    deadline = time.monotonic() + within
+    while process_alive(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} still alive after {within} s")
+        await asyncio.sleep(0.02)
+    return datetime.now(UTC)
 
 
 @dataclass

@@ -4,10 +4,7 @@ SQLite measures nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +13,7 @@ import httpx
 import pytest
 import structlog.testing
 from fastapi import FastAPI
-from sqlalchemy import Engine, event, insert, update
+from sqlalchemy import Engine, insert, update
 
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
@@ -30,7 +27,7 @@ from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.metrics import EngineMetrics
 from tests.conftest import app_client
 from tests.factories import schedule_values
-from tests.integration.engine_kit import fetch_run, runs_of, wait_for
+from tests.integration.engine_kit import fetch_run, runs_of, statements, wait_for
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
 # Generous: the database is local, a round trip is a millisecond; a loaded CI machine is not.
@@ -57,41 +54,14 @@ async def add_schedule(db: Database, due: datetime, **overrides: Any) -> uuid.UU
     return uuid.UUID(str(values["id"]))
 
 
-@contextmanager
-def every_statement() -> Iterator[list[str]]:
-    """Every statement any engine of this process sends while the block runs (also those of
-    engines made inside it, such as an app's)."""
-    sent: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
-        sent.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
-
-
-# -- measuring --------------------------------------------------------------------------------
-
-
-@pg_only
-@pytest.mark.parametrize("off", [-30.0, 30.0])
-async def test_the_skew_of_a_wrong_local_clock_is_measured(db: Database, off: float) -> None:
-    clock = await measured(db, offset(off))
-    assert abs(clock.skew_seconds - (-off)) < TOLERANCE, clock.skew_seconds
-    assert clock.round_trip is not None and clock.round_trip < timedelta(seconds=TOLERANCE)
-    # Corrected, the clock tells the database's (here: this host's real) time.
-    assert abs((clock() - utcnow()).total_seconds()) < TOLERANCE
-
-
 # -- due times --------------------------------------------------------------------------------
 
 
 @pg_only
 async def test_a_slow_replica_claims_when_the_database_says_due(db: Database) -> None:
     clock = await measured(db, offset(-30))  # this host's clock is 30 s slow
+    assert abs(clock.skew_seconds - 30) < TOLERANCE, clock.skew_seconds
+    assert clock.round_trip is not None and clock.round_trip < timedelta(seconds=TOLERANCE)
     ledger = SqlRunStore(db, owner="slow", clock=clock)
     due = clock() - timedelta(milliseconds=200)  # due by the database's clock
     schedule_id = await add_schedule(db, due)
@@ -241,22 +211,6 @@ async def test_a_failed_measurement_keeps_the_skew_and_is_logged_once(db: Databa
     assert watch.measurements == 1 and [line["event"] for line in lines] == ["clock_skew"]
 
 
-@pg_only
-async def test_the_watch_measures_periodically_and_stops(db: Database) -> None:
-    watch = ClockWatch(DatabaseClock(), db, instance_id="i", metrics=EngineMetrics(), interval=0.05)
-    await watch.start()
-    assert watch.measurements == 1  # the first one before start returns
-
-    async def several() -> bool:
-        return watch.measurements >= 3
-
-    await wait_for(several, within=5, what="periodic measurements")
-    await watch.stop()
-    stopped = watch.measurements
-    await asyncio.sleep(0.2)
-    assert watch.measurements == stopped
-
-
 # -- the app: which clock, and what it costs -------------------------------------------------
 
 
@@ -271,7 +225,7 @@ async def test_the_app_measures_on_postgresql_only(
         log_format="console",
     )
     app = create_app(settings)
-    with every_statement() as sent, structlog.testing.capture_logs() as lines:
+    with statements(Engine) as sent, structlog.testing.capture_logs() as lines:
         async with app.router.lifespan_context(app):
             loop = app.state.loop
 

@@ -15,101 +15,60 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
-from sqlalchemy import insert, update
+from sqlalchemy import update
 
-from agentcron.core import triggers
-from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.notify import register_notifier
 from agentcron.core.notify.base import DeliveryRequest
-from agentcron.core.runners.fake import FakeRunnerType, permanent, succeed
+from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Delivery, Run, Schedule
-from tests.factories import schedule_values
+from agentcron.core.storage.models import Delivery, Run
 from tests.integration.engine_kit import (
     HOURLY,
     LEASE,
+    Engine,
     MakeEngine,
     deliveries_of,
-    every_second,
     fetch_run,
-    runs_where,
     spec,
     wait_for,
     wait_status,
 )
 from tests.integration.test_webhook import Receiver
 
-T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
-DUE = T0 + timedelta(seconds=60)
-NOW = DUE + timedelta(seconds=1)
-UNTIL = NOW + timedelta(seconds=30)  # the ledger's lease below
-
 ON_SUCCESS = [{"type": "file", "path": "ok.jsonl"}]  # notify_on defaults to ["succeeded"]
-ON_FAILURE = [{"type": "file", "path": "bad.jsonl", "notify_on": ["failed", "timed_out"]}]
-
-
-async def add(db: Database, notify: list[dict[str, Any]]) -> uuid.UUID:
-    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    row = schedule_values(T0, trigger=trigger, next_run=DUE, notify=notify)
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [row])
-    return uuid.UUID(str(row["id"]))
-
-
-def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
-    return SqlRunStore(
-        db, owner="replica-a", lease_seconds=30, data_dir=tmp_path, clock=lambda: NOW
-    )
 
 
 async def deliver_until(db: Database, run_id: uuid.UUID) -> datetime | None:
     return (await fetch_run(db, run_id)).deliver_until
 
 
-# -- the lease is written with the outcome, only when a channel applies ---------------------
+# -- the loop hands the delivery lease back once delivered -------------------------------
 
 
 async def test_the_loop_clears_deliver_until_once_delivered(
-    make_engine: MakeEngine, fake: FakeRunnerType
+    engine: Engine, fake: FakeRunnerType
 ) -> None:
-    engine = make_engine()
-    fake.script("mixed", [succeed("first"), permanent("nope")])
-    # Scheduled runs of an isolated ``allow`` schedule are recorded in batches; manual ones
-    # one at a time. Both must hand the lease back once delivered.
-    schedule = await engine.create(spec(fake.config(), every_second(), notify=ON_SUCCESS))
-    batched = (await wait_for(runs_where(engine.db, schedule.id, bool), what="a run"))[0]
-    manual = await engine.create(spec(fake.config("mixed"), HOURLY, notify=ON_SUCCESS))
-    one_by_one = await engine.run_now(manual.id)
-    await wait_status(engine.db, one_by_one.id, "succeeded")
-    failed_run = await engine.run_now(manual.id)
-    await wait_status(engine.db, failed_run.id, "failed")
+    schedule = await engine.create(spec(fake.config(), HOURLY, notify=ON_SUCCESS))
+    run = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "succeeded")
 
-    for run_id in (batched.id, one_by_one.id):
-        await wait_status(engine.db, run_id, "succeeded")
+    async def done() -> bool:
+        rows = await deliveries_of(engine.db, run.id)
+        delivered = [row.status for row in rows] == ["delivered"]
+        return delivered and await deliver_until(engine.db, run.id) is None
 
-        async def done(run_id: uuid.UUID = run_id) -> bool:
-            rows = await deliveries_of(engine.db, run_id)
-            delivered = [row.status for row in rows] == ["delivered"]
-            return delivered and await deliver_until(engine.db, run_id) is None
-
-        await wait_for(done, 5, "delivered and the lease cleared")
-    assert await deliver_until(engine.db, failed_run.id) is None
-    assert await deliveries_of(engine.db, failed_run.id) == []
+    await wait_for(done, 5, "delivered and the lease cleared")
 
 
 # -- a dead deliverer's deliveries are made by a loop, once -------------------------------
 
 
-async def as_if_the_deliverer_died(
-    db: Database, run_id: uuid.UUID, row: str | None, channels: int = 1
-) -> None:
+async def as_if_the_deliverer_died(db: Database, run_id: uuid.UUID, row: str | None) -> None:
     """The run as a process leaves it when killed after recording the outcome: succeeded,
-    its delivery lease run out, and (``row``) no delivery row yet, or one per channel
+    its delivery lease run out, and (``row``) no delivery row yet, or one
     ``pending`` after one transient failure, or ``failed`` for good."""
     now = datetime.now(UTC)
     async with db.session() as session:
@@ -128,21 +87,20 @@ async def as_if_the_deliverer_died(
             )
         )
         if row is not None:
-            for index in range(channels):
-                session.add(
-                    Delivery(
-                        id=uuid.uuid4(),
-                        run_id=run_id,
-                        index=index,
-                        channel="webhook",
-                        target="(as recorded)",
-                        status=row,
-                        attempts=1,
-                        error="ConnectError: refused",
-                        created_at=now,
-                        updated_at=now,
-                    )
+            session.add(
+                Delivery(
+                    id=uuid.uuid4(),
+                    run_id=run_id,
+                    index=0,
+                    channel="webhook",
+                    target="(as recorded)",
+                    status=row,
+                    attempts=1,
+                    error="ConnectError: refused",
+                    created_at=now,
+                    updated_at=now,
                 )
+            )
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Daylight saving time where the database and the API can break it (issue 8, parts 5 and 6):
-a claim stores the trigger's next due time in UTC and the rule each run followed, two passes of
-one local time are two runs, the run API shows the rule, and warnings come back with the
-schedule. The rules themselves are tested once, in tests/unit/test_triggers_dst.py."""
+a claim stores the trigger's next due time in UTC and the rule each run followed, the run API
+shows the rule, and warnings come back with the schedule. The rules themselves are tested
+once, in tests/unit/test_triggers_dst.py, and which due times a claim plans (both passes of a
+repeated hour) in tests/unit/test_plan.py."""
 
 from __future__ import annotations
 
@@ -25,8 +26,6 @@ RUNNER = {"type": "command", "argv": ["true"]}
 S = timedelta(seconds=1)
 NY = "America/New_York"
 SPRING = datetime(2025, 3, 9, 7, tzinfo=UTC)  # 03:00 EDT, the first instant after the gap
-FIRST_PASS = datetime(2025, 11, 2, 5, 30, tzinfo=UTC)  # 01:30 EDT
-SECOND_PASS = datetime(2025, 11, 2, 6, 30, tzinfo=UTC)  # 01:30 EST
 
 
 async def add_schedule(db: Database, trigger: triggers.Trigger, next_run: datetime) -> uuid.UUID:
@@ -53,9 +52,7 @@ def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
     return SqlRunStore(db, owner="dst", lease_seconds=30, data_dir=tmp_path)
 
 
-# --------------------------------------------------------------------------------------------
-# The claim records the rule
-# --------------------------------------------------------------------------------------------
+# -- the claim records the rule ------------------------------------------------------------
 
 
 async def test_claim_at_the_spring_gap_records_gap_shift(db: Database, tmp_path: Path) -> None:
@@ -77,20 +74,6 @@ async def test_claim_at_the_spring_gap_records_gap_shift(db: Database, tmp_path:
     async with db.session(write=False) as session:
         next_run = await session.scalar(select(Schedule.next_run).where(Schedule.id == shifted))
     assert next_run == datetime(2025, 3, 10, 6, 30, tzinfo=UTC)  # 02:30 EDT the next day
-
-
-async def test_both_passes_of_a_repeated_hour_are_two_runs(db: Database, tmp_path: Path) -> None:
-    # 01:30 occurs twice: two due times an hour apart in UTC, one local time.
-    trigger = triggers.CronTrigger("30 1 * * *", NY, dst_repeat="both")
-    schedule_id = await add_schedule(db, trigger, FIRST_PASS)
-    engine = ledger(db, tmp_path)
-    # One claim just after each pass, as a running loop would make them.
-    for instant in (FIRST_PASS, SECOND_PASS):
-        await engine.claim_due_jobs(instant + 5 * S)
-    assert await runs_of(db, schedule_id) == [
-        (FIRST_PASS, "repeat_both"),
-        (SECOND_PASS, "repeat_both"),
-    ]
 
 
 async def test_run_api_shows_the_rule(
@@ -128,40 +111,30 @@ def body(trigger: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     return data
 
 
-# --------------------------------------------------------------------------------------------
-# Warnings come back with the schedule (they are never errors)
-# --------------------------------------------------------------------------------------------
+# -- warnings come back with the schedule (they are never errors) ----------------------------
 
 
-async def test_a_warning_comes_back_on_create_get_and_list(client: httpx.AsyncClient) -> None:
+async def test_warnings_come_back_with_the_schedule_and_follow_its_edits(
+    client: httpx.AsyncClient,
+) -> None:
     trigger = {"cron": "30 1 * * *", "timezone": NY, "dst_repeat": "both"}
     made = await client.post(API, json=body(trigger))
     assert made.status_code == 201, made.text
     (warning,) = made.json()["warnings"]
     assert (warning["code"], warning["field"]) == ("dst_repeat", "trigger.dst_repeat")
     assert "twice, once in each pass" in warning["message"]
-    fetched = await client.get(f"{API}/{made.json()['id']}")
-    assert fetched.json()["warnings"] == made.json()["warnings"]
-    listed = (await client.get(API)).json()["items"]
-    assert listed[0]["warnings"] == made.json()["warnings"]
+    url = f"{API}/{made.json()['id']}"
+    assert (await client.get(url)).json()["warnings"] == made.json()["warnings"]
+    assert (await client.get(API)).json()["items"][0]["warnings"] == made.json()["warnings"]
 
+    async def edited(**change: Any) -> list[str]:
+        return [w["code"] for w in (await client.patch(url, json=change)).json()["warnings"]]
 
-async def test_update_recomputes_the_warnings_of_what_it_changes(
-    client: httpx.AsyncClient,
-) -> None:
-    made = (await client.post(API, json=body({"every_seconds": 300}, overlap="skip"))).json()
-    assert [w["code"] for w in made["warnings"]] == ["overlap_skips"]  # default timeout 1 h
-    url = f"{API}/{made['id']}"
-    renamed = (await client.patch(url, json={"name": "renamed"})).json()
-    assert renamed["warnings"] == made["warnings"]
-    shorter = (await client.patch(url, json={"timeout_seconds": 300})).json()
-    assert shorter["warnings"] == []
-    longer = (await client.patch(url, json={"timeout_seconds": 301})).json()
-    assert [w["code"] for w in longer["warnings"]] == ["overlap_skips"]
-    allowed = (await client.patch(url, json={"overlap": "allow"})).json()
-    assert allowed["warnings"] == []
-    moved = (
-        await client.patch(url, json={"trigger": {"cron": "30 2 * * *", "timezone": NY}})
-    ).json()
-    assert [w["code"] for w in moved["warnings"]] == ["dst_gap"]
-    assert (await client.get(url)).json()["warnings"] == moved["warnings"]
+    assert await edited(name="renamed") == ["dst_repeat"]
+    # Recomputed from whatever an edit changes: the trigger, the timeout, the overlap policy.
+    assert await edited(trigger={"every_seconds": 300}, overlap="skip") == ["overlap_skips"]
+    assert await edited(timeout_seconds=300) == []  # the default timeout is 1 h
+    assert await edited(timeout_seconds=301) == ["overlap_skips"]
+    assert await edited(overlap="allow") == []
+    assert await edited(trigger={"cron": "30 2 * * *", "timezone": NY}) == ["dst_gap"]
+    assert [w["code"] for w in (await client.get(url)).json()["warnings"]] == ["dst_gap"]

@@ -1,18 +1,14 @@
-"""The idle loop: one statement per wake-up when nothing is due, and a lease of its own that
-lapsed is taken back with nothing else due (both databases)."""
+"""The idle loop: one statement per wake-up when nothing is due, with the database's clock and
+the liveness lock too (PostgreSQL), and a lease of its own that lapsed is taken back with
+nothing else due (both databases)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcron.core.clock import DatabaseClock
 from agentcron.core.ledger.sql import SqlRunStore
@@ -29,26 +25,10 @@ from tests.integration.engine_kit import (
     OWNER,
     MakeEngine,
     spec,
+    statements,
     wait_for,
     wait_status,
 )
-
-
-@contextmanager
-def statements(*engines: AsyncEngine) -> Iterator[list[str]]:
-    """Every statement sent through any of ``engines`` while the block runs."""
-    sent: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, _p: Any, _ctx: Any, _many: bool) -> None:
-        sent.append(statement)
-
-    for engine in engines:
-        event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        for engine in engines:
-            event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 async def wake_ups(loop: SchedulerLoop, count: int) -> None:
@@ -81,36 +61,6 @@ async def test_an_idle_loop_sends_one_statement_per_wake_up(
     assert all(s.startswith("SELECT (SELECT min(schedules.next_run)") for s in work)
 
 
-@pytest.mark.parametrize("backend", ["postgresql"])  # SQLite has no clock to measure
-async def test_the_database_clock_adds_one_read_per_measurement_to_an_idle_loop(
-    db: Database, fake: FakeRunnerType, tmp_path: Path
-) -> None:
-    # Wired as web/app.py wires it, with a measurement every 0.5 s instead of every minute.
-    interval = 0.5
-    clock = DatabaseClock()
-    watch = ClockWatch(clock, db, instance_id=OWNER, metrics=EngineMetrics(), interval=interval)
-    ledger = SqlRunStore(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path, clock=clock)
-    loop = SchedulerLoop(ledger, tick_seconds=0.1, clock=clock)
-    schedules = ScheduleService(db, clock=clock)
-    for _ in range(3):
-        await schedules.create(spec(fake.config(), HOURLY), "local")
-    with statements(*db.engines) as sent:
-        began = time.monotonic()
-        await watch.start()
-        try:
-            await wake_ups(loop, 12)
-        finally:
-            await watch.stop()
-        elapsed = time.monotonic() - began
-    reads = [s for s in sent if "clock_timestamp" in s]
-    work = [s for s in sent if "clock_timestamp" not in s]
-    # The loop still sends one look per wake-up; the clock adds one read at start and one per
-    # interval, on its own task, never one per claim or per wake-up.
-    assert len(work) <= loop.iterations, work
-    assert all(s.startswith("SELECT (SELECT min(schedules.next_run)") for s in work)
-    assert 2 <= len(reads) <= 1 + elapsed / interval, (len(reads), elapsed)
-
-
 async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_due(
     make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
@@ -130,21 +80,36 @@ async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_d
     assert done.output == "picked up" and done.attempt == 1
 
 
-@pytest.mark.parametrize("backend", ["postgresql"])  # the liveness lock is PostgreSQL's
-async def test_liveness_keeps_an_idle_loop_at_one_statement_per_wake_up(
+@pytest.mark.parametrize("backend", ["postgresql"])  # the clock and the lock are PostgreSQL's
+async def test_the_clock_and_liveness_keep_an_idle_loop_at_one_statement_per_wake_up(
     db: Database, fake: FakeRunnerType, tmp_path: Path
 ) -> None:
-    ledger = SqlRunStore(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path)
-    loop = SchedulerLoop(ledger, tick_seconds=0.1, liveness=True)
+    # Wired as web/app.py wires them, with a measurement every 0.5 s instead of every minute.
+    interval = 0.5
+    clock = DatabaseClock()
+    watch = ClockWatch(clock, db, instance_id=OWNER, metrics=EngineMetrics(), interval=interval)
+    ledger = SqlRunStore(db, owner=OWNER, lease_seconds=LEASE, data_dir=tmp_path, clock=clock)
+    loop = SchedulerLoop(ledger, tick_seconds=0.1, clock=clock, liveness=True)
     assert loop.liveness is not None
-    schedules = ScheduleService(db)
+    schedules = ScheduleService(db, clock=clock)
     for _ in range(3):
         await schedules.create(spec(fake.config(), HOURLY), "local")
     own = loop.liveness._engine  # its connection is outside the pools: count it too
     with statements(*db.engines) as sent, statements(own) as locking:
-        await wake_ups(loop, 8)
-    # The look is still one statement (the liveness columns are part of it); the lock is
-    # taken once and then costs nothing: its loss is heard on the socket, not polled for.
-    assert len(sent) <= loop.iterations, sent
-    assert all(s.startswith("WITH others AS") for s in sent), sent
+        began = time.monotonic()
+        await watch.start()
+        try:
+            await wake_ups(loop, 12)
+        finally:
+            await watch.stop()
+        elapsed = time.monotonic() - began
+    reads = [s for s in sent if "clock_timestamp" in s]
+    work = [s for s in sent if "clock_timestamp" not in s]
+    # The look is still one statement per wake-up (the liveness columns are part of it). The
+    # clock adds one read at start and one per interval, on its own task, never one per claim
+    # or per wake-up. The lock is taken once and then costs nothing: its loss is heard on the
+    # socket, not polled for.
+    assert len(work) <= loop.iterations, work
+    assert all(s.startswith("WITH others AS") for s in work), work
+    assert 2 <= len(reads) <= 1 + elapsed / interval, (len(reads), elapsed)
     assert len([s for s in locking if "pg_try_advisory_lock" in s]) == 1, locking

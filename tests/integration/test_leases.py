@@ -27,8 +27,8 @@ from tests.integration.engine_kit import (
     Engine,
     MakeEngine,
     fetch_run,
-    process_alive,
     spec,
+    wait_dead,
     wait_for,
     wait_status,
 )
@@ -39,13 +39,15 @@ LEASE = 3.0  # long enough that a held renewal and a start fit well inside one l
 RACE_LEASE = 5.0
 
 
-class GatedRenewal:
-    """Wraps ``Ledger.renew_leases``: while ``hold`` is set, a renewal waits (after it was
-    asked, before it reaches the database) until ``release``."""
+class Renewal:
+    """Wraps ``renew_leases``: while ``failing``, a renewal raises as an unreachable database
+    would; while held (``hold``), it waits after it was asked, before it reaches the database,
+    until ``release``."""
 
-    def __init__(self, real: object) -> None:
-        self.real = real
-        self.held = asyncio.Event()
+    def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch, failing: bool) -> None:
+        self.real = engine.ledger.renew_leases
+        monkeypatch.setattr(engine.ledger, "renew_leases", self)
+        self.failing = failing
         self.waiting = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
@@ -61,10 +63,12 @@ class GatedRenewal:
         self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
     ) -> dict[uuid.UUID, bool]:
         self.asked.append(list(run_ids or ()))
+        if self.failing:
+            raise ConnectionError("database unreachable")
         if not self._open.is_set():
             self.waiting.set()
             await self._open.wait()
-        return await self.real(now, run_ids)  # type: ignore[operator, no-any-return]
+        return await self.real(now, run_ids)
 
 
 def executing(loop: SchedulerLoop, run_id: uuid.UUID) -> Callable[[], Awaitable[bool]]:
@@ -86,8 +90,7 @@ async def test_a_run_starting_while_a_renewal_is_awaited_keeps_its_lease(
     engine = make_engine(start=False, lease=RACE_LEASE)
     runner = fake.script("long", [sleep(2 * RACE_LEASE)])
     schedule = await engine.create(spec(fake.config("long"), HOURLY))
-    gate = GatedRenewal(engine.ledger.renew_leases)
-    monkeypatch.setattr(engine.ledger, "renew_leases", gate)
+    gate = Renewal(engine, monkeypatch, failing=False)
     engine.loop.start()
 
     first = await engine.run_now(schedule.id)
@@ -136,32 +139,6 @@ async def wait_pid(path: Path) -> int:
     return await wait_for(written, 10, f"{path.name} written")
 
 
-async def wait_dead(pid: int, within: float) -> datetime:
-    """The moment ``pid`` was seen gone (checked every 20 ms)."""
-    deadline = time.monotonic() + within
-    while process_alive(pid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} still alive after {within} s")
-        await asyncio.sleep(0.02)
-    return datetime.now(UTC)
-
-
-class FailingRenewal:
-    """Wraps ``Ledger.renew_leases``: raises as an unreachable database would while
-    ``failing``."""
-
-    def __init__(self, real: Callable[..., Awaitable[dict[uuid.UUID, bool]]]) -> None:
-        self.real = real
-        self.failing = True
-
-    async def __call__(
-        self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
-    ) -> dict[uuid.UUID, bool]:
-        if self.failing:
-            raise ConnectionError("database unreachable")
-        return await self.real(now, run_ids)
-
-
 def process_state(pid: int) -> str:
     """The kernel's one-letter state of ``pid`` (``T``: stopped)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -176,11 +153,16 @@ async def wait_state(pid: int, state: str, within: float) -> datetime:
     return datetime.now(UTC)
 
 
-# A command that runs 3 s of real work in steps, noting each step, so a freeze shows as a gap.
-STEPS = (
-    'echo $$ > "pid.$AGENTCRON_ATTEMPT"; '
-    "for i in 1 2 3 4 5 6; do sleep 0.5; echo $i >> steps; done; echo done"
-)
+def stepping(count: int) -> str:
+    """A command that runs ``count`` half-second steps of real work, noting each step, so a
+    freeze shows as a gap."""
+    return (
+        'echo $$ > "pid.$AGENTCRON_ATTEMPT"; '
+        f"for i in $(seq {count}); do sleep 0.5; echo $i >> steps; done; echo done"
+    )
+
+
+STEPS = stepping(6)  # 3 s
 
 
 async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_confirmed(
@@ -191,8 +173,7 @@ async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_conf
     and does nothing while it stays unconfirmed; once a renewal confirms the lease it is thawed
     (SIGCONT) and the same attempt finishes: an outage costs no work."""
     engine = make_engine(start=False, lease=LEASE)
-    renewal = FailingRenewal(engine.ledger.renew_leases)
-    monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
+    renewal = Renewal(engine, monkeypatch, failing=True)
     schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
     workdir = engine.workdir(schedule)
     with structlog.testing.capture_logs() as lines:
@@ -223,8 +204,7 @@ async def test_an_unconfirmed_lease_stops_a_runner_that_cannot_freeze(
     """A runner that cannot freeze (a ``python`` target, a model call) is stopped instead, at
     once, before the lease runs out; the run goes on as attempt 2 once renewals work."""
     engine = make_engine(start=False, lease=LEASE)
-    renewal = FailingRenewal(engine.ledger.renew_leases)
-    monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
+    renewal = Renewal(engine, monkeypatch, failing=True)
     runner = fake.script("long", [sleep(60), sleep(0)], per_attempt=True)
     schedule = await engine.create(spec(fake.config("long"), HOURLY))
     with structlog.testing.capture_logs() as lines:
@@ -256,9 +236,8 @@ async def test_a_frozen_attempt_whose_lease_was_taken_over_is_killed(
     over: the first renewal that answers says so, and the frozen group is killed, never
     thawed."""
     engine = make_engine(start=False, lease=LEASE)
-    renewal = FailingRenewal(engine.ledger.renew_leases)
-    monkeypatch.setattr(engine.ledger, "renew_leases", renewal)
-    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
+    renewal = Renewal(engine, monkeypatch, failing=True)
+    schedule = await engine.create(spec(command(stepping(120)), HOURLY, timeout_seconds=300))
     workdir = engine.workdir(schedule)
     engine.loop.start()
     queued = await engine.run_now(schedule.id)

@@ -62,19 +62,21 @@ def store(db: Database, tmp_path: Path) -> SqlRunStore:
 
 
 async def lock_then(db: Database, *statements: Any) -> Any:
-    """A transaction of its own, holding the rows ``statements`` lock."""
+    """A connection in a transaction of its own, holding the rows ``statements`` lock."""
     holder = await db.engine.connect()
-    transaction = await holder.begin()
+    await holder.begin()
     for statement in statements:
         await holder.execute(statement)
-    return holder, transaction
+    return holder
 
 
 async def take_within(holder: Any, statement: Any) -> None:
-    """Lock one more row, as a write that holds the first ones would: a deadlock would hang
-    here, so it must come within 2 s."""
+    """Lock one more row, as a write that holds the first ones would (a deadlock would hang
+    here, so it must come within 2 s), then commit and let go."""
     await holder.execute(text("SET LOCAL lock_timeout = '2s'"))
     await holder.execute(statement)
+    await holder.commit()
+    await holder.close()
 
 
 def run_lock(run_id: uuid.UUID) -> Any:
@@ -93,13 +95,11 @@ async def test_an_admission_locks_its_runs_before_their_schedules(
     schedule_id = await add(db)
     me = store(db, tmp_path)
     (run,) = (await me.claim_due_jobs(NOW)).runs
-    holder, transaction = await lock_then(db, run_lock(run.id))
+    holder = await lock_then(db, run_lock(run.id))
     admission = asyncio.create_task(me.admit([run]))
     await asyncio.sleep(0.5)  # the admission is now waiting for the run
     assert not admission.done()
     await take_within(holder, schedule_lock(schedule_id))
-    await transaction.commit()
-    await holder.close()
     (decision,) = await asyncio.wait_for(admission, 10)
     assert decision.action == "run"
 
@@ -113,13 +113,9 @@ async def test_a_deletion_never_waits_for_a_run_while_it_holds_the_schedule(
     me = store(db, tmp_path)
     (running,) = (await me.claim_due_jobs(NOW, start=1)).runs
     held, free = [await add_pending(db, running, me.owner) for _ in range(2)]
-    holder, transaction = await lock_then(
-        db, *(run_lock(id) for id in sorted([running.id, held.id]))
-    )
+    holder = await lock_then(db, *(run_lock(id) for id in sorted([running.id, held.id])))
     await asyncio.wait_for(ScheduleService(db, clock=lambda: NOW).delete(schedule_id, None), 10)
     await take_within(holder, schedule_lock(schedule_id))
-    await transaction.commit()
-    await holder.close()
     async with db.session(write=False) as session:
         ended = await session.get(Run, free.id)
     assert ended is not None and (ended.status, ended.reason) == ("cancelled", "schedule_deleted")
@@ -139,12 +135,10 @@ async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_p
     (first,) = (await me.claim_due_jobs(NOW)).runs
     assert (await me.admit([first]))[0].action == "run"
     second = await add_pending(db, first, me.owner)
-    holder, transaction = await lock_then(db, run_lock(first.id))
+    holder = await lock_then(db, run_lock(first.id))
     (decision,) = await asyncio.wait_for(me.admit([second]), 10)
     assert decision.action == "wait"
     await take_within(holder, schedule_lock(schedule_id))
-    await transaction.commit()
-    await holder.close()
     assert (await me.renew_leases(NOW))[first.id] is False  # skipped while it was held
     assert (await me.admit([second]))[0].action == "wait"  # the next look asks it
     assert (await me.renew_leases(NOW))[first.id] is True
@@ -159,13 +153,11 @@ async def test_a_release_locks_its_runs_in_id_order(db: Database, tmp_path: Path
     ids = sorted(uuid.uuid4() for _ in range(3))
     for run_id in reversed(ids):  # stored highest id first: a scan meets it first
         await add_pending(db, first, me.owner, run_id)
-    holder, transaction = await lock_then(db, run_lock(ids[0]))
+    holder = await lock_then(db, run_lock(ids[0]))
     release = asyncio.create_task(me.release(ids))
     await asyncio.sleep(0.5)  # the release now waits for the lowest id, holding none
     assert not release.done()
     await take_within(holder, run_lock(ids[2]))
-    await transaction.commit()
-    await holder.close()
     await asyncio.wait_for(release, 10)
     async with db.session(write=False) as session:
         owners = (await session.execute(select(Run.lease_owner).where(Run.id.in_(ids)))).scalars()
@@ -194,13 +186,11 @@ async def test_a_task_deletion_locks_its_schedule_before_the_task(
         await session.execute(
             update(Schedule).where(Schedule.id == schedule_id).values(task_id=task_id)
         )
-    holder, transaction = await lock_then(db, schedule_lock(schedule_id))
+    holder = await lock_then(db, schedule_lock(schedule_id))
     deletion = asyncio.create_task(delete_task(db, task_id, None))
     await asyncio.sleep(0.5)  # the deletion now waits for the schedule
     assert not deletion.done()
     await take_within(holder, select(Task.id).where(Task.id == task_id).with_for_update())
-    await transaction.commit()
-    await holder.close()
     await asyncio.wait_for(deletion, 10)
     async with db.session(write=False) as session:
         assert await session.get(Task, task_id) is None

@@ -1,6 +1,10 @@
-"""``/metrics``: the engine's counters move with what it does, and scrapers need no key."""
+"""``/metrics`` and the file channel: the engine's counters move with what it does (runs,
+deliveries, the loop), scrapers need no key, and a file channel gets one line per run it asks
+for."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import structlog.testing
@@ -25,39 +29,56 @@ def sample(engine: Engine, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-async def test_runs_deliveries_and_the_loop_are_counted(
+async def test_a_file_channel_gets_each_succeeded_run_and_the_metrics_count_it(
     engine: Engine, fake: FakeRunnerType
 ) -> None:
-    fake.script("mixed", [succeed("one"), permanent("no")])
-    notify = [{"type": "file", "path": "out/runs.jsonl"}]
-    schedule = await engine.create(spec(fake.config("mixed"), HOURLY, notify=notify))
-    first = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "succeeded")
-    await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "failed")
+    fake.script("mixed", [succeed("first"), permanent("nope"), succeed("third")])
+    notify = [{"type": "file", "path": "out/runs.jsonl"}]  # notify_on: succeeded (the default)
+    schedule = await engine.create(spec(fake.config("mixed"), HOURLY, notify=notify, name="digest"))
+    runs = []
+    for _ in range(3):
+        queued = await engine.run_now(schedule.id)
+        runs.append(await wait_status(engine.db, queued.id, "succeeded", "failed"))
+    assert [r.status for r in runs] == ["succeeded", "failed", "succeeded"]
 
-    async def delivered() -> list[Delivery] | None:
-        rows = await deliveries_of(engine.db, first.id)
-        return rows if rows and rows[0].status == "delivered" else None
+    for run in (runs[0], runs[2]):
 
-    await wait_for(delivered, what="the file delivery")
+        async def delivered(run: Run = run) -> list[Delivery] | None:
+            rows = await deliveries_of(engine.db, run.id)
+            return rows if rows and rows[0].status != "pending" else None
+
+        rows = await wait_for(delivered, 5, "delivery")
+        assert [(d.index, d.channel, d.status, d.attempts, d.target) for d in rows] == [
+            (0, "file", "delivered", 1, "file:out/runs.jsonl")
+        ]
+    assert await deliveries_of(engine.db, runs[1].id) == []
+    path = engine.workdir(schedule) / "out" / "runs.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["run"]["id"] for line in lines] == [str(runs[0].id), str(runs[2].id)]
+    assert [line["run"]["output"] for line in lines] == ["first", "third"]
+    assert all(line["type"] == "run.finished" for line in lines)
+    assert lines[0]["schedule"] == {"id": str(schedule.id), "name": "digest"}
+    assert lines[0]["run"]["status"] == "succeeded"
+
     ticking = await engine.create(spec(fake.config(), every_second()))
-    await wait_for(runs_where(engine.db, ticking.id, lambda runs: _succeeded(runs) >= 2))
+    await wait_for(runs_where(engine.db, ticking.id, lambda runs: _succeeded(runs) >= 1))
 
     async def counted() -> bool:
-        return sample(engine, "agentcron_deliveries_total", channel="file", status="delivered") > 0
+        return sample(engine, "agentcron_deliveries_total", channel="file", status="delivered") > 1
 
-    await wait_for(counted, what="the delivery counted")
-    assert sample(engine, "agentcron_runs_total", status="succeeded", trigger="manual") == 1
+    await wait_for(counted, what="the deliveries counted")
+    assert sample(engine, "agentcron_runs_total", status="succeeded", trigger="manual") == 2
     assert sample(engine, "agentcron_runs_total", status="failed", trigger="manual") == 1
-    assert sample(engine, "agentcron_runs_total", status="succeeded", trigger="schedule") >= 2
+    assert sample(engine, "agentcron_runs_total", status="succeeded", trigger="schedule") >= 1
     # Only scheduled runs have a due time to be late against.
-    assert sample(engine, "agentcron_run_start_delay_seconds_count") >= 2
+    assert sample(engine, "agentcron_run_start_delay_seconds_count") >= 1
     assert sample(engine, "agentcron_run_duration_seconds_count") >= 4
     assert sample(engine, "agentcron_claim_batch_size_count") >= 1
     assert sample(engine, "agentcron_loop_iterations_total") >= 1
     assert sample(engine, "agentcron_loop_errors_total") == 0
     assert sample(engine, "agentcron_runs_in_flight") == 0
     text = generate_latest(engine.loop.metrics.registry).decode()
-    assert 'agentcron_runs_total{status="succeeded",trigger="manual"} 1.0' in text
+    assert 'agentcron_runs_total{status="succeeded",trigger="manual"} 2.0' in text
 
 
 def _succeeded(runs: list[Run]) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, StatementError
+from structlog.testing import capture_logs
 
 from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.storage.database import Database
@@ -34,6 +35,13 @@ def run_row(schedule_id: uuid.UUID, due_at: datetime | None) -> Run:
         available_at=now,
         cancel_requested=False,
     )
+
+
+def logged_with_its_traceback(logs: list[dict[str, Any]], error: str) -> bool:
+    """One ``database_error`` line naming ``error``, the traceback with it. (Captured, so the
+    console renderer does not spend seconds drawing the traceback.)"""
+    (line,) = [line for line in logs if line["event"] == "database_error"]
+    return line["error"] == error and line["exc_info"] is not None
 
 
 async def test_datetimes_come_back_aware_utc(db: Database) -> None:
@@ -73,11 +81,12 @@ async def test_time_order_survives_storage(db: Database) -> None:
 
 async def test_naive_datetime_is_refused(db: Database) -> None:
     # Refused before it reaches the database; like any failure of the store, it leaves the
-    # session as SchedulerUnavailable with SQLAlchemy's error as the cause.
-    with pytest.raises(SchedulerUnavailable) as refused:
+    # session as SchedulerUnavailable with SQLAlchemy's error as the cause, logged once.
+    with pytest.raises(SchedulerUnavailable) as refused, capture_logs() as logs:
         async with db.session() as session:
             session.add(schedule_row(next_run=datetime(2026, 1, 1)))
     assert isinstance(refused.value.__cause__, StatementError)
+    assert logged_with_its_traceback(logs, "StatementError")
     assert "aware" in str(refused.value.__cause__)
     async with db.session(write=False) as session:
         assert await session.scalar(select(func.count()).select_from(Schedule)) == 0
@@ -94,10 +103,11 @@ async def test_one_run_per_due_time_is_a_constraint(db: Database) -> None:
         async with db.session(conflicts=True) as session:
             session.add(run_row(parent.id, due))
     # Unless the caller says it handles one, a broken constraint is a failure like any other.
-    with pytest.raises(SchedulerUnavailable) as failed:
+    with pytest.raises(SchedulerUnavailable) as failed, capture_logs() as logs:
         async with db.session() as session:
             session.add(run_row(parent.id, due))
     assert isinstance(failed.value.__cause__, IntegrityError)
+    assert logged_with_its_traceback(logs, "IntegrityError")
     # Manual and replay runs have no due time and may repeat.
     async with db.session() as session:
         session.add_all([run_row(parent.id, None), run_row(parent.id, None)])

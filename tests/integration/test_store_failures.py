@@ -182,15 +182,18 @@ async def test_every_host_verb_answers_a_refusing_store_with_scheduler_unavailab
         expected |= {f"runs.{name}" for name in public_verbs(engine.runs)}
         assert set(verbs) == expected, "a public verb this test does not call"
 
+        # Logs captured: the console would spend a second drawing each failure's traceback.
         async with refusing(db_url, engine.db):
-            wrong = {name: await leaks(call) for name, call in verbs.items()}
-            # Another engine on this database: migrating it is refused in the same words.
-            other = engine_for(db_url, tmp_path, None, disable_scheduler=True, migrate=True)
-            wrong["Engine.start(migrate=True)"] = await leaks(other.start)
-            # Without migrate it starts anyway, to serve once the database is back, and stops.
-            api_only = engine_for(db_url, tmp_path, None, disable_scheduler=True)
-            await api_only.start()
-            await api_only.stop()
+            with capture_logs():
+                wrong = {name: await leaks(call) for name, call in verbs.items()}
+                # Another engine on this database: migrating it is refused in the same words.
+                other = engine_for(db_url, tmp_path, None, disable_scheduler=True, migrate=True)
+                wrong["Engine.start(migrate=True)"] = await leaks(other.start)
+                # Without migrate it starts anyway, to serve once the database is back, and
+                # stops.
+                api_only = engine_for(db_url, tmp_path, None, disable_scheduler=True)
+                await api_only.start()
+                await api_only.stop()
         assert {name: why for name, why in wrong.items() if why} == {}
 
         # The loop met the failure too, and goes on once the database is back.

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from agentcron.core.clock import DatabaseClock
 
 T = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -27,25 +29,26 @@ def test_before_any_measurement_it_is_the_local_clock() -> None:
     assert clock.measured_at is None
 
 
-def test_skew_is_the_database_reading_minus_the_midpoint_of_the_round_trip() -> None:
-    local = FakeLocal(T)
+@pytest.mark.parametrize(
+    ("before", "reading", "after", "skew"),
+    [
+        # The local clock is 30 s slow: it read T-30.2 before and T-29.8 after the database's T.
+        (T - timedelta(seconds=30.2), T, T - timedelta(seconds=29.8), 30.0),
+        # A fast local clock gives a negative skew.
+        (T + timedelta(seconds=60), T, T + timedelta(seconds=60, milliseconds=2), -60.001),
+    ],
+)
+def test_skew_is_the_database_reading_minus_the_midpoint_of_the_round_trip(
+    before: datetime, reading: datetime, after: datetime, skew: float
+) -> None:
+    local = FakeLocal(before)
     clock = DatabaseClock(local)
-    # The local clock is 30 s slow: it read T-30.2 before and T-29.8 after the database's T.
-    skew = clock.observe(
-        T - timedelta(seconds=30.2), T + timedelta(seconds=0.0), T - timedelta(seconds=29.8)
-    )
-    assert skew == 30.0
-    assert clock.round_trip == timedelta(seconds=0.4)
-    local.now = T - timedelta(seconds=30)  # local time moves on; the skew goes with it
-    assert clock() == T
+    assert clock.observe(before, reading, after) == skew
+    assert clock.round_trip == after - before
+    local.now = before + (after - before) / 2  # local time moves on; the skew goes with it
+    assert clock() == reading
     local.now += timedelta(seconds=5)
-    assert clock() == T + timedelta(seconds=5)
-
-
-def test_a_fast_local_clock_gives_a_negative_skew() -> None:
-    clock = DatabaseClock(FakeLocal(T))
-    skew = clock.observe(T + timedelta(seconds=60), T, T + timedelta(seconds=60, milliseconds=2))
-    assert skew == -60.001
+    assert clock() == reading + timedelta(seconds=5)
 
 
 def test_the_latest_measurement_wins() -> None:

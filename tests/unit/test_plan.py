@@ -55,79 +55,108 @@ def fire_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime]]:
     yield calls
 
 
-def test_due_time_inside_misfire_grace_runs() -> None:
-    s = schedule(interval(60), T0 + 60 * S)
-    plan = plan_due_times(s, T0 + 90 * S)
-    assert plan.run_at == [T0 + 60 * S]
-    assert plan.missed == 0
-    assert plan.next_run == T0 + 120 * S
+H = timedelta(hours=1)
+HOURLY_FROM_1H = (interval(3600), T0 + H)  # an hourly schedule, first due at T0 + 1 h
+AT = T0 + H
+ONE_SHOT = triggers.trigger_to_dict(triggers.OneShotTrigger(at=AT))
+SHANGHAI_9AM = {"cron": "0 9 * * *", "timezone": "Asia/Shanghai"}  # 01:00 UTC
+JAN_6_1AM = datetime(2025, 1, 6, 1, 0, tzinfo=UTC)
 
 
-def test_every_due_time_inside_grace_gets_its_own_run() -> None:
-    plan = plan_due_times(schedule(interval(10), T0 + 10 * S), T0 + 35 * S)
-    assert plan.run_at == [T0 + 10 * S, T0 + 20 * S, T0 + 30 * S]
-    assert plan.next_run == T0 + 40 * S
-
-
-def test_plan_is_pure() -> None:
-    s = schedule(interval(10), T0 + 10 * S)
-    first = plan_due_times(s, T0 + 35 * S)
-    assert s.next_run == T0 + 10 * S
-    assert plan_due_times(s, T0 + 35 * S) == first
-
-
-def test_older_due_times_are_missed_with_catchup_skip() -> None:
-    # 60 s grid, claimed at T0+181: T0+60 (121 s late) and T0+120 (61 s late) were missed,
-    # T0+180 (1 s late) is on time. Missed ones are never merged into a later run.
-    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 181 * S)
-    assert plan.run_at == [T0 + 180 * S]
-    assert plan.missed >= 1  # a lower bound: the jump over missed times is not counted
-    assert plan.next_run == T0 + 240 * S
-
-
-def test_everything_missed_runs_nothing_and_moves_past_now() -> None:
-    hourly = interval(3600)
-    now = T0 + timedelta(hours=1, minutes=2)
-    plan = plan_due_times(schedule(hourly, T0 + timedelta(hours=1)), now)
-    assert plan.run_at == []
-    assert plan.missed >= 1
-    assert plan.next_run == T0 + timedelta(hours=2)
-
-
-def test_grace_zero_runs_only_an_exactly_due_time() -> None:
-    assert plan_due_times(schedule(interval(60), T0 + 60 * S, grace=0), T0 + 60 * S).run_at == [
-        T0 + 60 * S
-    ]
-    late = plan_due_times(
-        schedule(interval(60), T0 + 60 * S, grace=0), T0 + 60 * S + timedelta(microseconds=1)
-    )
-    assert late.run_at == []
-    assert late.next_run == T0 + 120 * S
-
-
-def test_catchup_latest_runs_only_the_most_recent_missed_time() -> None:
-    hourly = interval(3600)
-    now = T0 + timedelta(hours=3, minutes=2)
-    s = schedule(hourly, T0 + timedelta(hours=1), catchup="latest", window=3600)
+@pytest.mark.parametrize(
+    ("trigger", "next_run", "now", "options", "run_at", "gap", "after"),
+    [
+        # Lateness is judged at claim time: a due time inside the misfire grace runs ...
+        (interval(60), T0 + 60 * S, T0 + 90 * S, {}, [T0 + 60 * S], None, T0 + 120 * S),
+        # ... each one inside it gets its own run ...
+        (
+            interval(10),
+            T0 + 10 * S,
+            T0 + 35 * S,
+            {},
+            [T0 + 10 * S, T0 + 20 * S, T0 + 30 * S],
+            None,
+            T0 + 40 * S,
+        ),
+        # ... older ones are missed, never merged into a later run (catch-up ``skip``) ...
+        (interval(60), T0 + 60 * S, T0 + 181 * S, {}, [T0 + 180 * S], "missed", T0 + 240 * S),
+        (*HOURLY_FROM_1H, T0 + H + 120 * S, {}, [], "missed", T0 + 2 * H),
+        # ... and a grace of zero runs only an exactly due time.
+        (interval(60), T0 + 60 * S, T0 + 60 * S, {"grace": 0}, [T0 + 60 * S], None, T0 + 120 * S),
+        (
+            interval(60),
+            T0 + 60 * S,
+            T0 + 60 * S + timedelta(microseconds=1),
+            {"grace": 0},
+            [],
+            "missed",
+            T0 + 120 * S,
+        ),
+        # Catch-up ``latest`` runs only the most recent missed due time, inside its window ...
+        (
+            *HOURLY_FROM_1H,
+            T0 + 3 * H + 120 * S,
+            {"catchup": "latest"},
+            [T0 + 3 * H],
+            "coalesced",
+            T0 + 4 * H,
+        ),
+        (
+            *HOURLY_FROM_1H,
+            T0 + 3 * H + 120 * S,
+            {"catchup": "latest", "window": 100},
+            [],
+            "missed",
+            T0 + 4 * H,
+        ),
+        # ... and nothing when a due time is on time.
+        (
+            interval(60),
+            T0 + 60 * S,
+            T0 + 181 * S,
+            {"catchup": "latest"},
+            [T0 + 180 * S],
+            "coalesced",
+            T0 + 240 * S,
+        ),
+        # A one-shot fires once, or is missed, and is never due again.
+        (ONE_SHOT, AT, AT + 5 * S, {}, [AT], None, None),
+        (ONE_SHOT, AT, AT + 2 * H, {}, [], "missed", None),
+        # A cron in a zone advances in UTC.
+        (SHANGHAI_9AM, JAN_6_1AM, JAN_6_1AM + 30 * S, {}, [JAN_6_1AM], None, JAN_6_1AM + 24 * H),
+    ],
+    ids=[
+        "inside-misfire-grace",
+        "each-inside-grace",
+        "older-missed-with-catchup-skip",
+        "all-missed",
+        "grace-zero-exactly-due",
+        "grace-zero-late",
+        "catchup-latest-runs-the-most-recent",
+        "catchup-latest-outside-its-window",
+        "catchup-latest-with-one-on-time",
+        "one-shot-fires-once",
+        "one-shot-missed",
+        "cron-in-a-zone",
+    ],
+)
+def test_a_claim_runs_the_due_times_its_lateness_allows(
+    trigger: dict[str, Any],
+    next_run: datetime,
+    now: datetime,
+    options: dict[str, Any],
+    run_at: list[datetime],
+    gap: str | None,
+    after: datetime | None,
+) -> None:
+    s = schedule(trigger, next_run, **options)
     plan = plan_due_times(s, now)
-    assert plan.run_at == [T0 + timedelta(hours=3)]
-    assert plan.next_run == T0 + timedelta(hours=4)
-
-
-def test_catchup_latest_outside_window_runs_nothing() -> None:
-    hourly = interval(3600)
-    now = T0 + timedelta(hours=3, minutes=2)  # the latest missed one is 120 s old
-    s = schedule(hourly, T0 + timedelta(hours=1), catchup="latest", window=100)
-    plan = plan_due_times(s, now)
-    assert plan.run_at == []
-    assert plan.next_run == T0 + timedelta(hours=4)
-
-
-def test_catchup_latest_adds_nothing_when_an_on_time_due_exists() -> None:
-    s = schedule(interval(60), T0 + 60 * S, catchup="latest", window=3600)
-    plan = plan_due_times(s, T0 + 181 * S)
-    assert plan.run_at == [T0 + 180 * S]  # not also T0+120, the latest missed one
-    assert plan.next_run == T0 + 240 * S
+    assert (plan.run_at, plan.next_run) == (run_at, after)
+    # The due times that did not run are a gap: missed (and counted), or coalesced.
+    assert (plan.gap_reason if plan.gap else None) == gap
+    assert bool(plan.missed) or gap != "missed"
+    assert plan.next_run is None or plan.next_run.utcoffset() == timedelta(0)
+    assert s.next_run == next_run and plan_due_times(s, now) == plan  # a pure function
 
 
 def test_year_long_gap_with_catchup_skip_is_bounded(fire_calls: list[datetime]) -> None:
@@ -181,31 +210,6 @@ def test_cap_per_claim_leaves_the_rest_due() -> None:
     assert s.next_run == now + S
 
 
-def test_one_shot_fires_once_then_has_no_next_run() -> None:
-    at = T0 + timedelta(hours=1)
-    one_shot = triggers.trigger_to_dict(triggers.OneShotTrigger(at=at))
-    plan = plan_due_times(schedule(one_shot, at), at + 5 * S)
-    assert plan.run_at == [at]
-    assert plan.next_run is None
-
-
-def test_one_shot_missed_is_skipped_and_never_due_again() -> None:
-    at = T0 + timedelta(hours=1)
-    one_shot = triggers.trigger_to_dict(triggers.OneShotTrigger(at=at))
-    plan = plan_due_times(schedule(one_shot, at), at + timedelta(hours=2))
-    assert plan.run_at == []
-    assert plan.next_run is None
-
-
-def test_cron_in_zone_advances_in_utc() -> None:
-    cron = {"cron": "0 9 * * *", "timezone": "Asia/Shanghai"}  # 09:00 +08:00 = 01:00 UTC
-    due = datetime(2025, 1, 6, 1, 0, tzinfo=UTC)
-    plan = plan_due_times(schedule(cron, due), due + 30 * S)
-    assert plan.run_at == [due]
-    assert plan.next_run == datetime(2025, 1, 7, 1, 0, tzinfo=UTC)
-    assert plan.next_run is not None and plan.next_run.utcoffset() == timedelta(0)
-
-
 @pytest.mark.parametrize(
     ("window_hours", "expected"),
     [(96, [datetime(2025, 1, 10, 9, 0, tzinfo=UTC)]), (24, [])],
@@ -237,12 +241,6 @@ def test_a_short_gap_is_one_row_per_due_time_and_a_counted_one_says_how_many() -
     assert plan.gap.rest_count == 15
     assert plan.gap.rest_first == T0 + (MAX_ROWS + 1) * 60 * S
     assert plan.gap.rest_last == T0 + spaced * 60 * S
-
-
-def test_an_on_time_schedule_has_no_gap() -> None:
-    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 61 * S)
-    assert plan.run_at == [T0 + 60 * S]
-    assert not plan.gap
 
 
 def cron(expression: str, zone: str, **policy: str) -> dict[str, Any]:

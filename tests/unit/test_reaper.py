@@ -68,24 +68,19 @@ def wait_for_members(pgid: int, count: int) -> list[int]:
     return found
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["running", "frozen"])
 def test_the_reapers_end_of_file_kills_every_registered_group(
-    reaper: Reaper, group: subprocess.Popen[bytes]
+    reaper: Reaper, group: subprocess.Popen[bytes], frozen: bool
 ) -> None:
     pids = wait_for_members(group.pid, 2)
     reaper.register(group.pid)
     assert reaper.process is not None
     reaper_pid = reaper.process.pid
     assert os.getsid(reaper_pid) == reaper_pid  # a session of its own: no terminal's signals
+    if frozen:
+        os.killpg(group.pid, signal.SIGSTOP)  # as for a lease that cannot be confirmed
     reaper.close()  # what the kernel does to the service's descriptors when it dies
     group.wait(timeout=1)
-    assert all(gone_within(pid, 1) for pid in pids)
-
-
-def test_a_frozen_group_is_killed_too(reaper: Reaper, group: subprocess.Popen[bytes]) -> None:
-    pids = wait_for_members(group.pid, 2)
-    reaper.register(group.pid)
-    os.killpg(group.pid, signal.SIGSTOP)
-    reaper.close()
     assert all(gone_within(pid, 1) for pid in pids)
 
 

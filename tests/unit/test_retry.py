@@ -20,15 +20,9 @@ class FixedDraw(random.Random):
         return self.value
 
 
-def test_delay_doubles_per_attempt_without_jitter() -> None:
-    policy = RetryPolicy(max_attempts=10, base=0.5, cap=1000, jitter=0)
-    assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0]
-
-
-def test_cap_bounds_every_delay() -> None:
-    policy = RetryPolicy(max_attempts=100, base=1, cap=30, jitter=0)
-    assert policy.delay(5) == 16
-    assert policy.delay(6) == 30
+def test_delay_doubles_per_attempt_up_to_the_cap() -> None:
+    policy = RetryPolicy(max_attempts=100, base=0.5, cap=30, jitter=0)
+    assert [policy.delay(n) for n in range(1, 8)] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30]
     assert policy.delay(99) == 30  # no overflow, no growth past the cap
 
 
@@ -45,16 +39,10 @@ def test_jitter_stays_within_one_minus_jitter_and_one_of_the_raw_delay() -> None
 
 def test_jitter_spreads_simultaneous_failures() -> None:
     policy = RetryPolicy(base=1, cap=60, jitter=0.5)
-    rng = random.Random(7)
-    delays = {round(policy.delay(3, rng), 6) for _ in range(50)}
+    # Drawn from the module's random source unless given one.
+    delays = {round(policy.delay(3), 6) for _ in range(50)}
     assert len(delays) > 40  # not lockstep
     assert all(2.0 <= d <= 4.0 for d in delays)
-
-
-def test_delay_without_rng_uses_module_random_and_stays_bounded() -> None:
-    policy = RetryPolicy(base=1, cap=8, jitter=0.5)
-    for _ in range(100):
-        assert 4.0 <= policy.delay(4) <= 8.0
 
 
 def test_should_retry_until_max_attempts() -> None:
@@ -76,10 +64,3 @@ def test_should_retry_until_max_attempts() -> None:
 def test_invalid_policies_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
-
-
-def test_policy_is_a_frozen_value() -> None:
-    policy = RetryPolicy()
-    with pytest.raises(AttributeError):
-        policy.base = 2.0  # type: ignore[misc]
-    assert policy == RetryPolicy()
