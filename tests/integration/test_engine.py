@@ -90,8 +90,8 @@ PRINTS_THEN_WORKS = {
 
 async def test_a_stopped_run_keeps_what_its_agent_printed(make_engine: MakeEngine) -> None:
     """Stopped under ``cancel_other`` by the next run of its schedule, which waits for it to end
-    and then runs. (Stopped by a cancel through the API, with its secrets redacted:
-    ``tests/integration/test_secrets.py::test_a_cancelled_run_keeps_what_its_agent_printed_with_secrets_redacted``.)"""
+    and then runs. (What a stopped attempt keeps, with its secrets redacted:
+    ``tests/unit/test_secrets.py::test_an_attempts_result_is_redacted_before_it_is_recorded``.)"""
     engine = make_engine(lease=ROOMY_LEASE)
     schedule = await engine.create(spec(PRINTS_THEN_WORKS, HOURLY, overlap="cancel_other"))
     first = await engine.run_now(schedule.id)
