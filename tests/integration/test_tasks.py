@@ -12,7 +12,9 @@ from agentcron.core.runners.fake import FakeRunnerType, sleep, succeed
 from agentcron.core.storage.models import Schedule
 from tests.integration.engine_kit import (
     HOURLY,
+    ROOMY_LEASE,
     Engine,
+    MakeEngine,
     fetch_schedule,
     spec,
     wait_for,
@@ -21,9 +23,12 @@ from tests.integration.engine_kit import (
 
 
 async def test_task_shows_its_lock_and_survives_deletion(
-    client: httpx.AsyncClient, engine: Engine, fake: FakeRunnerType
+    client: httpx.AsyncClient, make_engine: MakeEngine, fake: FakeRunnerType
 ) -> None:
-    # The API app and the engine share the test database (both as owner "local").
+    # The API app and the engine share the test database (both as owner "local"). The lease is
+    # the roomy one: the lock is read while the long attempt runs, and a renewal late on a
+    # loaded machine would stop it (and free the lock) before the read.
+    engine = make_engine(lease=ROOMY_LEASE)
     fake.script("slow", [sleep(30), succeed("second")])
     schedule = await engine.create(spec(fake.config("slow"), HOURLY, mode="persistent"))
     first = await engine.run_now(schedule.id)
