@@ -6,13 +6,19 @@ Workloads (``--workloads``, default all of them):
   (agentcron in process at its defaults and at concurrency 256, running the no-op as a
   coroutine on the event loop as the peers do, and at 256 with it in a worker thread
   (agentcron-c256-thread), the same engine over a run store that costs nothing
-  (agentcron-floor: the engine's own share), agentcron as a real ``agentcron serve`` process,
-  the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6; ``--contenders``), each in its
-  own process started before T0 on a fresh scratch database: time until every run started and
+  (agentcron-floor: the engine's own share), agentcron as a real ``agentcron serve`` process
+  (agentcron-serve: the async no-op at the default concurrency; agentcron-serve-c256: at 256;
+  agentcron-serve-sync and agentcron-serve-sync-c256: a sync no-op in a worker thread, as
+  users' sync targets run), the asyncpg ceiling, APScheduler 3.11 (``AsyncIOScheduler`` with
+  an async no-op, and apscheduler3-background: ``BackgroundScheduler`` with its default
+  thread pool and a sync no-op), APScheduler 4.0.0a6; ``--contenders``), each in its own
+  process started before T0 on a fresh scratch database: time until every run started and
   finished, fires/s, lost and doubled runs, commits per fire (``pg_stat_database``),
   statements per fire (agentcron in process: SQLAlchemy engine events), peak RSS, event-loop
-  lag; for agentcron the slot gap (from a run's end to the next
-  start in its concurrency slot, p50/p99), and for the served one the latency of
+  lag; per run, the CPU of the process that schedules and runs (the served one's for
+  ``agentcron serve``) and PostgreSQL's own cost (its backends' CPU, WAL bytes of the scratch
+  database and of the server: ``bench.pgcost``); for agentcron the slot gap (from a run's end
+  to the next start in its concurrency slot, p50/p99), and for the served ones the latency of
   ``GET /api/v1/schedules`` read every 50 ms while the burst runs;
 - replicas: the agentcron burst with two engine processes on one PostgreSQL database against
   one process, same round: duplicates, no-op executions, throughput;
@@ -244,8 +250,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 "agentcron-c256-thread",
                 "agentcron-floor",
                 "agentcron-serve",
+                "agentcron-serve-c256",
+                "agentcron-serve-sync",
+                "agentcron-serve-sync-c256",
                 "ceiling",
                 "apscheduler3",
+                "apscheduler3-background",
                 "apscheduler4",
             )
         ),
