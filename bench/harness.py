@@ -120,7 +120,9 @@ class Bench:
             for contender in random.sample(chosen, len(chosen)):
                 log(f"burst on {database}, round {number}/{self.args.rounds}: {contender.name}")
                 try:
-                    figures = await workloads.burst(contender, self.admin, database, self.count)
+                    figures = await workloads.burst(
+                        contender, self.admin, database, self.count, lead=self.args.lead
+                    )
                 except AdapterFailed as exc:
                     if contender.venv is None:
                         raise
@@ -260,6 +262,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             )
         ),
         help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}",
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=workloads.LEAD_SECONDS,
+        help="burst: seconds from populating to T0, on top of each contender's own (5)",
     )
     parser.add_argument("--bigidle-rows", type=int, default=1_000_000)
     parser.add_argument("--idle-seconds", type=float, help="idle window (60; quick 15)")

@@ -135,9 +135,13 @@ class PgCost:
             "pg_backend_cpu_s": round(cpu, 3) if done else None,
             "pg_cpu_us_per_run": round(cpu * 1e6 / count, 1) if done else None,
             "wal_bytes": cluster,
-            "wal_bytes_per_run": round(cluster / count, 1) if done and cluster else None,
+            "wal_bytes_per_run": round(cluster / count, 1)
+            if done and cluster is not None
+            else None,
             "db_wal_bytes": db_wal,
-            "db_wal_bytes_per_run": round(db_wal / count, 1) if done and db_wal else None,
+            "db_wal_bytes_per_run": (
+                round(db_wal / count, 1) if done and db_wal is not None else None
+            ),
         }
 
 
