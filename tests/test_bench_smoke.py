@@ -243,6 +243,10 @@ def test_quick_is_postgresql_only_and_short() -> None:
     args = parse(["--quick"])
     assert args.workloads == "burst,idle,replicas"
     assert args.db == "postgresql"
+    # Where the served sync burst at 256 stands, against APScheduler 3.11 and the ceiling.
+    for name in ("agentcron-serve-sync-c256", "ceiling", "apscheduler3-background"):
+        assert name in args.contenders.split(","), args.contenders
     full = parse([])
     assert full.workloads == "burst,idle,steady,bigidle,replicas"
     assert full.db == "postgresql,sqlite"
+    assert "agentcron-serve-sync" in full.contenders.split(","), full.contenders
