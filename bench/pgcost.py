@@ -8,7 +8,8 @@ time of the database's backends, from T0 until the adapter says every run is rec
   can be run and can read the server's ``pg_wal``): the records that touch a relation of the
   scratch database, and every record of a transaction that did (its commit). Records a
   checkpoint or another database wrote are left out; padding between records is not counted.
-  None when ``pg_waldump`` is missing or could not read the range.
+  None when ``pg_waldump`` is missing or could not read the range (a checkpoint meanwhile,
+  another session's on a shared server, may have recycled its first segments).
 - Backend CPU: user plus system time (``/proc/<pid>/stat``; the server runs on this machine)
   of every client backend connected to the scratch database, read at T0 and then every
   100 ms until the end; a backend that appears later counts from zero (it connected within
