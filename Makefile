@@ -72,7 +72,7 @@ bench: install ## every workload (burst, idle, steady, bigidle, replicas) on Pos
 bench-parts: install ## CPU and wall time per run of the claim, the admission and the record on PostgreSQL (under a minute)
 	$(BIN)/python -m bench.parts
 
-bench-quick: install ## burst and replicas of 2,000 and a 15 s idle window, PostgreSQL only (a few minutes)
+bench-quick: install ## burst (with the served sync one at 256, APScheduler 3.11 and the ceiling) and replicas of 2,000 and a 15 s idle window, PostgreSQL only (about 10 minutes)
 	$(BIN)/python -m bench --quick
 
 soak: install ## 4 replicas, 1,000 schedules (1 in 5 a 20 s agent, past its 6 s lease), 2 minutes, one SIGKILLed and restarted every 20 s; JSON figures (PostgreSQL)

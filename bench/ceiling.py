@@ -23,7 +23,17 @@ from typing import Any
 import asyncpg
 
 from bench import noop
-from bench.adapters.common import LagMonitor, emit, mark_ready, parse_args, result, with_driver
+from bench.adapters.common import (
+    LagMonitor,
+    burst_done,
+    cpu_seconds,
+    emit,
+    mark_ready,
+    parse_args,
+    result,
+    sleep_until,
+    with_driver,
+)
 
 BATCH = 500
 TICK_SECONDS = 10.0
@@ -93,6 +103,8 @@ async def fire(dsn: str, count: int, t0: datetime, give_up_after: float) -> dict
     deadline = t0.timestamp() + give_up_after
     try:
         claim = await conn.prepare(CLAIM)
+        await sleep_until(t0)
+        cpu = cpu_seconds()  # from T0: the burst's CPU, not the wait before it
         while len(finishes) < count and time.time() < deadline:
             ids = [row[0] for row in await claim.fetch(datetime.now(UTC), BATCH)]
             if ids:
@@ -106,6 +118,8 @@ async def fire(dsn: str, count: int, t0: datetime, give_up_after: float) -> dict
             due = await conn.fetchval(NEXT_DUE)
             delay = TICK_SECONDS if due is None else due.timestamp() - time.time() + 0.001
             await asyncio.sleep(max(0.0, min(TICK_SECONDS, delay, deadline - time.time())))
+        cpu = cpu_seconds() - cpu
+        await burst_done()
         max_lag = await monitor.stop()
         recorded, distinct, succeeded = await conn.fetchrow(
             "SELECT count(*), count(DISTINCT schedule_id),"
@@ -124,6 +138,7 @@ async def fire(dsn: str, count: int, t0: datetime, give_up_after: float) -> dict
         succeeded=succeeded,
         max_lag_ms=max_lag,
         own_transactions=1,
+        extra={"cpu_s": round(cpu, 3)},
     )
 
 

@@ -6,13 +6,19 @@ Workloads (``--workloads``, default all of them):
   (agentcron in process at its defaults and at concurrency 256, running the no-op as a
   coroutine on the event loop as the peers do, and at 256 with it in a worker thread
   (agentcron-c256-thread), the same engine over a run store that costs nothing
-  (agentcron-floor: the engine's own share), agentcron as a real ``agentcron serve`` process,
-  the asyncpg ceiling, APScheduler 3.11, APScheduler 4.0.0a6; ``--contenders``), each in its
-  own process started before T0 on a fresh scratch database: time until every run started and
+  (agentcron-floor: the engine's own share), agentcron as a real ``agentcron serve`` process
+  (agentcron-serve: the async no-op at the default concurrency; agentcron-serve-c256: at 256;
+  agentcron-serve-sync and agentcron-serve-sync-c256: a sync no-op in a worker thread, as
+  users' sync targets run), the asyncpg ceiling, APScheduler 3.11 (``AsyncIOScheduler`` with
+  an async no-op, and apscheduler3-background: ``BackgroundScheduler`` with its default
+  thread pool and a sync no-op), APScheduler 4.0.0a6; ``--contenders``), each in its own
+  process started before T0 on a fresh scratch database: time until every run started and
   finished, fires/s, lost and doubled runs, commits per fire (``pg_stat_database``),
   statements per fire (agentcron in process: SQLAlchemy engine events), peak RSS, event-loop
-  lag; for agentcron the slot gap (from a run's end to the next
-  start in its concurrency slot, p50/p99), and for the served one the latency of
+  lag; per run, the CPU of the process that schedules and runs (the served one's for
+  ``agentcron serve``) and PostgreSQL's own cost (its backends' CPU, WAL bytes of the scratch
+  database and of the server: ``bench.pgcost``); for agentcron the slot gap (from a run's end
+  to the next start in its concurrency slot, p50/p99), and for the served ones the latency of
   ``GET /api/v1/schedules`` read every 50 ms while the burst runs;
 - replicas: the agentcron burst with two engine processes on one PostgreSQL database against
   one process, same round: duplicates, no-op executions, throughput;
@@ -31,7 +37,8 @@ Databases (``--db``, default ``postgresql,sqlite``): burst, idle and steady run 
 ceiling on PostgreSQL only; commits per fire only on PostgreSQL); replicas and bigidle are
 PostgreSQL only. burst, replicas and bigidle repeat over ``--rounds`` (contenders or
 variants in a random order per round); idle and steady are one long window each.
-``--quick``: burst of 2,000, idle with a 15 s window, replicas of 2,000, PostgreSQL only.
+``--quick``: burst of 2,000, idle with a 15 s window, replicas of 2,000, PostgreSQL only; of the
+served variants only agentcron-serve and agentcron-serve-sync-c256.
 
 Peers run in virtualenvs the harness creates under ``bench/.venvs`` (never project
 dependencies); a peer that does not install or fails is skipped, with the reason printed and
@@ -73,6 +80,27 @@ RESULTS = ROOT / "bench" / "results"
 DEFAULT_PG = os.environ.get("AGENTCRON_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 WORKLOADS = ("burst", "idle", "steady", "bigidle", "replicas")
 QUICK_WORKLOADS = ("burst", "idle", "replicas")
+DEFAULT_CONTENDERS = (
+    "agentcron",
+    "agentcron-c256",
+    "agentcron-c256-thread",
+    "agentcron-floor",
+    "agentcron-serve",
+    "agentcron-serve-c256",
+    "agentcron-serve-sync",
+    "agentcron-serve-sync-c256",
+    "ceiling",
+    "apscheduler3",
+    "apscheduler3-background",
+    "apscheduler4",
+)
+# Quick: where the served sync burst at 256 stands against APScheduler 3.11 and the ceiling
+# (issue 33), without the served variants that each add a service's 40 s lead per round.
+QUICK_CONTENDERS = tuple(
+    name
+    for name in DEFAULT_CONTENDERS
+    if name not in ("agentcron-serve-c256", "agentcron-serve-sync")
+)
 DATABASES = ("postgresql", "sqlite")
 PG_ONLY = ("bigidle", "replicas")
 SINGLE_WINDOW = ("idle", "steady")
@@ -114,7 +142,9 @@ class Bench:
             for contender in random.sample(chosen, len(chosen)):
                 log(f"burst on {database}, round {number}/{self.args.rounds}: {contender.name}")
                 try:
-                    figures = await workloads.burst(contender, self.admin, database, self.count)
+                    figures = await workloads.burst(
+                        contender, self.admin, database, self.count, lead=self.args.lead
+                    )
                 except AdapterFailed as exc:
                     if contender.venv is None:
                         raise
@@ -237,19 +267,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg", default=DEFAULT_PG, help="admin URL of the PostgreSQL server")
     parser.add_argument(
         "--contenders",
-        default=",".join(
-            (
-                "agentcron",
-                "agentcron-c256",
-                "agentcron-c256-thread",
-                "agentcron-floor",
-                "agentcron-serve",
-                "ceiling",
-                "apscheduler3",
-                "apscheduler4",
-            )
-        ),
-        help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}",
+        help=f"of the burst, comma-separated, of {', '.join(CONTENDERS)}"
+        " (default: every one but agentcron-c64 and apscheduler3-defaults; quick: of the served"
+        " variants only agentcron-serve and agentcron-serve-sync-c256)",
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=workloads.LEAD_SECONDS,
+        help="burst: seconds from populating to T0, on top of each contender's own (5)",
     )
     parser.add_argument("--bigidle-rows", type=int, default=1_000_000)
     parser.add_argument("--idle-seconds", type=float, help="idle window (60; quick 15)")
@@ -257,6 +283,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument("--seed", type=int, help="seed of the per-round order")
     args = parser.parse_args(argv)
+    args.contenders = args.contenders or ",".join(
+        QUICK_CONTENDERS if args.quick else DEFAULT_CONTENDERS
+    )
     args.workloads = args.workloads or ",".join(QUICK_WORKLOADS if args.quick else WORKLOADS)
     args.db = args.db or ("postgresql" if args.quick else ",".join(DATABASES))
     for value, known in ((args.workloads, WORKLOADS), (args.db, DATABASES)):

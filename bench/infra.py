@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -83,6 +83,10 @@ class Contender:
         return sys.executable if self.venv is None else str(ensure_venv(self.venv))
 
 
+# Before T0 a served contender runs ``agentcron migrate``, populates, starts its adapter and
+# then the service (four interpreters importing the app): up to 45 s on a loaded two-core
+# machine. It must be ready before T0, or the burst measures its start-up.
+SERVE_LEAD_SECONDS = 40.0
 AGENTCRON = "agentcron"
 CONTENDERS = {
     AGENTCRON: Contender(AGENTCRON, "bench.adapters.agentcron"),
@@ -121,7 +125,33 @@ CONTENDERS = {
     ),
     # The service as deployed: `agentcron serve` (HTTP, info logging, the engine in its
     # lifespan) at the default concurrency, with an API client reading while the burst runs.
-    "agentcron-serve": Contender("agentcron-serve", "bench.adapters.serve", lead_s=5.0),
+    "agentcron-serve": Contender(
+        "agentcron-serve", "bench.adapters.serve", lead_s=SERVE_LEAD_SECONDS
+    ),
+    # What users run (issue 33): the service with a sync target, a plain module function
+    # (``bench.noop:run``) that the python runner calls in a worker thread, at the default
+    # concurrency and at 256; and the async no-op at 256.
+    "agentcron-serve-sync": Contender(
+        "agentcron-serve-sync",
+        "bench.adapters.serve",
+        env=(("BENCH_NOOP_TARGET", "bench.noop:run"),),
+        lead_s=SERVE_LEAD_SECONDS,
+    ),
+    "agentcron-serve-sync-c256": Contender(
+        "agentcron-serve-sync-c256",
+        "bench.adapters.serve",
+        env=(
+            ("AGENTCRON_SCHEDULER_CONCURRENCY", "256"),
+            ("BENCH_NOOP_TARGET", "bench.noop:run"),
+        ),
+        lead_s=SERVE_LEAD_SECONDS,
+    ),
+    "agentcron-serve-c256": Contender(
+        "agentcron-serve-c256",
+        "bench.adapters.serve",
+        env=(("AGENTCRON_SCHEDULER_CONCURRENCY", "256"),),
+        lead_s=SERVE_LEAD_SECONDS,
+    ),
     "ceiling": Contender("ceiling", "bench.ceiling", databases=("postgresql",)),
     "apscheduler3": Contender("apscheduler3", "bench.adapters.apscheduler3", "apscheduler3"),
     "apscheduler3-defaults": Contender(
@@ -129,6 +159,14 @@ CONTENDERS = {
         "bench.adapters.apscheduler3",
         "apscheduler3",
         (("BENCH_APS_DEFAULTS", "1"),),
+    ),
+    # APScheduler 3.11 as its users run a sync job: ``BackgroundScheduler`` with its default
+    # executor (a pool of 10 threads), the same job store, a sync no-op (``bench.noop``).
+    "apscheduler3-background": Contender(
+        "apscheduler3-background",
+        "bench.adapters.apscheduler3",
+        "apscheduler3",
+        (("BENCH_APS_BACKGROUND", "1"),),
     ),
     "apscheduler4": Contender("apscheduler4", "bench.adapters.apscheduler4", "apscheduler4"),
 }
@@ -187,7 +225,9 @@ async def spawn(
         if value is not None:
             text = value.isoformat() if isinstance(value, datetime) else str(value)
             argv += [f"--{key.replace('_', '-')}", text]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **dict(contender.env))
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), BENCH_CONTENDER=contender.name, **dict(contender.env)
+    )
     return await asyncio.create_subprocess_exec(
         *argv, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=stderr, limit=1 << 20
     )
@@ -212,12 +252,29 @@ class AdapterFailed(RuntimeError):
     """An adapter command exited non-zero; the message ends with its last line of stderr."""
 
 
-async def run(contender: Contender, command: str, dsn: str, **options: Any) -> dict[str, Any]:
+async def run(
+    contender: Contender,
+    command: str,
+    dsn: str,
+    on_event: Callable[[str], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Run an adapter command to its end; its last JSON line (``{}`` if it printed none).
+    ``on_event`` is called with the name of every ``{"event": ...}`` line as it is printed.
     Its stderr is passed on once it ended."""
     process = await spawn(contender, command, dsn, stderr=asyncio.subprocess.PIPE, **options)
-    out, err = await process.communicate()
-    errors = err.decode(errors="replace").strip()
+    errors_read = asyncio.ensure_future(process.stderr.read())
+    lines: list[str] = []
+    async for raw in process.stdout:
+        text = raw.decode().strip()
+        if text.startswith("{"):
+            lines.append(text)
+            if on_event is not None and '"event"' in text:
+                event = json.loads(text).get("event")
+                if event:
+                    on_event(event)
+    await process.wait()
+    errors = (await errors_read).decode(errors="replace").strip()
     if errors:
         print(errors, file=sys.stderr, flush=True)
     if process.returncode != 0:
@@ -225,6 +282,5 @@ async def run(contender: Contender, command: str, dsn: str, **options: Any) -> d
         raise AdapterFailed(
             f"{contender.name} {command} failed (exit {process.returncode}): {last}"
         )
-    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
     figures: dict[str, Any] = json.loads(lines[-1]) if lines else {}
     return figures

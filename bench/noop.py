@@ -34,8 +34,15 @@ async def arun(ctx: Any) -> str:
     return run(ctx)
 
 
-async def aps_job(key: str) -> None:
-    """APScheduler's no-op: note the call time under the job's key (duplicates show up)."""
+def aps_sync_job(key: str) -> None:
+    """APScheduler's no-op: note the call time under the job's key (duplicates show up).
+    Sync, as ``BackgroundScheduler`` runs it in its thread pool (apscheduler3-background);
+    ``list.append`` and ``dict.setdefault`` are atomic under the GIL."""
     now = time.time()
     CALLS.append(now)
     STARTS.setdefault(key, []).append(now)
+
+
+async def aps_job(key: str) -> None:
+    """``aps_sync_job`` as a coroutine, run on the event loop of ``AsyncIOScheduler``."""
+    aps_sync_job(key)

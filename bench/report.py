@@ -36,6 +36,17 @@ BURST_API: Columns = [
     ("API p99 ms", "api_p99_ms"),
     ("API max ms", "api_max_ms"),
 ]
+# What a run costs, per run of the burst (every contender that reports it): the CPU of the
+# process that schedules and runs (the adapter's own, or the served ``agentcron serve``'s),
+# and PostgreSQL's own: its client backends' CPU and the WAL bytes, of the scratch database
+# (``pg_waldump``) and of the whole server (``pg_current_wal_lsn``). See ``bench.pgcost``.
+BURST_COST: Columns = [
+    ("CPU µs/run", "cpu_us_per_run"),
+    ("PG backend CPU µs/run", "pg_cpu_us_per_run"),
+    ("WAL B/run (database)", "db_wal_bytes_per_run"),
+    ("WAL B/run (server)", "wal_bytes_per_run"),
+    ("PG backends", "pg_backends"),
+]
 REPLICAS: Columns = [
     ("all started s", "all_started_s"),
     ("fires/s", "fires_per_s"),
@@ -123,6 +134,43 @@ BURST_RATIOS: Ratios = {
         "agentcron",
         "all_started_s",
     ),
+    # What users run (issue 33): the served contenders against APScheduler 3.11's
+    # BackgroundScheduler and the ceiling; the served sync one's cost against the ceiling's.
+    "apscheduler3-background / agentcron-serve-sync (all started)": (
+        "apscheduler3-background",
+        "agentcron-serve-sync",
+        "all_started_s",
+    ),
+    "apscheduler3-background / agentcron-serve-sync-c256 (all started)": (
+        "apscheduler3-background",
+        "agentcron-serve-sync-c256",
+        "all_started_s",
+    ),
+    "apscheduler3-background / agentcron-serve-c256 (all started)": (
+        "apscheduler3-background",
+        "agentcron-serve-c256",
+        "all_started_s",
+    ),
+    "agentcron-serve-sync-c256 / ceiling (all started)": (
+        "agentcron-serve-sync-c256",
+        "ceiling",
+        "all_started_s",
+    ),
+    "agentcron-serve-c256 / ceiling (all started)": (
+        "agentcron-serve-c256",
+        "ceiling",
+        "all_started_s",
+    ),
+    "agentcron-serve-sync-c256 / ceiling (WAL bytes/run, database)": (
+        "agentcron-serve-sync-c256",
+        "ceiling",
+        "db_wal_bytes_per_run",
+    ),
+    "agentcron-serve-sync-c256 / ceiling (PG backend CPU/run)": (
+        "agentcron-serve-sync-c256",
+        "ceiling",
+        "pg_cpu_us_per_run",
+    ),
     "apscheduler3 / ceiling (all started)": ("apscheduler3", "ceiling", "all_started_s"),
     "apscheduler4 / ceiling (all started)": ("apscheduler4", "ceiling", "all_started_s"),
 }
@@ -202,9 +250,17 @@ def table(section: dict[str, Any], columns: Columns) -> str:
 
 def tables(workload: str, section: dict[str, Any]) -> str:
     """Every table of a workload's section: its main one with the ratios, and for the burst
-    the API table of the contenders that read the API during it (none: no such table)."""
+    the cost per run (process CPU, PostgreSQL's CPU and WAL) of the contenders that report
+    it and the API table of those that read the API during it (none: no such table)."""
     text = table(section, COLUMNS[workload])
     if workload == "burst":
+        costed = {
+            name: row
+            for name, row in section["medians"].items()
+            if any(row.get(key) is not None for _, key in BURST_COST)
+        }
+        if costed:
+            text += "\n\n" + table({"medians": costed}, BURST_COST)
         served = {
             name: row
             for name, row in section["medians"].items()

@@ -30,6 +30,7 @@ from bench.infra import (
     Contender,
     admin_dsn,
     commits,
+    database_name,
     log,
     read_json,
     run,
@@ -37,6 +38,7 @@ from bench.infra import (
     spawn,
     sql,
 )
+from bench.pgcost import PgCost
 
 LEAD_SECONDS = 5.0  # from populating to T0: room for populate and the contender's start-up
 GIVE_UP_AFTER = 600.0
@@ -59,10 +61,33 @@ async def fire(
         before = await commits(admin, dsn)
     replicas = processes if processes > 1 else None
     options = {"count": count, "at": t0, "give_up_after": GIVE_UP_AFTER, "replicas": replicas}
-    results = await asyncio.gather(
-        *(run(contender, "fire", dsn, **options) for _ in range(processes))
-    )
+    # PostgreSQL's own cost, from T0 to the adapter's burst-done line (one process only).
+    cost = PgCost(admin, database_name(dsn)) if postgresql and processes == 1 else None
+    watching = asyncio.create_task(cost.watch(t0)) if cost is not None else None
+
+    def on_event(event: str) -> None:
+        if cost is not None and event == "burst_done":
+            cost.end()
+
+    try:
+        results = await asyncio.gather(
+            *(run(contender, "fire", dsn, on_event, **options) for _ in range(processes))
+        )
+    finally:
+        if watching is not None:
+            if not cost.done.is_set():  # the adapter never said: no figures
+                watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
     figures = results[0] if processes == 1 else combine(results, count)
+    cpu = figures.get("cpu_s")
+    figures["cpu_us_per_run"] = round(cpu * 1e6 / count, 1) if _number(cpu) and count else None
+    if cost is not None:
+        figures.update(
+            cost.figures(count)
+            if cost.done.is_set()
+            else dict.fromkeys(("pg_cpu_us_per_run", "wal_bytes_per_run", "db_wal_bytes_per_run"))
+        )
     margin = min(result["ready_margin_s"] or 0.0 for result in results)
     if margin < 0.5:
         log(f"  warning: {contender.name} was ready only {margin:.1f} s before T0 (busy machine?)")
@@ -75,6 +100,10 @@ async def fire(
         transactions = await commits(admin, dsn) - before - own
         figures["commits_per_fire"] = round(transactions / count, 3)
     return figures
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def combine(results: list[dict[str, Any]], count: int) -> dict[str, Any]:

@@ -66,8 +66,10 @@ from bench import noop
 from bench.adapters.common import (
     IDLE_WARMUP_SECONDS,
     NOOP_TARGET,
+    PROBE_APPLICATION,
     LagMonitor,
     backend,
+    burst_done,
     cpu_seconds,
     emit,
     mark_ready,
@@ -290,8 +292,12 @@ COUNTS_SQLITE = (
 
 
 async def query(probe: Database, sql: str) -> list[Any]:
-    """The rows of one raw statement on the adapter's own ``Database`` (never counted)."""
+    """The rows of one raw statement on the adapter's own ``Database`` (never counted). On
+    PostgreSQL its connection is named ``bench-probe`` first, so the harness leaves its
+    backend out of the database's CPU (``bench.pgcost``)."""
     async with probe.session(write=False) as session:
+        if probe.capabilities.dialect == "postgresql":
+            await session.execute(text(f"SET application_name = '{PROBE_APPLICATION}'"))
         return list((await session.execute(text(sql))).all())
 
 
@@ -325,7 +331,8 @@ async def fire(
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(url, Path(tmp))
         await engine.start()
-        cpu = cpu_seconds()
+        await sleep_until(t0)
+        cpu = cpu_seconds()  # from T0: the burst's CPU, not the wait before it
         deadline = t0.timestamp() + give_up_after
         polls = 0
         # The no-op runs in worker threads, so a cheap in-process poll (no database statement);
@@ -344,6 +351,7 @@ async def fire(
                 break
             await asyncio.sleep(POLL_SECONDS)
         cpu = cpu_seconds() - cpu
+        await burst_done()
         statements = engine.statements
         max_lag = await engine.stop()
         own += 2

@@ -13,7 +13,11 @@ A run counts as started when the job is called and finished at the ``EVENT_JOB_E
 event; jobs left in the store afterwards were never fired. For the idle workload,
 ``populate --shape idle`` writes jobs none of which is due for 15 minutes and ``idle`` counts
 the job store's statements over a window (SQLAlchemy engine events), as the agentcron
-adapter does.
+adapter does. With ``BENCH_APS_BACKGROUND=1`` (apscheduler3-background) the scheduler is a
+``BackgroundScheduler`` with its default executor (a pool of 10 threads) and the job the sync
+``bench.noop:aps_sync_job``, as APScheduler's users run sync jobs; the job store, the job
+options and what is measured stay the same. ``cpu_s``: this process's CPU from T0 until every
+job ran (the scheduler's thread, the pool, the job store's calls).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from apscheduler.events import (  # type: ignore[import-not-found]
 from apscheduler.job import Job  # type: ignore[import-not-found]
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # type: ignore[import-not-found]
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-not-found]
+from apscheduler.schedulers.background import (  # type: ignore[import-not-found]
+    BackgroundScheduler,
+)
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-not-found]
 from apscheduler.triggers.date import DateTrigger  # type: ignore[import-not-found]
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-not-found]
@@ -48,16 +55,29 @@ from bench.adapters.common import (
     IDLE_WARMUP_SECONDS,
     LagMonitor,
     backend,
+    burst_done,
+    cpu_seconds,
     emit,
     mark_ready,
     parse_args,
     peak_rss_mb,
     result,
+    sleep_until,
     with_driver,
 )
 
 DEFAULTS = os.environ.get("BENCH_APS_DEFAULTS", "") == "1"
-NAME = "apscheduler3-defaults" if DEFAULTS else "apscheduler3"
+# ``BackgroundScheduler`` (its default executor: a pool of 10 threads) and a sync no-op, as its
+# users run sync jobs, instead of ``AsyncIOScheduler`` and a coroutine.
+BACKGROUND = os.environ.get("BENCH_APS_BACKGROUND", "") == "1"
+NAME = (
+    "apscheduler3-defaults"
+    if DEFAULTS
+    else "apscheduler3-background"
+    if BACKGROUND
+    else "apscheduler3"
+)
+JOB = "bench.noop:aps_sync_job" if BACKGROUND else "bench.noop:aps_job"
 
 
 def _trigger(shape: str, i: int, t0: datetime, now: datetime) -> Any:
@@ -89,7 +109,7 @@ def populate(url: str, count: int, t0: datetime, shape: str) -> None:
         job = Job(
             scheduler,
             id=f"burst-{i}",
-            func="bench.noop:aps_job",
+            func=JOB,
             args=(f"burst-{i}",),
             kwargs={},
             name="noop",
@@ -115,7 +135,8 @@ def populate(url: str, count: int, t0: datetime, shape: str) -> None:
 async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict[str, Any]:
     """Run the scheduler from before ``t0`` until every job ran or was missed."""
     store = SQLAlchemyJobStore(url=url)
-    scheduler = AsyncIOScheduler(
+    kind = BackgroundScheduler if BACKGROUND else AsyncIOScheduler
+    scheduler = kind(
         jobstores={"default": store},
         job_defaults={"misfire_grace_time": None, "coalesce": True},
         timezone=UTC,
@@ -123,23 +144,29 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
     finishes: list[float] = []
     missed: list[str] = []
     done = asyncio.Event()
+    loop = asyncio.get_running_loop()
 
     def on_event(event: JobExecutionEvent) -> None:
+        # Called in the pool's threads under BackgroundScheduler: the event is set on the loop.
         if event.code == EVENT_JOB_MISSED:
             missed.append(event.job_id)
         else:
             finishes.append(time.time())
         if len(finishes) + len(missed) >= count:
-            done.set()
+            loop.call_soon_threadsafe(done.set)
 
     scheduler.add_listener(on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     monitor = LagMonitor()
     monitor.start()
     scheduler.start()
     mark_ready()
+    await sleep_until(t0)
+    cpu = cpu_seconds()  # from T0: the burst's CPU, not the wait before it
     deadline = t0.timestamp() + give_up_after
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), deadline - time.time())
+    cpu = cpu_seconds() - cpu
+    await burst_done()
     max_lag = await monitor.stop()
     scheduler.shutdown(wait=False)
     with store.engine.connect() as conn:
@@ -157,7 +184,7 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
         succeeded=len(finishes),
         max_lag_ms=max_lag,
         own_transactions=1,
-        extra={"missed": len(missed), "jobs_left_in_store": left},
+        extra={"missed": len(missed), "jobs_left_in_store": left, "cpu_s": round(cpu, 3)},
     )
 
 

@@ -38,10 +38,13 @@ from bench import noop
 from bench.adapters.common import (
     LagMonitor,
     backend,
+    burst_done,
+    cpu_seconds,
     emit,
     mark_ready,
     parse_args,
     result,
+    sleep_until,
     with_driver,
 )
 
@@ -90,8 +93,12 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
         monitor.start()
         await scheduler.start_in_background()
         mark_ready()
+        await sleep_until(t0)
+        cpu = cpu_seconds()  # from T0: the burst's CPU, not the wait before it
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), t0.timestamp() + give_up_after - time.time())
+        cpu = cpu_seconds() - cpu
+        await burst_done()
         max_lag = await monitor.stop()
         await scheduler.stop()
         await scheduler.wait_until_stopped()
@@ -115,6 +122,7 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
         max_lag_ms=max_lag,
         own_transactions=1,
         extra={
+            "cpu_s": round(cpu, 3),
             "outcomes": outcomes,
             "jobs_left_in_store": jobs_left,
             "schedules_left_in_store": schedules_left,

@@ -86,6 +86,34 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time so far of process ``pid`` (every thread; not its children),
+    from ``/proc/<pid>/stat`` in clock ticks (10 ms on most kernels); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The command name (field 2) may hold spaces: count the fields after its ")".
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# The ``application_name`` of an adapter's own database connection (progress polls, final
+# counts): the harness leaves its backend out of PostgreSQL's CPU per run.
+PROBE_APPLICATION = "bench-probe"
+# After the burst-done line, how long an adapter leaves its database alone (no final counts,
+# no shutdown) so the harness's last reading of PostgreSQL's counters sees the burst only.
+BURST_DONE_PAUSE_SECONDS = 0.3
+
+
+async def burst_done() -> None:
+    """Tell the harness the burst is over (every run recorded): a ``{"event": "burst_done"}``
+    line, on which it takes its last reading of PostgreSQL's cost (``bench.pgcost``); then
+    wait a moment before the adapter's own wrap-up queries."""
+    emit({"event": "burst_done"})
+    await asyncio.sleep(BURST_DONE_PAUSE_SECONDS)
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The nearest-rank ``q`` quantile (0..1) of ``values``; None when empty."""
     if not values:

@@ -18,6 +18,14 @@ schedule list while the burst runs.
 
 Statements are not counted (the service's engine is in another process), and commits per fire
 include the service's start-up, the probe schedule and the API requests' transactions.
+``cpu_s`` is the service process's CPU (``/proc/<pid>/stat``, every thread) from T0 until the
+ledger records every run: the runs, their log lines, the API requests read meanwhile and the
+heartbeat of ``bench.inside``.
+
+One adapter for every served contender: the harness's environment picks the variant, the
+concurrency (``AGENTCRON_SCHEDULER_CONCURRENCY``, which the service inherits) and the no-op
+the schedules run (``BENCH_NOOP_TARGET``: ``bench.noop:arun`` on the service's event loop, or
+``bench.noop:run``, a plain function the python runner calls in a worker thread).
 """
 
 from __future__ import annotations
@@ -54,16 +62,18 @@ from bench.adapters.agentcron import (
     succeeded,
 )
 from bench.adapters.common import (
+    burst_done,
     emit,
     mark_ready,
     parse_args,
     percentile,
+    process_cpu_seconds,
     result,
     sleep_until,
     slot_gap_figures,
 )
 
-NAME = "agentcron-serve"
+NAME = os.environ.get("BENCH_CONTENDER", "agentcron-serve")  # the harness names its variants
 ROOT = Path(__file__).resolve().parents[2]
 AGENTCRON = Path(sys.executable).with_name("agentcron")
 HOST = "127.0.0.1"
@@ -199,6 +209,11 @@ class Service:
             self.process.kill()
             return await self.process.wait()
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time of the service's process so far (every thread)."""
+        assert self.process is not None
+        return process_cpu_seconds(self.process.pid) or 0.0
+
     def inside(self) -> dict[str, Any]:
         """What ``bench.inside`` wrote at the service's exit (``{}`` if it wrote nothing)."""
         try:
@@ -281,6 +296,7 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
                     await service.watch_inside(client)
                     mark_ready()
                     await sleep_until(t0)
+                    cpu = service.cpu_seconds()
                     sampler, stop = ApiSampler(client), asyncio.Event()
                     sampling = asyncio.create_task(sampler.run(stop))
                     deadline = t0.timestamp() + give_up_after
@@ -292,9 +308,11 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
                                 break
                             await asyncio.sleep(POLL_SECONDS)
                         done_at = time.time()
+                        cpu = service.cpu_seconds() - cpu
                     finally:
                         stop.set()
                         await sampling
+                    await burst_done()
             finally:
                 exit_code = await service.stop()
             seen = service.inside()
@@ -312,6 +330,9 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
         own_transactions=own,
         extra={
             "statements_per_fire": None,  # counted inside the service's process: not here
+            # The service's CPU from T0 until the ledger recorded every run: the runs, their
+            # log lines, and the API requests read meanwhile (``api_requests``).
+            "cpu_s": round(cpu, 3),
             "executed_here": seen.get("calls", 0),
             "peak_rss_mb": seen.get("peak_rss_mb"),  # the service's, not this client's
             **slot_gap_figures(spans, settings.scheduler_concurrency),
