@@ -14,6 +14,7 @@ the figures each table needs are there; then the summaries and tables are built 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from bench import report, workloads
 from bench.harness import parse, single
-from bench.infra import CONTENDERS, ROOT, admin_dsn, sql, venv_ready
+from bench.infra import CONTENDERS, ROOT, Contender, admin_dsn, sql, venv_ready
 from tests.conftest import PG_URL, PgServer, clone_pg
 
 COUNT = 20
@@ -126,6 +127,14 @@ def _check_api(figures: dict[str, Any]) -> None:
 
 
 IDLE_WINDOW = 3.0  # seconds of the idle workloads: three ticks of 1 s
+# The served contender's lead before T0 here: this test runs alone, where a service is ready
+# within a few seconds; `make bench` gives it 40 s, for a machine loaded by other work.
+SERVE_LEAD = 5.0
+
+
+def _alone(name: str) -> Contender:
+    contender = CONTENDERS[name]
+    return dataclasses.replace(contender, lead_s=min(contender.lead_s, SERVE_LEAD))
 
 
 # Alone on the machine: beside four other test workers on a loaded two-core machine its
@@ -146,7 +155,7 @@ async def test_every_adapter_and_workload(
     )
     results = await asyncio.gather(
         *(
-            workloads.burst(CONTENDERS[name], admin, database, _count(name), lead=LEAD)
+            workloads.burst(_alone(name), admin, database, _count(name), lead=LEAD)
             for name, database in pairs
         ),
         workloads.replicas(admin, COUNT, lead=LEAD),
