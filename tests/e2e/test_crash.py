@@ -1,5 +1,5 @@
-"""A replica dies or stops mid-run; another continues the same run (docs/design.md, promises 6,
-7, 13).
+"""A replica stops mid-run; the same run is drained or continued (docs/design.md, promises 6,
+7, 13). SIGKILL take-over is proved in ``test_takeover.py``.
 
 Real ``agentcron serve`` processes on one PostgreSQL database (and, for Ctrl-C at a terminal,
 one SQLite file restarted). The agent is a shell script that logs each attempt to a file and
@@ -15,30 +15,29 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
 from agentcron.core.storage.models import Run
-from tests.conftest import PG_URL, bearer
+from tests.conftest import PG_URL
 from tests.e2e.conftest import (
     AGENTCRON,
     Fleet,
     RunProbe,
     Server,
     command_runner,
+    create_schedule,
     engine_env,
-    iso,
+    finished,
     json_events,
     kill_processes_with,
-    kill_server,
     make_key,
+    one_shot,
     processes_with,
-    stop_server,
     wait_for,
 )
 
@@ -49,19 +48,6 @@ echo "$AGENTCRON_INSTANCE_ID $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT start" >> "$1"
 if [ "$AGENTCRON_ATTEMPT" = 1 ]; then sleep "$2"; fi
 echo "$AGENTCRON_INSTANCE_ID $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT end" >> "$1"
 """
-
-
-async def create_one_shot(
-    server: Server, key: str, runner: dict[str, object], delay: float = 2
-) -> str:
-    """A one-shot schedule due ``delay`` seconds from now (one due time, so one run)."""
-    at = datetime.now(UTC) + timedelta(seconds=delay)
-    body = {"name": "crash", "prompt": "work", "trigger": {"at": iso(at)}, "runner": runner}
-    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
-        response = await http.post(f"{server.url}/api/v1/schedules", json=body)
-    assert response.status_code == 201, response.text
-    schedule_id: str = response.json()["id"]
-    return schedule_id
 
 
 def attempt_lines(log: Path) -> list[tuple[str, str, str, str]]:
@@ -87,142 +73,61 @@ async def running_on(probe: RunProbe, schedule_id: str, owner: str, log: Path) -
     return None
 
 
-async def finished(probe: RunProbe, run_id: uuid.UUID) -> Run | None:
-    run = await probe.run(run_id)
-    return run if run.status not in ("pending", "running") else None
-
-
-@pytest.mark.pg
-@pytest.mark.slow
-async def test_sigkilled_replica_run_is_continued_by_another(
-    pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
-) -> None:
-    marker = f"agentcron-crash-{uuid.uuid4().hex}"
-    log = tmp_path / "attempts.log"
-    probe = probe_factory(pg_url)
-    env_a = engine_env(pg_url, tmp_path / "data-a", "crash-a", LEASE_SECONDS="2")
-    env_b = engine_env(pg_url, tmp_path / "data-b", "crash-b", LEASE_SECONDS="2")
-    try:
-        key = await asyncio.to_thread(make_key, env_a)
-        a = await asyncio.to_thread(fleet.start, env_a, "a")
-        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "4"))
-        run = await wait_for(
-            lambda: running_on(probe, schedule_id, "crash-a", log), "the run to start on A"
-        )
-        assert run.attempt == 1 and run.task_id is not None
-
-        assert kill_server(a) == -signal.SIGKILL
-        orphans = processes_with(marker)
-        print(f"\ncrash: agent processes still alive after SIGKILL of their server: {orphans}")
-
-        b = await asyncio.to_thread(fleet.start, env_b, "b")
-        done = await wait_for(lambda: finished(probe, run.id), "B to finish the run", within=40)
-        assert done.status == "succeeded", (done.status, done.error)
-        assert done.attempt == 2
-        assert done.task_id == run.task_id
-        assert done.started_at == run.started_at  # the first start is kept
-        runs = await probe.runs(schedule_id)
-        assert [r.id for r in runs] == [run.id]  # no second run row for that due time
-        assert stop_server(b) in (0, -signal.SIGTERM)
-        assert "leases_recovered" in b.log()
-
-        lines = attempt_lines(log)
-        assert ("crash-a", str(run.id), "1", "start") in lines
-        assert ("crash-b", str(run.id), "2", "start") in lines
-        assert ("crash-b", str(run.id), "2", "end") in lines
-        assert not [line for line in lines if line[2] not in ("1", "2")]
-        # The orphan (if any) finishes its first attempt on its own: report what it did.
-        if orphans:
-            await asyncio.sleep(4.5)
-        print(
-            f"crash: orphan finished attempt 1 after the takeover: "
-            f"{('crash-a', str(run.id), '1', 'end') in attempt_lines(log)}"
-        )
-    finally:
-        fleet.close()  # no server may start the agent again
-        kill_processes_with(marker)
-
-
-@pytest.mark.pg
-@pytest.mark.slow
-async def test_sigterm_releases_a_long_run_for_another_replica(
-    pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
-) -> None:
-    marker = f"agentcron-drain-{uuid.uuid4().hex}"
-    log = tmp_path / "attempts.log"
-    probe = probe_factory(pg_url)
-    env_a = engine_env(
-        pg_url, tmp_path / "data-a", "drain-a", LEASE_SECONDS="3", DRAIN_TIMEOUT_SECONDS="1"
+async def start_one_shot(
+    probe: RunProbe, server: Server, key: str, owner: str, agent: dict[str, Any], log: Path
+) -> Run:
+    """Create a one-shot schedule of ``agent``; its run once it is running under ``owner``."""
+    schedule_id = str((await create_schedule(server, key, one_shot(agent)))["id"])
+    return await wait_for(
+        lambda: running_on(probe, schedule_id, owner, log), f"the run to start on {owner}"
     )
-    env_b = engine_env(pg_url, tmp_path / "data-b", "drain-b", LEASE_SECONDS="3")
-    try:
-        key = await asyncio.to_thread(make_key, env_a)
-        a = await asyncio.to_thread(fleet.start, env_a, "a")
-        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "30"))
-        run = await wait_for(
-            lambda: running_on(probe, schedule_id, "drain-a", log), "the run to start on A"
-        )
-
-        assert run.started_at is not None and run.due_at is not None
-        delay = (run.started_at - run.due_at).total_seconds() * 1000
-        print(f"\ndrain: the one-shot started {delay:.1f} ms after its due time (idle PG)")
-        assert delay >= 0
-        began = time.monotonic()
-        code = await asyncio.to_thread(stop_server, a, 20)
-        took = time.monotonic() - began
-        print(f"drain: A exited {took:.1f} s after SIGTERM (drain timeout 1 s)")
-        assert code in (0, -signal.SIGTERM)
-        assert "drain_timeout" in a.log() and "run_released" in a.log()
-        assert processes_with(marker) == []  # the agent was stopped, not orphaned
-
-        released = await probe.run(run.id)
-        assert released.status == "pending"
-        assert released.lease_owner is None and released.lease_expires_at is None
-        assert released.attempt == 1 and released.finished_at is None
-
-        await asyncio.to_thread(fleet.start, env_b, "b")
-        done = await wait_for(lambda: finished(probe, run.id), "B to finish the run", within=40)
-        assert done.status == "succeeded", (done.status, done.error)
-        assert done.attempt == 2 and done.task_id == run.task_id
-        assert [r.id for r in await probe.runs(schedule_id)] == [run.id]
-        lines = attempt_lines(log)
-        assert ("drain-a", str(run.id), "1", "end") not in lines
-        assert ("drain-b", str(run.id), "2", "end") in lines
-    finally:
-        fleet.close()  # no server may start the agent again
-        kill_processes_with(marker)
 
 
 @pytest.mark.pg
 @pytest.mark.slow
-async def test_sigterm_drains_a_run_to_completion_while_another_replica_runs(
+async def test_sigterm_drains_a_short_run_and_releases_a_long_one_to_another_replica(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
 ) -> None:
-    """The drain outlasts the lease: the draining replica must keep its lease renewed, or the
-    other replica takes the run over while it is still executing (double execution)."""
+    """The drain outlasts the lease: the draining replica must keep its short run's lease
+    renewed, or the other replica takes it over while it is still executing (double
+    execution). The long run, still going when the drain times out, is stopped and released,
+    and the other replica continues it."""
     marker = f"agentcron-drain-{uuid.uuid4().hex}"
     log = tmp_path / "attempts.log"
     probe = probe_factory(pg_url)
     env_a = engine_env(
-        pg_url, tmp_path / "data-a", "drain-a", LEASE_SECONDS="2", DRAIN_TIMEOUT_SECONDS="15"
+        pg_url, tmp_path / "data-a", "drain-a", LEASE_SECONDS="2", DRAIN_TIMEOUT_SECONDS="8"
     )
     env_b = engine_env(pg_url, tmp_path / "data-b", "drain-b", LEASE_SECONDS="2")
     try:
         key = await asyncio.to_thread(make_key, env_a)
         a = await asyncio.to_thread(fleet.start, env_a, "a")
-        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "6"))
-        run = await wait_for(
-            lambda: running_on(probe, schedule_id, "drain-a", log), "the run to start on A"
+        long = await start_one_shot(
+            probe, a, key, "drain-a", command_runner(AGENT, marker, str(log), "60"), log
         )
+        short = await start_one_shot(
+            probe, a, key, "drain-a", command_runner(AGENT, marker, str(log), "5"), log
+        )
+        assert long.started_at is not None and long.due_at is not None
+        assert long.started_at >= long.due_at
         b = await asyncio.to_thread(fleet.start, env_b, "b")
 
-        assert await asyncio.to_thread(stop_server, a, 30) in (0, -signal.SIGTERM)
-        done = await wait_for(lambda: finished(probe, run.id), "the run to finish", within=30)
-        assert stop_server(b) in (0, -signal.SIGTERM)
+        began = time.monotonic()
+        assert await asyncio.to_thread(a.stop, 30) in (0, -signal.SIGTERM)
+        print(f"\ndrain: A exited {time.monotonic() - began:.1f} s after SIGTERM (drain 8 s)")
+        assert "drain_timeout" in a.log()
+        assert [e["run_id"] for e in json_events(a.log(), "run_released")] == [str(long.id)]
+        drained = await wait_for(lambda: finished(probe, short.id), "the short run's record")
+        assert drained.status == "succeeded" and drained.attempt == 1, drained.status
+        continued = await wait_for(lambda: finished(probe, long.id), "B to finish the long run")
+        assert continued.status == "succeeded", (continued.status, continued.error)
+        assert continued.attempt == 2 and continued.task_id == long.task_id
+        assert b.stop() in (0, -signal.SIGTERM)
         lines = attempt_lines(log)
-        assert [line for line in lines if line[0] == "drain-b"] == []
-        assert done.status == "succeeded" and done.attempt == 1, (done.status, done.attempt)
-        assert ("drain-a", str(run.id), "1", "end") in lines
+        assert ("drain-a", str(short.id), "1", "end") in lines
+        assert [line for line in lines if line[:2] == ("drain-b", str(short.id))] == []
+        assert ("drain-a", str(long.id), "1", "end") not in lines
+        assert ("drain-b", str(long.id), "2", "end") in lines
     finally:
         fleet.close()  # no server may start the agent again
         kill_processes_with(marker)
@@ -257,13 +162,11 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
         key = await asyncio.to_thread(make_key, env)
         a = await asyncio.to_thread(fleet.start, env, "a")
         # A long run keeps the process holding (and renewing) a lease throughout.
-        long_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "40"))
-        long_run = await wait_for(
-            lambda: running_on(probe, long_id, "outage-a", log), "the long run to start"
+        long_run = await start_one_shot(
+            probe, a, key, "outage-a", command_runner(AGENT, marker, str(log), "40"), log
         )
-        short_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "2"))
-        run = await wait_for(
-            lambda: running_on(probe, short_id, "outage-a", log), "the short run to start"
+        run = await start_one_shot(
+            probe, a, key, "outage-a", command_runner(AGENT, marker, str(log), "2"), log
         )
 
         await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
@@ -290,7 +193,7 @@ async def test_run_interrupted_by_a_database_outage_is_taken_over(
         )
         assert [e["run_id"] for e in resumed] == [str(long_run.id)], resumed
         assert json_events(a.log(), "run_lease_lost") == []
-        assert [r.id for r in await probe.runs(short_id)] == [run.id]
+        assert [r.id for r in await probe.runs(run.schedule_id)] == [run.id]
     finally:
         await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
         await admin.close()
@@ -316,9 +219,8 @@ async def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(
         )
         key = await asyncio.to_thread(make_key, env)
         a = await asyncio.to_thread(fleet.start, env, "a")
-        schedule_id = await create_one_shot(a, key, command_runner(AGENT, marker, str(log), "60"))
-        run = await wait_for(
-            lambda: running_on(probe, schedule_id, "ctrl-c-a", log), "the run to start"
+        run = await start_one_shot(
+            probe, a, key, "ctrl-c-a", command_runner(AGENT, marker, str(log), "60"), log
         )
 
         a.process.send_signal(signal.SIGINT)
@@ -343,7 +245,7 @@ async def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(
         b = await asyncio.to_thread(fleet.start, env_b, "b")
         done = await wait_for(lambda: finished(probe, run.id), "the next start to finish it", 40)
         assert done.status == "succeeded" and done.attempt == 2, (done.status, done.error)
-        assert stop_server(b) in (0, -signal.SIGTERM)
+        assert b.stop() in (0, -signal.SIGTERM)
         lines = attempt_lines(log)
         assert ("ctrl-c-a", str(run.id), "1", "end") not in lines
         assert ("ctrl-c-b", str(run.id), "2", "end") in lines

@@ -25,7 +25,6 @@ from tests.e2e.conftest import (
     Server,
     command_runner,
     engine_env,
-    kill_server,
     make_key,
     wait_for,
 )
@@ -112,7 +111,7 @@ async def test_a_sigkilled_service_takes_its_agent_and_the_agents_child_with_it(
     server: Server, tmp_path: Path
 ) -> None:
     pids = await start_agent(server, tmp_path)
-    assert kill_server(server) == -signal.SIGKILL
+    assert server.kill() == -signal.SIGKILL
     await gone_within(pids, KILL_WITHIN_SECONDS)
 
 
@@ -123,5 +122,5 @@ async def test_a_sigkilled_service_kills_a_frozen_agent_too(server: Server, tmp_
     leader = pids[0]
     assert os.getpgid(leader) == leader  # the gate exec'd the agent: its group is the agent's
     os.killpg(leader, signal.SIGSTOP)
-    assert kill_server(server) == -signal.SIGKILL
+    assert server.kill() == -signal.SIGKILL
     await gone_within(pids, KILL_WITHIN_SECONDS)

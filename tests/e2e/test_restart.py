@@ -29,7 +29,6 @@ from tests.e2e.conftest import (
     iso,
     json_events,
     make_key,
-    stop_server,
     wait_for,
 )
 
@@ -103,7 +102,7 @@ async def test_restart_skips_or_catches_up_missed_due_times(
 
     await wait_for(lambda: runs_after(start_at, 2), "two runs of each schedule", within=20)
     stopped_at = datetime.now(UTC)
-    assert await asyncio.to_thread(stop_server, first) in (0, -signal.SIGTERM)
+    assert await asyncio.to_thread(first.stop) in (0, -signal.SIGTERM)
     down_from = datetime.now(UTC)  # no engine claims anything from here on
 
     await asyncio.sleep(DOWNTIME)
@@ -112,7 +111,7 @@ async def test_restart_skips_or_catches_up_missed_due_times(
     up_at = datetime.now(UTC)
     await wait_for(lambda: runs_after(up_at, 2), "two runs of each after the restart", within=20)
     end = datetime.now(UTC)
-    assert await asyncio.to_thread(stop_server, second) in (0, -signal.SIGTERM)
+    assert await asyncio.to_thread(second.stop) in (0, -signal.SIGTERM)
 
     def due_in(runs: list[Run], low: datetime, high: datetime) -> list[datetime]:
         return sorted(r.due_at for r in runs if r.due_at is not None and low < r.due_at <= high)
@@ -221,7 +220,7 @@ async def test_restart_keeps_schedules_history_and_conversations(
                 return runs if len(runs) >= count else []
 
             await wait_for(lambda: succeeded(2), "two turns before the restart", within=20)
-            assert await asyncio.to_thread(stop_server, first) in (0, -signal.SIGTERM)
+            assert await asyncio.to_thread(first.stop) in (0, -signal.SIGTERM)
             before = await probe.runs(schedule_id)
             assert {r.status for r in before} <= {"succeeded", "pending"}, before
             task_id = (await probe.schedule(schedule_id)).task_id
@@ -246,7 +245,7 @@ async def test_restart_keeps_schedules_history_and_conversations(
             schedule = (await http.get(f"{second.url}/api/v1/schedules/{schedule_id}")).json()
             history = (await http.get(f"{second.url}/api/v1/schedules/{schedule_id}/runs")).json()
             task = (await http.get(f"{second.url}/api/v1/tasks/{task_id}")).json()
-        assert await asyncio.to_thread(stop_server, second) in (0, -signal.SIGTERM)
+        assert await asyncio.to_thread(second.stop) in (0, -signal.SIGTERM)
 
     assert schedule["name"] == "persistent chat" and schedule["mode"] == "persistent"
     assert schedule["trigger"]["every_seconds"] == 2

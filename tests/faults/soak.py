@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -60,16 +59,15 @@ from tests.e2e.conftest import (
     RunProbe,
     Server,
     engine_env,
+    grid,
     iso,
     json_events,
     kill_processes_with,
-    kill_server,
     make_key,
     overlapping,
     read_executions,
     scratch_pg_database,
     start_server,
-    stop_server,
     timed_agent,
 )
 from tests.faults.agents import LOG_ENV
@@ -100,20 +98,17 @@ def is_long(config: SoakConfig, index: int) -> bool:
     return fraction > 0 and math.floor((index + 1) * fraction) > math.floor(index * fraction)
 
 
+def offset(config: SoakConfig, index: int) -> timedelta:
+    """How far schedule ``index``'s grid lies after the base: spread evenly over the interval,
+    or none with ``burst``."""
+    spread = 0.0 if config.burst else config.every * index / config.schedules
+    return timedelta(seconds=round(spread, 3))
+
+
 @dataclass
 class SoakResult:
     summary: dict[str, Any]
     violations: list[str] = field(default_factory=list)
-
-
-def grid(start: datetime, every: timedelta, low: datetime, high: datetime) -> list[datetime]:
-    """The due times ``start + k * every`` (any integer k) within [low, high]."""
-    k = math.ceil((low - start) / every)
-    times = []
-    while (due := start + k * every) <= high:
-        times.append(due)
-        k += 1
-    return times
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -166,7 +161,7 @@ class Replicas:
         """SIGKILL slot's process; start its successor. Returns (killed at, successor up at)."""
         victim = self.live[slot]
         killed_at = datetime.now(UTC)
-        code = await asyncio.to_thread(kill_server, victim)
+        code = await asyncio.to_thread(victim.kill)
         assert code == -signal.SIGKILL, code
         self.dead.append(victim)
         self.generation[slot] += 1
@@ -176,17 +171,13 @@ class Replicas:
     async def stop_all(self) -> list[int]:
         # A replica's shutdown may take its loop's stop (10 s), the drain (5 s) and the hard stop
         # of the agents still going (15 s), then a write per run handed back: many long agents
-        # on a busy host take more than stop_server's default 30 s.
-        stopping = (asyncio.to_thread(stop_server, s, 60) for s in self.live)
+        # on a busy host take more than Server.stop's default 30 s.
+        stopping = (asyncio.to_thread(s.stop, 60) for s in self.live)
         return list(await asyncio.gather(*stopping))
 
     def kill_all(self) -> None:
         for server in self.live:
-            if server.process.poll() is None:
-                server.process.kill()
-                server.process.wait(timeout=10)
-            with contextlib.suppress(Exception):
-                server.log_file.close()
+            server.kill()
 
     def logs(self) -> list[str]:
         return [server.log() for server in [*self.dead, *self.live]]
@@ -201,13 +192,12 @@ async def create_schedules(
     async with httpx.AsyncClient(timeout=60, headers=bearer(key)) as http:
 
         async def create(index: int) -> str:
-            offset = 0.0 if config.burst else every * index / config.schedules
             body = {
                 "name": f"soak {index}",
                 "prompt": "append the run id",
                 "trigger": {
                     "every_seconds": every,
-                    "start_at": iso(base + timedelta(seconds=round(offset, 3))),
+                    "start_at": iso(base + offset(config, index)),
                 },
                 "misfire_grace_seconds": config.grace,
                 "max_attempts": 3,
@@ -274,17 +264,10 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         def in_window(run: Run) -> bool:
             return run.due_at is not None and window_start <= run.due_at <= window_end
 
-        expected = {sid: grid(base, every, window_start, window_end) for sid in ids}
-        if not config.burst:
-            expected = {
-                sid: grid(
-                    base + timedelta(seconds=round(config.every * i / config.schedules, 3)),
-                    every,
-                    window_start,
-                    window_end,
-                )
-                for i, sid in enumerate(ids)
-            }
+        expected = {
+            sid: grid(base + offset(config, i), every, window_start, window_end)
+            for i, sid in enumerate(ids)
+        }
         want = sum(len(times) for times in expected.values())
         # A long run taken over after a kill starts over: up to two of its lengths to finish.
         long_wait = 2 * config.long_seconds if config.long_fraction > 0 else 0.0
