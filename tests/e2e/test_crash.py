@@ -1,5 +1,6 @@
 """A replica stops mid-run; the same run is drained or continued (docs/design.md, promises 6,
-7, 13). SIGKILL take-over is proved in ``test_takeover.py``.
+7, 13). SIGKILL take-over is proved in ``test_takeover.py``, an outage in
+``tests/faults/test_outage.py``.
 
 Real ``agentcron serve`` processes on one PostgreSQL database (and, for Ctrl-C at a terminal,
 one SQLite file restarted). The agent is a shell script that logs each attempt to a file and
@@ -18,12 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from agentcron.core.storage.models import Run
-from tests.conftest import PG_URL
 from tests.e2e.conftest import (
     AGENTCRON,
     Fleet,
@@ -129,74 +127,6 @@ async def test_sigterm_drains_a_short_run_and_releases_a_long_one_to_another_rep
         assert ("drain-a", str(long.id), "1", "end") not in lines
         assert ("drain-b", str(long.id), "2", "end") in lines
     finally:
-        fleet.close()  # no server may start the agent again
-        kill_processes_with(marker)
-
-
-@pytest.mark.pg
-@pytest.mark.slow
-async def test_run_interrupted_by_a_database_outage_is_taken_over(
-    pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
-) -> None:
-    """The outcome of an attempt cannot be recorded (the database is gone when the agent ends).
-    Once the database is back, the run's lease must lapse so it is continued (contract 7), even
-    while the same process keeps renewing the leases of its other runs. The long run's agent,
-    still going when its lease could no longer be confirmed, is frozen (SIGSTOP) rather than
-    left executing where another replica could take the run over, and thawed afterwards: it
-    is still this process's run, with no work lost."""
-    marker = f"agentcron-outage-{uuid.uuid4().hex}"
-    log = tmp_path / "attempts.log"
-    probe = probe_factory(pg_url)
-    # A lease long enough that the short agent (2 s) ends before its lease would need a renewal
-    # the outage prevents; the 40-s one does not.
-    # Leases only: this holds the lease fence. With liveness the outage also ends the engine's
-    # liveness session, which freezes every attempt at once, the short one too
-    # (tests/integration/test_liveness.py::test_an_engine_that_loses_its_session_freezes_...).
-    env = engine_env(pg_url, tmp_path / "data", "outage-a", LEASE_SECONDS="6", LIVENESS="false")
-    # Another database's session, which the outage does not touch.
-    admin = await asyncpg.connect(
-        make_url(PG_URL).set(drivername="postgresql").render_as_string(False)
-    )
-    database = make_url(pg_url).database
-    try:
-        key = await asyncio.to_thread(make_key, env)
-        a = await asyncio.to_thread(fleet.start, env, "a")
-        # A long run keeps the process holding (and renewing) a lease throughout.
-        long_run = await start_one_shot(
-            probe, a, key, "outage-a", command_runner(AGENT, marker, str(log), "40"), log
-        )
-        run = await start_one_shot(
-            probe, a, key, "outage-a", command_runner(AGENT, marker, str(log), "2"), log
-        )
-
-        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-        await admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
-            database,
-        )
-        ended = ("outage-a", str(run.id), "1", "end")
-        await wait_for(
-            lambda: asyncio.sleep(0, ended in attempt_lines(log)), "attempt 1 to end", within=20
-        )
-        await asyncio.sleep(7)  # the attempt's outcome cannot be saved; its lease runs out
-        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-        assert json_events(a.log(), "run_interrupted")
-
-        done = await wait_for(lambda: finished(probe, run.id), "the run to finish", within=20)
-        assert done.status == "succeeded" and done.attempt == 2, (done.status, done.attempt)
-        still = await probe.run(long_run.id)
-        assert still.status == "running" and still.lease_owner == "outage-a"
-        suspended = json_events(a.log(), "run_suspended")
-        assert [e["run_id"] for e in suspended] == [str(long_run.id)], suspended
-        resumed = await wait_for(
-            lambda: asyncio.sleep(0, json_events(a.log(), "run_resumed")), "the long run thawed"
-        )
-        assert [e["run_id"] for e in resumed] == [str(long_run.id)], resumed
-        assert json_events(a.log(), "run_lease_lost") == []
-        assert [r.id for r in await probe.runs(run.schedule_id)] == [run.id]
-    finally:
-        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-        await admin.close()
         fleet.close()  # no server may start the agent again
         kill_processes_with(marker)
 

@@ -137,10 +137,10 @@ async def sign_in(page: Page, server: Server) -> None:
     await page.click("button[type=submit]")
 
 
-async def test_the_new_fields_the_history_pages_and_a_phone(server: Server, page: Page) -> None:
-    """Issue 17: the form's settings beyond the trigger (the preview following its bounds and
-    max runs), every run reachable by paging, and the pages usable 390 px wide."""
-    import httpx
+async def test_the_forms_settings_beyond_the_trigger(server: Server, page: Page) -> None:
+    """Issue 17: the form's settings beyond the trigger, the preview following its bounds and
+    max runs as they are typed (paging the history: tests/integration/test_dashboard_newcomer.py;
+    a phone's width: the next test)."""
     from playwright.async_api import expect
 
     errors: list[str] = []
@@ -185,30 +185,6 @@ async def test_the_new_fields_the_history_pages_and_a_phone(server: Server, page
     await expect(page.locator("code.argv")).to_have_text("sh -c 'echo agent got: $(cat)'")
     await expect(page.locator(".settings")).to_contain_text("catch-up latest")
     await expect(page.locator(".settings")).to_contain_text("pauses after 3 failures in a row")
-    schedule_url = page.url.split("?")[0]
-    schedule_id = schedule_url.rsplit("/", 1)[1]
-
-    # 30 runs: the history shows 25 and pages to the rest.
-    async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
-        for _ in range(30):
-            started = await api.post(f"/api/v1/schedules/{schedule_id}/run")
-            assert started.status_code == 202, started.text
-    await page.goto(schedule_url)
-    await expect(page.locator("tr.run")).to_have_count(25)
-    await page.click("text=Older runs →")
-    await expect(page.locator("tr.run")).to_have_count(5)
-    await expect(page.locator("text=Older runs →")).to_have_count(0)
-    await page.click("text=← Newest runs")
-    await expect(page.locator("tr.run")).to_have_count(25)
-
-    # A phone: nothing wider than the screen, "Sign out" on it.
-    await page.set_viewport_size({"width": 390, "height": 844})
-    for path in ("/", schedule_url.removeprefix(server.url), "/schedules/new"):
-        await page.goto(f"{server.url}{path}")
-        width = await page.evaluate("document.documentElement.scrollWidth")
-        assert width <= 390, (path, width)
-        sign_out = await page.locator("button:has-text('Sign out')").bounding_box()
-        assert sign_out is not None and sign_out["x"] + sign_out["width"] <= 390, (path, sign_out)
     assert errors == [], errors
 
 
@@ -262,8 +238,9 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
 ) -> None:
     """Issue 38: at 1280 px with the viewer's times shown, every schedule's buttons are on
     the screen; at 390 px the run history shows its output, the settings card cuts no word,
-    and a schedule's buttons sit on one line at both widths. The zone is one of the longest
-    names there are, and not the viewer's, so every time has a second line."""
+    and a schedule's buttons sit on one line at both widths; no page is wider than the screen
+    and "Sign out" is on it. The zone is one of the longest names there are, and not the
+    viewer's, so every time has a second line."""
     import httpx
     from playwright.async_api import expect
 
@@ -322,3 +299,8 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
             await inside(page, "tr.run .run-actions button")
             settings = page.locator("section.card:has(dl.settings)")
             assert await settings.evaluate(CUT_WORDS) == [], (width, schedule)
+        for path in ("/", f"/schedules/{digest}", "/schedules/new"):
+            await page.goto(f"{server.url}{path}")
+            scrolled = await page.evaluate("document.documentElement.scrollWidth")
+            assert scrolled <= width, (path, scrolled)
+            await inside(page, "button:has-text('Sign out')")

@@ -66,13 +66,6 @@ async def test_postgresql_urls_without_a_driver_use_asyncpg(empty_pg: str, tmp_p
     assert made.stdout.strip().splitlines()[-1].startswith("ac_")
 
 
-def test_a_sqlite_url_without_a_driver_uses_aiosqlite(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'plain.db'}"
-    assert_plain(agentcron("migrate", database_url=url, cwd=tmp_path), 0)
-    listed = agentcron("keys", "list", database_url=url, cwd=tmp_path)
-    assert "no API keys" in assert_plain(listed, 0)
-
-
 # -- 2. a PostgreSQL database that does not exist ----------------------------------------------
 
 

@@ -107,20 +107,16 @@ async def gone_within(pids: tuple[int, ...], seconds: float) -> float:
     return time.monotonic() - start
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["running", "frozen"])
 async def test_a_sigkilled_service_takes_its_agent_and_the_agents_child_with_it(
-    server: Server, tmp_path: Path
+    server: Server, tmp_path: Path, frozen: bool
 ) -> None:
     pids = await start_agent(server, tmp_path)
-    assert server.kill() == -signal.SIGKILL
-    await gone_within(pids, KILL_WITHIN_SECONDS)
-
-
-async def test_a_sigkilled_service_kills_a_frozen_agent_too(server: Server, tmp_path: Path) -> None:
-    # As the engine freezes an attempt whose lease it cannot confirm: a stopped group must be
-    # killed as well, not left stopped (or thawed by the kernel's SIGCONT to orphaned groups).
-    pids = await start_agent(server, tmp_path)
-    leader = pids[0]
-    assert os.getpgid(leader) == leader  # the gate exec'd the agent: its group is the agent's
-    os.killpg(leader, signal.SIGSTOP)
+    if frozen:
+        # As the engine freezes an attempt whose lease it cannot confirm: a stopped group must
+        # be killed as well, not left stopped (or thawed by the kernel's SIGCONT to orphaned
+        # groups). The gate exec'd the agent: its group is the agent's.
+        assert os.getpgid(pids[0]) == pids[0]
+        os.killpg(pids[0], signal.SIGSTOP)
     assert server.kill() == -signal.SIGKILL
     await gone_within(pids, KILL_WITHIN_SECONDS)

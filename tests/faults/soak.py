@@ -45,7 +45,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -438,53 +438,27 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
 
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--schedules", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--kill-every", type=float, default=20.0)
-    parser.add_argument("--every", type=int, default=10, help="seconds between due times")
-    parser.add_argument("--burst", action="store_true", help="every schedule due at once")
-    parser.add_argument(
-        "--lease-seconds",
-        "--lease",
-        dest="lease",
-        type=float,
-        default=3.0,
-        help="AGENTCRON_LEASE_SECONDS",
-    )
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument(
-        "--long-fraction",
-        type=float,
-        default=0.0,
-        help="of the schedules, spread evenly, run a command agent working --long-seconds",
-    )
-    parser.add_argument("--long-seconds", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=None)
+    # One option per field of SoakConfig, by its name: --kill-every, --lease-seconds...
+    for option in fields(SoakConfig):
+        flag = f"--{option.name.replace('_', '-')}"
+        if isinstance(option.default, bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            kind = float if option.type in ("float", "float | None") else int
+            parser.add_argument(flag, type=kind, default=option.default)
     parser.add_argument("--keep", action="store_true", help="keep the database and the logs")
-    args = parser.parse_args(argv)
-    config = SoakConfig(
-        replicas=args.replicas,
-        schedules=args.schedules,
-        seconds=args.seconds,
-        kill_every=args.kill_every,
-        every=args.every,
-        burst=args.burst,
-        lease_seconds=args.lease,
-        concurrency=args.concurrency,
-        seed=args.seed,
-        long_fraction=args.long_fraction,
-        long_seconds=args.long_seconds,
-    )
+    args = vars(parser.parse_args(argv))
+    keep = args.pop("keep")
+    config = SoakConfig(**args)
     if not 0 <= config.long_fraction <= 1:
         parser.error("--long-fraction is a fraction, between 0 and 1")
     workdir = Path(tempfile.mkdtemp(prefix="agentcron-soak-"))
-    async with scratch_pg_database("agentcron_soak", workdir, keep=args.keep) as database_url:
+    async with scratch_pg_database("agentcron_soak", workdir, keep=keep) as database_url:
         result = await soak(config, database_url, workdir)
     print(json.dumps({"config": asdict(config), **result.summary}, indent=2, default=str))
     for violation in result.violations:
         print(f"VIOLATION: {violation}", file=sys.stderr)
-    print(f"logs: {workdir}" + ("" if args.keep else " (database dropped)"), file=sys.stderr)
+    print(f"logs: {workdir}" + ("" if keep else " (database dropped)"), file=sys.stderr)
     return 1 if result.violations else 0
 
 
