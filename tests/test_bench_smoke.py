@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from bench import report, workloads
-from bench.harness import parse, single
+from bench.harness import single
 from bench.infra import CONTENDERS, ROOT, admin_dsn, sql, venv_ready
 from tests.conftest import PG_URL, PgServer, clone_pg
 
@@ -222,12 +222,3 @@ async def test_parts_measures_claim_admit_and_record_of_every_run(
     for part in summary.values():
         assert 0 < part["cpu_us_min"] <= part["cpu_us_median"], summary
         assert 0 < part["wall_us_min"] <= part["wall_us_median"], summary
-
-
-def test_quick_is_postgresql_only_and_short() -> None:
-    args = parse(["--quick"])
-    assert args.workloads == "burst,idle,replicas"
-    assert args.db == "postgresql"
-    full = parse([])
-    assert full.workloads == "burst,idle,steady,bigidle,replicas"
-    assert full.db == "postgresql,sqlite"

@@ -129,15 +129,20 @@ def wait_healthy(
     return False
 
 
+def sqlite_env(root: Path, instance_id: str = "e2e", **extra: str) -> dict[str, str]:
+    """``engine_env`` of the SQLite file ``agentcron.db`` in ``root``."""
+    url = f"sqlite+aiosqlite:///{root / 'agentcron.db'}"
+    return engine_env(url, root / "data", instance_id, **extra)
+
+
+def migrate(env: dict[str, str]) -> None:
+    """``agentcron migrate`` (a real process) on the database of ``env``."""
+    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+
+
 @pytest.fixture
 def server_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        AGENTCRON_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'agentcron.db'}",
-        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
-        AGENTCRON_LOG_FORMAT="json",
-    )
-    return env
+    return sqlite_env(tmp_path)
 
 
 def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) -> str:
@@ -154,7 +159,7 @@ def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) 
 @pytest.fixture
 def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
     """A served, migrated SQLite database; ``server.key`` is an API key of owner "local"."""
-    subprocess.run([AGENTCRON, "migrate"], env=server_env, check=True, capture_output=True)
+    migrate(server_env)
     key = make_key(server_env)
     running = start_server(server_env, tmp_path / "server.log")
     running.key = key
@@ -224,9 +229,7 @@ async def scratch_pg_database(
     database_url = pg_url_for(name)
     try:
         env = engine_env(database_url, workdir / "data", f"{prefix}-migrate")
-        await asyncio.to_thread(
-            subprocess.run, [AGENTCRON, "migrate"], env=env, check=True, capture_output=True
-        )
+        await asyncio.to_thread(migrate, env)
         yield database_url
     finally:
         if not keep:
@@ -458,6 +461,11 @@ def read_executions(log: Path) -> list[Execution]:
         if phase == "END":
             latest[key].ended_ns = ns
     return sorted(executions, key=lambda execution: execution.started_ns)
+
+
+def doubled(items: Iterable[Any]) -> list[Any]:
+    """What occurs more than once in ``items``."""
+    return [item for item, count in Counter(items).items() if count > 1]
 
 
 def overlapping(executions: Iterable[Execution]) -> list[tuple[Execution, Execution]]:

@@ -2,7 +2,7 @@
 
 A new user's first minutes: sign in with the key, create a schedule through the form (the live
 preview follows the typing; a bad cron is refused at its field), watch its runs appear and
-succeed without reloading, pause it, replay a run.
+succeed without reloading, pause it, replay a run, then a schedule with every setting.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.e2e.browser import LAUNCH_ARGS, require_browser
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, create_schedule
 
 if TYPE_CHECKING:  # imported lazily below: without playwright the test skips, not errors
     from playwright.async_api import Page
@@ -46,7 +46,11 @@ async def page(chromium: str, server: Server) -> AsyncIterator[Page]:
                 viewport={"width": 1280, "height": 800}, timezone_id=VIEWER_ZONE
             )
             context.set_default_timeout(15_000)
-            yield await context.new_page()
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            yield page
+            assert errors == [], errors  # no script of any page failed
         finally:
             await browser.close()
 
@@ -55,9 +59,6 @@ async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page
     from playwright.async_api import expect
 
     assert server.key is not None
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-
     # Signing in: any page sends a stranger to the sign-in form.
     await page.goto(f"{server.url}/")
     await expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
@@ -125,28 +126,10 @@ async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page
     await expect(replay.first).to_have_attribute("data-status", "succeeded", timeout=30_000)
     await expect(replay.first.locator("td.out summary")).to_contain_text("agent says:")
 
-    assert errors == [], errors
-    unhandled = [line for line in server.log().splitlines() if "unhandled_error" in line]
-    assert unhandled == [], unhandled
-
-
-async def sign_in(page: Page, server: Server) -> None:
-    assert server.key is not None
-    await page.goto(f"{server.url}/login")
-    await page.fill("#key", server.key)
-    await page.click("button[type=submit]")
-
-
-async def test_the_forms_settings_beyond_the_trigger(server: Server, page: Page) -> None:
-    """Issue 17: the form's settings beyond the trigger, the preview following its bounds and
-    max runs as they are typed (paging the history: tests/integration/test_dashboard_newcomer.py;
-    a phone's width: the next test)."""
-    from playwright.async_api import expect
-
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    await sign_in(page, server)
-
+    # Issue 17: the form's settings beyond the trigger, the preview following its bounds and
+    # max runs as they are typed (paging the history: tests/integration/test_dashboard_newcomer.py;
+    # a phone's width: the next test).
+    await page.goto(f"{server.url}/")
     await page.click("text=New schedule >> nth=0")
     await page.fill("#name", "bounded")
     await page.fill("#prompt", "p")
@@ -185,7 +168,15 @@ async def test_the_forms_settings_beyond_the_trigger(server: Server, page: Page)
     await expect(page.locator("code.argv")).to_have_text("sh -c 'echo agent got: $(cat)'")
     await expect(page.locator(".settings")).to_contain_text("catch-up latest")
     await expect(page.locator(".settings")).to_contain_text("pauses after 3 failures in a row")
-    assert errors == [], errors
+    unhandled = [line for line in server.log().splitlines() if "unhandled_error" in line]
+    assert unhandled == [], unhandled
+
+
+async def sign_in(page: Page, server: Server) -> None:
+    assert server.key is not None
+    await page.goto(f"{server.url}/login")
+    await page.fill("#key", server.key)
+    await page.click("button[type=submit]")
 
 
 # Words a box cuts: broken inside (not at a space, "/" or "-") or running past its right edge,
@@ -248,32 +239,25 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
     # A long path, as an agent's script often has: it wraps at its slashes, never mid-word.
     script = "/srv/agents/newsroom/morning_digest_with_sources.py"
     agent = {"type": "command", "argv": [sys.executable, "-c", talk, script]}
+    assert server.key is not None
+    digest_body = {
+        "name": "morning digest",
+        "prompt": "Summarise the news in five bullets.",
+        "trigger": {"cron": "0 8 * * 1-5", "timezone": ZONE},
+        "runner": agent,
+        "notify": [{"type": "file", "path": "digests.jsonl"}],
+    }
+    digest = (await create_schedule(server, server.key, digest_body))["id"]
+    # Every 5 seconds: a warning line under its name, the longest heading a page has.
+    feed_body = {
+        "name": "feed check",
+        "prompt": "p",
+        "trigger": {"every_seconds": 5},
+        "runner": agent,
+        "enabled": False,
+    }
+    feed = (await create_schedule(server, server.key, feed_body))["id"]
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
-        created = await api.post(
-            "/api/v1/schedules",
-            json={
-                "name": "morning digest",
-                "prompt": "Summarise the news in five bullets.",
-                "trigger": {"cron": "0 8 * * 1-5", "timezone": ZONE},
-                "runner": agent,
-                "notify": [{"type": "file", "path": "digests.jsonl"}],
-            },
-        )
-        assert created.status_code == 201, created.text
-        digest = created.json()["id"]
-        # Every 5 seconds: a warning line under its name, the longest heading a page has.
-        created = await api.post(
-            "/api/v1/schedules",
-            json={
-                "name": "feed check",
-                "prompt": "p",
-                "trigger": {"every_seconds": 5},
-                "runner": agent,
-                "enabled": False,
-            },
-        )
-        assert created.status_code == 201, created.text
-        feed = created.json()["id"]
         paused = await api.post(f"/api/v1/schedules/{feed}/pause", json={"note": "feed moved"})
         assert paused.status_code == 200, paused.text
         for schedule in (digest, feed):

@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,12 +19,12 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import (
-    AGENTCRON,
     Fleet,
     Server,
     command_runner,
-    engine_env,
     make_key,
+    migrate,
+    sqlite_env,
     wait_for,
 )
 from tests.integration.engine_kit import process_alive
@@ -50,8 +49,8 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A migrated SQLite database with an API key in it, made once: each test serves a copy
     (a SIGKILLed server cannot be reused, and migrating again per test costs seconds)."""
     where = tmp_path_factory.mktemp("template")
-    env = engine_env(f"sqlite+aiosqlite:///{where / 'agentcron.db'}", where / "data", "template")
-    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+    env = sqlite_env(where, "template")
+    migrate(env)
     return where / "agentcron.db", make_key(env)
 
 
@@ -59,8 +58,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def server(migrated: tuple[Path, str], fleet: Fleet, tmp_path: Path) -> Server:
     template, key = migrated
     shutil.copy(template, tmp_path / "agentcron.db")
-    url = f"sqlite+aiosqlite:///{tmp_path / 'agentcron.db'}"
-    running = fleet.start(engine_env(url, tmp_path / "data", "no-orphans"), "server")
+    running = fleet.start(sqlite_env(tmp_path, "no-orphans"), "server")
     running.key = key
     return running
 

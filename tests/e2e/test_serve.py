@@ -22,9 +22,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 REPO = README.parent
 
 
-def readme_block(marker: str) -> str:
+def readme_block(marker: str, language: str = "(?:sh|bash)?") -> str:
     text = README.read_text()
-    block = re.search(rf"<!-- {marker} -->\n```(?:sh|bash)?\n(.*?)```", text, re.S)
+    block = re.search(rf"<!-- {marker} -->\n```{language}\n(.*?)```", text, re.S)
     assert block, f"README has no {marker} block"
     return block.group(1)
 
@@ -38,8 +38,7 @@ def readme_curl_commands(marker: str = "quickstart") -> list[str]:
 def test_readme_curl_example_works_verbatim(server: Server) -> None:
     commands = readme_curl_commands()
     assert commands, "no curl command in the quickstart"
-    port = server.url.rsplit(":", 1)[1]
-    outputs = [run_curl(command, port, server.key) for command in commands]
+    outputs = [run_curl(command, server) for command in commands]
     created = json.loads(outputs[0])
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
     assert created["next_run"]
@@ -48,11 +47,12 @@ def test_readme_curl_example_works_verbatim(server: Server) -> None:
     assert all(item.endswith("+08:00") for item in preview["next"])
 
 
-def run_curl(command: str, port: str, key: str | None, **substitutions: str) -> str:
-    """Run a README curl command with the test server's port and API key in place of the
-    README's ``127.0.0.1:8000`` and ``$AGENTCRON_KEY`` (what the reader's shell would expand)."""
-    assert key is not None
-    substitutions |= {"127.0.0.1:8000": f"127.0.0.1:{port}", "$AGENTCRON_KEY": key}
+def run_curl(command: str, server: Server, **substitutions: str) -> str:
+    """Run a README curl command with the test server's URL and API key in place of the
+    README's ``http://127.0.0.1:8000`` and ``$AGENTCRON_KEY`` (what the reader's shell would
+    expand)."""
+    assert server.key is not None
+    substitutions |= {"http://127.0.0.1:8000": server.url, "$AGENTCRON_KEY": server.key}
     argv = []
     for arg in shlex.split(command):
         for name, value in substitutions.items():
@@ -65,12 +65,11 @@ def run_curl(command: str, port: str, key: str | None, **substitutions: str) -> 
 
 def test_readme_firing_example_runs_the_agent(server: Server) -> None:
     create, history = readme_curl_commands("firing")
-    port = server.url.rsplit(":", 1)[1]
-    schedule = json.loads(run_curl(create, port, server.key))
+    schedule = json.loads(run_curl(create, server))
     deadline = time.monotonic() + 25
     runs: list[dict[str, object]] = []
     while time.monotonic() < deadline:
-        runs = json.loads(run_curl(history, port, server.key, SCHEDULE_ID=schedule["id"]))["items"]
+        runs = json.loads(run_curl(history, server, SCHEDULE_ID=schedule["id"]))["items"]
         if any(run["status"] == "succeeded" for run in runs):
             break
         time.sleep(0.5)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import signal
 import statistics
@@ -26,7 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from agentcron.core.storage.models import Run
 from tests.e2e.conftest import (
     Fleet,
     RunProbe,
@@ -34,6 +34,7 @@ from tests.e2e.conftest import (
     command_runner,
     create_schedule,
     engine_env,
+    finished,
     iso,
     kill_processes_with,
     make_key,
@@ -89,26 +90,21 @@ async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
     marker = f"agentcron-takeover-{uuid.uuid4().hex}"
     log = tmp_path / "agents.log"
     probe = probe_factory(pg_url)
-    starts = 0
+    starts = itertools.count(1)
 
-    def env(slot: int) -> tuple[str, dict[str, str]]:
-        nonlocal starts
-        starts += 1
-        instance = f"replica{slot}-{starts}"
-        return instance, engine_env(
+    async def start(slot: int) -> tuple[str, Server]:
+        instance = f"replica{slot}-{next(starts)}"
+        env = engine_env(
             pg_url,
             tmp_path / f"data-{slot}",
             instance,
             LEASE_SECONDS="30",
             SCHEDULER_CONCURRENCY="16",
         )
-
-    async def start(slot: int) -> tuple[str, Server]:
-        instance, variables = env(slot)
-        return instance, await asyncio.to_thread(fleet.start, variables, instance)
+        return instance, await asyncio.to_thread(fleet.start, env, instance)
 
     try:
-        key = await asyncio.to_thread(make_key, env(0)[1])
+        key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
         live = dict(enumerate(await asyncio.gather(*(start(s) for s in range(REPLICAS)))))
         schedule_ids = await create_schedules(live[0][1], key, marker, log)
         await asyncio.sleep(5)  # the first runs are under way
@@ -205,9 +201,8 @@ async def test_a_frozen_replica_keeps_its_session_so_only_its_lease_frees_its_ru
         a.process.send_signal(signal.SIGCONT)
         resumed_at = time.time_ns()
         await asyncio.sleep(2)  # its agent's beats, if it were still going, would show
-        done = await wait_for(
-            lambda: probe_done(probe), "the run to finish on B", within=40, interval=0.5
-        )
+        [run] = await probe.runs()  # one due time, one run
+        done = await wait_for(lambda: finished(probe, run.id), "B to finish", 40, interval=0.5)
     finally:
         with contextlib.suppress(ProcessLookupError):
             a.process.send_signal(signal.SIGCONT)
@@ -229,8 +224,3 @@ async def test_a_frozen_replica_keeps_its_session_so_only_its_lease_frees_its_ru
     assert stopped < 1.0  # stopped at once on resume, not left to finish
     assert overlap < (resumed_at - second.started_ns) / 1e9 + 1.0
     assert done.status == "succeeded" and done.attempt == 2
-
-
-async def probe_done(probe: RunProbe) -> Run | None:
-    runs = await probe.runs()
-    return runs[0] if len(runs) == 1 and runs[0].status == "succeeded" else None

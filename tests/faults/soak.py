@@ -58,6 +58,7 @@ from tests.e2e.conftest import (
     Execution,
     RunProbe,
     Server,
+    doubled,
     engine_env,
     grid,
     iso,
@@ -147,11 +148,8 @@ class Replicas:
         return start_server(self.env(slot), self.workdir / f"{self.instance(slot)}.log")
 
     async def start_all(self) -> None:
-        self.live = list(
-            await asyncio.gather(
-                *(asyncio.to_thread(self.start, slot) for slot in range(self.config.replicas))
-            )
-        )
+        starting = (asyncio.to_thread(self.start, slot) for slot in range(self.config.replicas))
+        self.live = list(await asyncio.gather(*starting))
 
     def instance(self, slot: int) -> str:
         """The instance id of slot's live process."""
@@ -293,8 +291,7 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
     if any(code not in (0, -signal.SIGTERM) for code in codes):
         violations.append(f"a replica did not stop cleanly on SIGTERM: {codes}")
     scheduled = [r for r in runs if r.trigger == "schedule"]
-    per_due = Counter((str(r.schedule_id), r.due_at) for r in scheduled)
-    duplicates = [key for key, count in per_due.items() if count > 1]
+    duplicates = doubled((str(r.schedule_id), r.due_at) for r in scheduled)
     if duplicates:
         violations.append(f"{len(duplicates)} due times with more than one run: {duplicates[:5]}")
     window_runs = [r for r in scheduled if in_window(r)]
@@ -308,10 +305,9 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
     if set(statuses) - {"succeeded"}:
         violations.append(f"window runs not all succeeded: {dict(statuses)}")
     log = read_executions(fault_log)
-    attempts = Counter((e.run_id, e.attempt) for e in log)
-    doubled = [key for key, count in attempts.items() if count > 1]
-    if doubled:
-        violations.append(f"{len(doubled)} attempts executed twice: {doubled[:5]}")
+    twice = doubled((e.run_id, e.attempt) for e in log)
+    if twice:
+        violations.append(f"{len(twice)} attempts executed twice: {twice[:5]}")
     executions = Counter(e.run_id for e in log)
     attempt_of = {str(r.id): r.attempt for r in scheduled}
     over = [r for r, count in executions.items() if count > attempt_of.get(r, 0)]
@@ -391,14 +387,8 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
     recovered = sum(
         int(e.get("runs", 0)) for log in logs for e in json_events(log, "leases_recovered")
     )
-    summary = {
-        "replicas": config.replicas,
-        "schedules": config.schedules,
-        "every_seconds": config.every,
-        "burst": config.burst,
-        "seconds": config.seconds,
+    summary = {  # beside the config, which ``main`` prints with it
         "window_seconds": round((window_end - window_start).total_seconds(), 1),
-        "lease_seconds": config.lease_seconds,
         "create_seconds": round(create_seconds, 1),
         "kills": len(kills),
         "runs": len(scheduled),
@@ -406,10 +396,9 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         "window_runs": len(window_runs),
         "duplicates": len(duplicates),
         "missed": len(missing),
-        "attempts_executed_twice": len(doubled),
+        "attempts_executed_twice": len(twice),
         "runs_reexecuted_after_kill": sum(1 for count in executions.values() if count > 1),
         "long_schedules": sum(1 for index in range(config.schedules) if is_long(config, index)),
-        "long_seconds": config.long_seconds,
         "executions": len(log),
         "reexecutions_unexplained": len(unexplained),
         "overlaps": len(overlaps),

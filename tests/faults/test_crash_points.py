@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import secrets
 import signal
 import threading
@@ -37,13 +38,13 @@ from tests.e2e.conftest import (
 )
 
 
-def slot_env(pg_url: str, tmp_path: Path, slot: int, generation: int) -> dict[str, str]:
+def slot_env(pg_url: str, tmp_path: Path, slot: int, instance: str) -> dict[str, str]:
     # A 30-s delivery lease: the survivor must take the delivery because the victim's
     # session is gone (liveness), long before the lease would let it.
     return engine_env(
         pg_url,
         tmp_path / f"data-{slot}",
-        f"slot{slot}-g{generation}",
+        instance,
         LEASE_SECONDS="30",
         SCHEDULER_TICK_SECONDS="1",
         ALLOW_PRIVATE_WEBHOOKS="1",
@@ -127,13 +128,15 @@ async def test_sigkill_during_delivery_is_delivered_by_the_survivor(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe], hook: Hook
 ) -> None:
     probe = probe_factory(pg_url)
-    generation = [0, 0]
     taken: list[float] = []
-    key = await asyncio.to_thread(make_key, slot_env(pg_url, tmp_path, 0, 0))
-    servers = [
-        await asyncio.to_thread(fleet.start, slot_env(pg_url, tmp_path, slot, 0), f"s{slot}g0")
-        for slot in (0, 1)
-    ]
+    starts = itertools.count()
+
+    def start(slot: int) -> Server:
+        instance = f"slot{slot}-g{next(starts)}"
+        return fleet.start(slot_env(pg_url, tmp_path, slot, instance), instance)
+
+    key = await asyncio.to_thread(make_key, slot_env(pg_url, tmp_path, 0, "keys"))
+    servers = [await asyncio.to_thread(start, slot) for slot in (0, 1)]
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
     for round_ in range(2):
         # Seconds ahead: on a loaded machine the POST alone took more than 1.5 s.
@@ -167,11 +170,7 @@ async def test_sigkill_during_delivery_is_delivered_by_the_survivor(
         arrivals = hook.arrivals(webhook_id)
         assert len(arrivals) == 2, arrivals
         taken.append(arrivals[1] - killed_at)
-        generation[victim] += 1
-        env = slot_env(pg_url, tmp_path, victim, generation[victim])
-        servers[victim] = await asyncio.to_thread(
-            fleet.start, env, f"s{victim}g{generation[victim]}"
-        )
+        servers[victim] = await asyncio.to_thread(start, victim)
     print(f"\ndelivery taken over after SIGKILL: {', '.join(f'{t:.2f} s' for t in taken)}")
     # The liveness bound (about 2 s) with room for a loaded machine (13.7 s seen once on a
     # CI run beside other load); the lease would be 30 s.

@@ -29,12 +29,14 @@ from tests.e2e.conftest import (
     Server,
     command_runner,
     create_schedule,
+    doubled,
     engine_env,
     finished,
     grid,
     iso,
     json_events,
     make_key,
+    one_shot,
     wait_for,
 )
 from tests.faults.conftest import through
@@ -177,26 +179,11 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     # Its first due time: start_at, or a later point of its grid if creating it took longer
     # than the second start_at was ahead (a loaded machine).
     first = datetime.fromisoformat(tick["next_run"])
-    long_schedule = await create_schedule(
-        server,
-        key,
-        {
-            "name": "long",
-            "prompt": "long",
-            # The cut comes once this run starts: at least a due time of the ticking schedule
-            # falls before it, even when creating that schedule took long enough (a loaded
-            # machine) for its first due time to be a later point of its grid.
-            "trigger": {
-                "at": iso(
-                    max(
-                        datetime.now(UTC) + timedelta(seconds=3),
-                        first + timedelta(seconds=EVERY + 1),
-                    )
-                )
-            },
-            "runner": command_runner(LONG_AGENT, "agent", str(long_log)),
-        },
-    )
+    # The cut comes once this run starts: at least one due time of the ticking schedule falls
+    # before it.
+    ahead = max(3.0, (first - datetime.now(UTC)).total_seconds() + EVERY + 1)
+    long_agent = command_runner(LONG_AGENT, "agent", str(long_log))
+    long_schedule = await create_schedule(server, key, one_shot(long_agent, delay=ahead))
 
     async def long_started() -> Run | None:
         runs = await probe.runs(long_schedule["id"])
@@ -267,8 +254,7 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
 
     # -- the ticking schedule --------------------------------------------------------------
     rows = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
-    due = Counter(r.due_at for r in rows)
-    assert [d for d, count in due.items() if count > 1] == []
+    assert doubled(r.due_at for r in rows) == []
     # Due times the outage cost are on the timeline as skipped rows saying "missed" (issue 8);
     # none of them executed.
     accounted = [r for r in rows if r.status == "skipped"]
@@ -304,8 +290,7 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     # The agent's own log: no attempt of a run executed twice; a run id recurs only as a new
     # attempt after an attempt whose outcome the outage swallowed (docs/design.md, promise 7).
     lines = log_lines(tick_log)
-    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
-    assert [pair for pair, count in attempts.items() if count > 1] == []
+    assert doubled((run_id, attempt) for run_id, attempt in lines) == []
     by_run = Counter(run_id for run_id, _ in lines)
     attempt_of = {str(r.id): r.attempt for r in runs}
     assert set(by_run) == set(attempt_of)
@@ -370,14 +355,11 @@ async def test_database_stall_answers_503_in_bounded_time_and_resumes(
     end = datetime.now(UTC)
     assert await asyncio.to_thread(server.stop) in (0, -15)
 
-    runs = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
-    due = Counter(r.due_at for r in runs)
-    assert [d for d, count in due.items() if count > 1] == []
+    due = [r.due_at for r in await probe.runs(tick_id) if r.trigger == "schedule"]
+    assert doubled(due) == []
     resumed = grid(start_at, STEP, resume_from, end - STEP)
     assert resumed and set(resumed) <= set(due), sorted(set(resumed) - set(due))
-    lines = log_lines(tick_log)
-    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
-    assert [pair for pair, count in attempts.items() if count > 1] == []
+    assert doubled((run_id, attempt) for run_id, attempt in log_lines(tick_log)) == []
     assert len(json_events(server.log(), "SchedulerUnavailable")) >= 1
     print(
         f"\nstall: {STALL_SECONDS:g} s, database timeout {STALL_DB_TIMEOUT} s; answers during "
