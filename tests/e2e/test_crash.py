@@ -57,9 +57,8 @@ async def running_on(probe: RunProbe, schedule_id: str, owner: str, log: Path) -
     """The schedule's single run once it is running under ``owner`` and its agent has begun."""
     runs = await probe.runs(schedule_id)
     started = runs and any(line[1] == str(runs[0].id) for line in attempt_lines(log))
-    if len(runs) == 1 and runs[0].status == "running" and runs[0].lease_owner == owner:
-        return runs[0] if started else None
-    return None
+    running = len(runs) == 1 and runs[0].status == "running" and runs[0].lease_owner == owner
+    return runs[0] if running and started else None
 
 
 async def start_one_shot(
@@ -99,11 +98,14 @@ async def test_sigterm_drains_a_short_run_and_releases_a_long_one_to_another_rep
         )
         assert long.started_at is not None and long.due_at is not None
         assert long.started_at >= long.due_at
-        b = await asyncio.to_thread(fleet.start, env_b, "b")
-
+        # B starts while A drains: both runs are A's already, and past their lease B would
+        # take over whatever A stops renewing.
+        starting_b = asyncio.create_task(asyncio.to_thread(fleet.start, env_b, "b"))
         began = time.monotonic()
-        assert await asyncio.to_thread(a.stop, 30) in (0, -signal.SIGTERM)
+        code = await asyncio.to_thread(a.stop, 30)
         print(f"\ndrain: A exited {time.monotonic() - began:.1f} s after SIGTERM (drain 8 s)")
+        b = await starting_b
+        assert code in (0, -signal.SIGTERM)
         assert "drain_timeout" in a.log()
         assert [e["run_id"] for e in json_events(a.log(), "run_released")] == [str(long.id)]
         drained = await wait_for(lambda: finished(probe, short.id), "the short run's record")

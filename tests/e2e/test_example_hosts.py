@@ -32,14 +32,10 @@ BOB = {"Authorization": "Bearer token-b"}
 pytestmark = pytest.mark.slow
 
 
-def stopped_cleanly(server: Server) -> bool:
-    """SIGTERM; True when zcbot's lifespan (the engine's drain included) ran to its end.
-    uvicorn exits by the signal it caught once it has shut down."""
-    code = server.stop()
-    return code in (0, -signal.SIGTERM) and "Application shutdown complete" in server.log()
-
-
-def start_zcbot(tmp_path: Path, **env: str) -> Server:
+@pytest.fixture
+def zcbot(tmp_path: Path) -> Iterator[Server]:
+    """zcbot under uvicorn. At the end SIGTERM: its lifespan (the engine's drain included) must
+    run to its end, and uvicorn exit by the signal it caught."""
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCRON_")}
     environment.pop("PYTHONPATH", None)  # nothing of the checkout but the installed agentcron
@@ -48,9 +44,9 @@ def start_zcbot(tmp_path: Path, **env: str) -> Server:
         ZCBOT_DATA_DIR=str(tmp_path / "data"),
         ZCBOT_USERS="alice=token-a,bob=token-b",
         ZCBOT_SCHEDULER_TICK_SECONDS="0.2",
-        **env,
+        ZCBOT_AGENT_SECONDS="0.3",
     )
-    log = tmp_path / f"zcbot-{port}.log"
+    log = tmp_path / "zcbot.log"
     sink = log.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
@@ -60,18 +56,13 @@ def start_zcbot(tmp_path: Path, **env: str) -> Server:
         stderr=subprocess.STDOUT,
     )
     server = Server(f"http://127.0.0.1:{port}", process, log, sink)
-    if wait_healthy(server.url, process):
-        return server
-    assert process.poll() is None, server.log()
-    server.stop()
-    raise AssertionError(f"zcbot did not start:\n{server.log()}")
-
-
-@pytest.fixture
-def zcbot(tmp_path: Path) -> Iterator[Server]:
-    server = start_zcbot(tmp_path, ZCBOT_AGENT_SECONDS="0.3")
+    if not wait_healthy(server.url, process):
+        assert process.poll() is None, server.log()
+        server.stop()
+        raise AssertionError(f"zcbot did not start:\n{server.log()}")
     yield server
-    assert stopped_cleanly(server), server.log()
+    assert server.stop() in (0, -signal.SIGTERM), server.log()
+    assert "Application shutdown complete" in server.log()
 
 
 def schedule_body(task: str) -> dict[str, Any]:

@@ -89,8 +89,7 @@ def log_lines(path: Path) -> list[list[str]]:
 async def serve_through_proxy(
     pg_url: str, proxy: ThreadedProxy, fleet: Fleet, tmp_path: Path, **extra: str
 ) -> tuple[Server, str]:
-    """A server reaching ``pg_url`` through ``proxy``, and a key (made straight on the
-    database)."""
+    """A server reaching ``pg_url`` through ``proxy``, and a key made on the database itself."""
     key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
     env = engine_env(through(proxy, pg_url), tmp_path / "data", "server-1", LEASE_SECONDS=LEASE)
     env.update({f"AGENTCRON_{name}": value for name, value in extra.items()})
