@@ -373,8 +373,9 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
-def one_shot(runner: dict[str, Any], delay: float = 2, **fields: Any) -> dict[str, Any]:
-    """A schedule body with one due time, ``delay`` seconds from now (so one run)."""
+def one_shot(runner: dict[str, Any], delay: float = 4, **fields: Any) -> dict[str, Any]:
+    """A schedule body with one due time, ``delay`` seconds from now (so one run): ahead of
+    the request's arrival on a loaded machine, or it is refused as past."""
     at = datetime.now(UTC) + timedelta(seconds=delay)
     body = {"name": "one-shot", "prompt": "work", "trigger": {"at": iso(at)}, "runner": runner}
     return body | fields

@@ -167,7 +167,9 @@ async def test_an_app_start_up_that_fails_is_one_line_and_status_2(
     env = dict(server_env, AGENTCRON_DATA_DIR=str(tmp_path / "not-a-directory"))
     assert (await asyncio.to_thread(migrate, env)).returncode == 0
     done = await asyncio.to_thread(serve_until_exit, env)
-    assert one_line(done) == (
+    assert done.returncode == 2, done.stdout + done.stderr
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("agentcron:")]
+    assert refusal == [
         "agentcron: cannot start: the application's start-up failed (the log lines above say why)"
-    )
+    ], done.stderr
     assert "Not a directory" in done.stderr  # the log says why
