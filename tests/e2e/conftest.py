@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -59,10 +60,30 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        """SIGTERM, wait up to ``timeout``, then SIGKILL: never leaves the process running.
+
+        Returns the exit status (negative: killed by that signal). The log file is closed.
+        """
         try:
-            return self.process.wait(timeout=timeout)
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+                raise AssertionError(
+                    f"server did not stop within {timeout} s of SIGTERM:\n{self.log()[-4000:]}"
+                ) from None
+        finally:
+            self.log_file.close()
+
+    def kill(self) -> int:
+        """SIGKILL (a crash): no shutdown code runs. Returns the exit status."""
+        try:
+            if self.process.poll() is None:
+                self.process.kill()
+            return self.process.wait(timeout=10)
         finally:
             self.log_file.close()
 
@@ -108,15 +129,20 @@ def wait_healthy(
     return False
 
 
+def sqlite_env(root: Path, instance_id: str = "e2e", **extra: str) -> dict[str, str]:
+    """``engine_env`` of the SQLite file ``agentcron.db`` in ``root``."""
+    url = f"sqlite+aiosqlite:///{root / 'agentcron.db'}"
+    return engine_env(url, root / "data", instance_id, **extra)
+
+
+def migrate(env: dict[str, str]) -> None:
+    """``agentcron migrate`` (a real process) on the database of ``env``."""
+    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+
+
 @pytest.fixture
 def server_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        AGENTCRON_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'agentcron.db'}",
-        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
-        AGENTCRON_LOG_FORMAT="json",
-    )
-    return env
+    return sqlite_env(tmp_path)
 
 
 def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) -> str:
@@ -133,7 +159,7 @@ def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) 
 @pytest.fixture
 def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
     """A served, migrated SQLite database; ``server.key`` is an API key of owner "local"."""
-    subprocess.run([AGENTCRON, "migrate"], env=server_env, check=True, capture_output=True)
+    migrate(server_env)
     key = make_key(server_env)
     running = start_server(server_env, tmp_path / "server.log")
     running.key = key
@@ -142,36 +168,6 @@ def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
 
 
 # -- several real processes on one database (replicas, crash, drain, restart) -------------------
-
-
-def stop_server(server: Server, timeout: float = 30) -> int:
-    """SIGTERM, wait up to ``timeout``, then SIGKILL: never leaves the process running.
-
-    Returns the exit status (negative: killed by that signal). The log file is closed.
-    """
-    try:
-        if server.process.poll() is None:
-            server.process.send_signal(signal.SIGTERM)
-        try:
-            return server.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait(timeout=10)
-            raise AssertionError(
-                f"server did not stop within {timeout} s of SIGTERM:\n{server.log()[-4000:]}"
-            ) from None
-    finally:
-        server.log_file.close()
-
-
-def kill_server(server: Server) -> int:
-    """SIGKILL (a crash): no shutdown code runs. Returns the exit status."""
-    try:
-        if server.process.poll() is None:
-            server.process.kill()
-        return server.process.wait(timeout=10)
-    finally:
-        server.log_file.close()
 
 
 class Fleet:
@@ -189,10 +185,7 @@ class Fleet:
 
     def close(self) -> None:
         for server in self.servers:
-            if server.process.poll() is None:
-                server.process.kill()
-                server.process.wait(timeout=10)
-            server.log_file.close()
+            server.kill()
 
 
 @pytest.fixture
@@ -236,9 +229,7 @@ async def scratch_pg_database(
     database_url = pg_url_for(name)
     try:
         env = engine_env(database_url, workdir / "data", f"{prefix}-migrate")
-        await asyncio.to_thread(
-            subprocess.run, [AGENTCRON, "migrate"], env=env, check=True, capture_output=True
-        )
+        await asyncio.to_thread(migrate, env)
         yield database_url
     finally:
         if not keep:
@@ -382,6 +373,39 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
+def one_shot(runner: dict[str, Any], delay: float = 4, **fields: Any) -> dict[str, Any]:
+    """A schedule body with one due time, ``delay`` seconds from now (so one run): ahead of
+    the request's arrival on a loaded machine, or it is refused as past."""
+    at = datetime.now(UTC) + timedelta(seconds=delay)
+    body = {"name": "one-shot", "prompt": "work", "trigger": {"at": iso(at)}, "runner": runner}
+    return body | fields
+
+
+async def create_schedule(server: Server, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body`` to ``server`` as the owner of ``key``; the created schedule."""
+    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
+        response = await http.post(f"{server.url}/api/v1/schedules", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def finished(probe: RunProbe, run_id: uuid.UUID) -> Run | None:
+    """The run once it has ended (neither pending nor running), else None."""
+    run = await probe.run(run_id)
+    return run if run.status not in ("pending", "running") else None
+
+
+def grid(start: datetime, every: timedelta, low: datetime, high: datetime) -> list[datetime]:
+    """The due times ``start + k * every`` (any integer k) within [low, high]."""
+    k = math.ceil((low - start) / every)
+    times = []
+    while (due := start + k * every) <= high:
+        times.append(due)
+        k += 1
+    return times
+
+
 # -- agents that log when they start and when they end -----------------------------------------
 
 # $1: the log; $2: how many seconds the agent works. "$0" is free for a marker. Each line is one
@@ -400,7 +424,7 @@ def timed_agent(log: Path, seconds: float, marker: str = "agent") -> dict[str, A
     return command_runner(TIMED_AGENT, marker, str(log), f"{seconds:g}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Execution:
     """One execution of an agent, as the agent itself logged it."""
 
@@ -408,7 +432,8 @@ class Execution:
     attempt: int
     instance: str
     started_ns: int
-    ended_ns: int | None  # None: it never logged its END (stopped, killed, or still going)
+    last_ns: int  # its last line: when it was last known alive
+    ended_ns: int | None = None  # None: it never logged its END (stopped, killed, or still going)
 
     def overlaps(self, other: Execution) -> bool:
         # An execution without an END may still be going: it overlaps whatever came after it.
@@ -419,25 +444,29 @@ class Execution:
 
 
 def read_executions(log: Path) -> list[Execution]:
-    """The executions logged by ``TIMED_AGENT`` agents in ``log``, in the order they started.
-
-    An END closes the earliest open START of the same run, attempt and instance."""
+    """The executions logged in ``log`` by agents writing "<START|BEAT|END> <run id> <attempt>
+    <instance id> <epoch ns>" lines (``TIMED_AGENT``), in the order they started. A BEAT or an
+    END belongs to the latest START of the same run, attempt and instance."""
     if not log.exists():
         return []
-    started: list[tuple[str, int, str, int]] = []
-    ends: dict[tuple[str, int, str], list[int]] = defaultdict(list)
+    executions: list[Execution] = []
+    latest: dict[tuple[str, int, str], Execution] = {}
     for line in log.read_text().splitlines():
-        phase, run, attempt_text, who, ns_text = line.split()
+        phase, run_id, attempt_text, instance, ns_text = line.split()
+        key, ns = (run_id, int(attempt_text), instance), int(ns_text)
         if phase == "START":
-            started.append((run, int(attempt_text), who, int(ns_text)))
-        else:
-            ends[(run, int(attempt_text), who)].append(int(ns_text))
-    executions = []
-    for run_id, attempt, instance, ns in sorted(started, key=lambda start: start[3]):
-        closing = ends.get((run_id, attempt, instance))
-        ended = closing.pop(0) if closing else None
-        executions.append(Execution(run_id, attempt, instance, ns, ended))
-    return executions
+            latest[key] = Execution(run_id, int(attempt_text), instance, ns, ns)
+            executions.append(latest[key])
+            continue
+        latest[key].last_ns = ns
+        if phase == "END":
+            latest[key].ended_ns = ns
+    return sorted(executions, key=lambda execution: execution.started_ns)
+
+
+def doubled(items: Iterable[Any]) -> list[Any]:
+    """What occurs more than once in ``items``."""
+    return [item for item, count in Counter(items).items() if count > 1]
 
 
 def overlapping(executions: Iterable[Execution]) -> list[tuple[Execution, Execution]]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +19,7 @@ from typing import Any
 import httpx
 
 from tests.e2e.browser import LAUNCH_ARGS, chromium_path, missing_browser
-from tests.e2e.conftest import AGENTCRON, Server, make_key, start_server
+from tests.e2e.conftest import Server, make_key, migrate, sqlite_env, start_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -81,6 +79,11 @@ async def photograph(server: Server, ids: dict[str, str], out: Path) -> list[Pat
 
     assert server.key is not None
     shots: list[Path] = []
+
+    async def shoot(name: str, full_page: bool = False) -> None:
+        shots.append(out / f"dashboard-{name}.png")
+        await page.screenshot(path=shots[-1], full_page=full_page)
+
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=chromium_path(), headless=True, args=LAUNCH_ARGS
@@ -90,19 +93,16 @@ async def photograph(server: Server, ids: dict[str, str], out: Path) -> list[Pat
             page = await context.new_page()
 
             await page.goto(f"{server.url}/login")
-            shots.append(out / "dashboard-sign-in.png")
-            await page.screenshot(path=shots[-1])
+            await shoot("sign-in")
             await page.fill("#key", server.key)
             await page.click("button[type=submit]")
             await page.wait_for_url(f"{server.url}/")
-            shots.append(out / "dashboard-schedules.png")
-            await page.screenshot(path=shots[-1])
+            await shoot("schedules")
 
             await page.goto(f"{server.url}/schedules/{ids['hello agent']}")
             await page.locator("tr.run").first.wait_for()
             await page.locator("#runs").scroll_into_view_if_needed()
-            shots.append(out / "dashboard-schedule.png")
-            await page.screenshot(path=shots[-1], full_page=True)
+            await shoot("schedule", full_page=True)
 
             await page.goto(f"{server.url}/schedules/new")
             await page.fill("#name", "weekday digest")
@@ -114,15 +114,13 @@ async def photograph(server: Server, ids: dict[str, str], out: Path) -> list[Pat
                 "#preview .description", has_text="Monday through Friday, Asia/Shanghai"
             ).wait_for()
             await page.locator(".trigger").evaluate("section => section.scrollIntoView()")
-            shots.append(out / "dashboard-form-preview.png")
-            await page.screenshot(path=shots[-1])
+            await shoot("form-preview")
 
             await page.fill("#cron", "0 8 * MON-FRI")
             await page.click("button:has-text('Create schedule')")
             await page.locator("#error-cron").wait_for()
             await page.locator("#preview.invalid").wait_for(state="attached")
-            shots.append(out / "dashboard-form-error.png")
-            await page.screenshot(path=shots[-1])
+            await shoot("form-error")
         finally:
             await browser.close()
     return shots
@@ -137,13 +135,8 @@ def main() -> None:
         sys.exit(f"cannot take screenshots: {reason}")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ)
-        env.update(
-            AGENTCRON_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/agentcron.db",
-            AGENTCRON_DATA_DIR=f"{tmp}/data",
-            AGENTCRON_LOG_FORMAT="json",
-        )
-        subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+        env = sqlite_env(Path(tmp), "screenshots")
+        migrate(env)
         key = make_key(env)
         server = start_server(env, Path(tmp) / "server.log")
         server.key = key

@@ -29,7 +29,7 @@ import pytest
 
 from agentcron.core.keys import create_key
 from agentcron.core.storage.database import Database
-from tests.e2e.conftest import AGENTCRON, Server, free_port, start_server
+from tests.e2e.conftest import AGENTCRON, Server, free_port, migrate, sqlite_env, start_server
 from tests.e2e.test_serve import readme_block
 
 # The module's tests share one server: `make test` (--dist loadgroup) keeps them on one
@@ -49,14 +49,9 @@ def shared_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Server, dict[str, str]]]:
     root: Path = tmp_path_factory.mktemp("cli-server")
-    env = dict(os.environ)
-    env.update(
-        AGENTCRON_DATABASE_URL=f"sqlite+aiosqlite:///{root / 'agentcron.db'}",
-        AGENTCRON_DATA_DIR=str(root / "data"),
-        AGENTCRON_LOG_FORMAT="json",
-        AGENTCRON_TRUSTED_OWNERS=",".join(("local", *OWNERS)),  # command runners allowed
-    )
-    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+    # Command runners allowed for every owner.
+    env = sqlite_env(root, TRUSTED_OWNERS=",".join(("local", *OWNERS)))
+    migrate(env)
     running = start_server(env, root / "server.log")
     yield running, asyncio.run(_keys(env["AGENTCRON_DATABASE_URL"]))
     running.stop()
@@ -270,10 +265,18 @@ def test_schedule_add_from_a_file_and_options_and_every_page(server: Server) -> 
     everything = ok_json(env, "schedules", "list", "--limit", "1", "--all")
     assert everything["next_cursor"] is None
     assert [item["name"] for item in everything["items"]] == ["morning digest", "once", "renamed"]
-    table = ok(env, "schedules", "list", "--limit", "2", "--all")
+    # A first page says on stderr that more exist; every page, or one holding all, does not.
+    first = cli(env, "schedules", "list", "--limit", "2")
+    assert first.returncode == 0, first.stderr
+    assert "once" in first.stdout and "renamed" not in first.stdout
+    assert "the first 2 schedules shown; there are more: --all lists every page" in first.stderr
+    whole = cli(env, "schedules", "list", "--limit", "2", "--all")
+    table = whole.stdout
+    assert "there are more" not in whole.stderr
     assert (
         "paused" in table and "every 3600 s" in table and "at 2030-01-01 21:04:05 -05:00" in table
     )
+    assert "there are more" not in cli(env, "schedules", "list", "--limit", "50").stderr
 
 
 def test_preview_shows_due_times_in_the_zone_and_locally(server: Server) -> None:
@@ -468,15 +471,14 @@ def test_usage_errors_exit_2(server: Server) -> None:
     assert ok_json(env, "schedules", "list") == {"items": [], "next_cursor": None}
 
 
-def test_no_key_is_a_usage_error() -> None:
-    env = client_env(AGENTCRON_URL=f"http://127.0.0.1:{free_port()}")
+def test_without_a_key_or_a_service_the_client_says_so() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    # No key: a usage error (2) naming where a key goes.
+    env = client_env(AGENTCRON_URL=url)
     message = failed(env, "schedules", "list", code=2)
     assert "AGENTCRON_KEY" in message and "--key" in message
     assert "AGENTCRON_KEY" in failed(env, "preview", "* * * * *", "--json", code=2)
-
-
-def test_a_service_that_is_not_there_exits_1_naming_the_url() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    # No service at the URL: 1, naming it.
     env = client_env(AGENTCRON_KEY="ac_000000000000_x")
     for args in (("schedules", "list", "--url", url), ("runs", "show", "x", "--url", url)):
         message = failed(env, *args)
@@ -487,19 +489,16 @@ def test_a_service_that_is_not_there_exits_1_naming_the_url() -> None:
 # -- terminals -------------------------------------------------------------------------------
 
 
-def test_statuses_are_colored_on_a_terminal_only(server: Server) -> None:
+def test_colors_and_the_delete_question_are_for_a_terminal_only(server: Server) -> None:
     env = client_env(server, TERM="xterm-256color")
-    ok_json(env, "schedules", "add", *DIGEST)
+    schedule_id = ok_json(env, "schedules", "add", *DIGEST)["id"]
     green = "\x1b[32mactive"
     assert green in on_terminal(env, "schedules", "list")
-    plain = on_terminal(dict(env, NO_COLOR="1"), "schedules", "list")
-    assert "active" in plain and not re.search(r"\x1b\[[0-9;]*3[0-9]m", plain)
     assert "\x1b" not in ok(env, "schedules", "list")  # a pipe: no escape codes at all
+    env["NO_COLOR"] = "1"
+    plain = on_terminal(env, "schedules", "list")
+    assert "active" in plain and not re.search(r"\x1b\[[0-9;]*3[0-9]m", plain)
 
-
-def test_delete_asks_on_a_terminal(server: Server) -> None:
-    env = client_env(server, NO_COLOR="1")
-    schedule_id = ok_json(env, "schedules", "add", *DIGEST)["id"]
     kept = on_terminal(env, "schedules", "delete", schedule_id, answer=b"n\n", code=1)
     assert f"Delete schedule 'morning digest' ({schedule_id})?" in kept
     assert "agentcron: not deleted" in kept
@@ -554,29 +553,3 @@ def test_help_shows_no_type_beside_a_flag(command: list[str]) -> None:
     assert "--help" in text
     if command == ["schedules", "list"]:
         assert "<int range>" in text  # options that take a value still say which
-
-
-def test_a_first_page_says_that_more_pages_exist(server: Server) -> None:
-    env = client_env(server)
-    for number in range(3):
-        ok(
-            env,
-            "schedules",
-            "add",
-            "--name",
-            f"paged {number}",
-            "--prompt",
-            "p",
-            "--every",
-            "3600",
-            "--command",
-            "true",
-        )
-    first = cli(env, "schedules", "list", "--limit", "2")
-    assert first.returncode == 0, first.stderr
-    assert "paged 2" in first.stdout and "paged 0" not in first.stdout
-    assert "the first 2 schedules shown; there are more: --all lists every page" in first.stderr
-    whole = cli(env, "schedules", "list", "--limit", "2", "--all")
-    assert "paged 0" in whole.stdout and "there are more" not in whole.stderr
-    enough = cli(env, "schedules", "list", "--limit", "50")
-    assert "there are more" not in enough.stderr

@@ -2,7 +2,7 @@
 
 A new user's first minutes: sign in with the key, create a schedule through the form (the live
 preview follows the typing; a bad cron is refused at its field), watch its runs appear and
-succeed without reloading, pause it, replay a run.
+succeed without reloading, pause it, replay a run, then a schedule with every setting.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.e2e.browser import LAUNCH_ARGS, require_browser
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, create_schedule
 
 if TYPE_CHECKING:  # imported lazily below: without playwright the test skips, not errors
     from playwright.async_api import Page
@@ -46,7 +46,11 @@ async def page(chromium: str, server: Server) -> AsyncIterator[Page]:
                 viewport={"width": 1280, "height": 800}, timezone_id=VIEWER_ZONE
             )
             context.set_default_timeout(15_000)
-            yield await context.new_page()
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            yield page
+            assert errors == [], errors  # no script of any page failed
         finally:
             await browser.close()
 
@@ -55,9 +59,6 @@ async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page
     from playwright.async_api import expect
 
     assert server.key is not None
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-
     # Signing in: any page sends a stranger to the sign-in form.
     await page.goto(f"{server.url}/")
     await expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
@@ -125,28 +126,10 @@ async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page
     await expect(replay.first).to_have_attribute("data-status", "succeeded", timeout=30_000)
     await expect(replay.first.locator("td.out summary")).to_contain_text("agent says:")
 
-    assert errors == [], errors
-    unhandled = [line for line in server.log().splitlines() if "unhandled_error" in line]
-    assert unhandled == [], unhandled
-
-
-async def sign_in(page: Page, server: Server) -> None:
-    assert server.key is not None
-    await page.goto(f"{server.url}/login")
-    await page.fill("#key", server.key)
-    await page.click("button[type=submit]")
-
-
-async def test_the_new_fields_the_history_pages_and_a_phone(server: Server, page: Page) -> None:
-    """Issue 17: the form's settings beyond the trigger (the preview following its bounds and
-    max runs), every run reachable by paging, and the pages usable 390 px wide."""
-    import httpx
-    from playwright.async_api import expect
-
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    await sign_in(page, server)
-
+    # Issue 17: the form's settings beyond the trigger, the preview following its bounds and
+    # max runs as they are typed (paging the history: tests/integration/test_dashboard_newcomer.py;
+    # a phone's width: the next test).
+    await page.goto(f"{server.url}/")
     await page.click("text=New schedule >> nth=0")
     await page.fill("#name", "bounded")
     await page.fill("#prompt", "p")
@@ -185,31 +168,15 @@ async def test_the_new_fields_the_history_pages_and_a_phone(server: Server, page
     await expect(page.locator("code.argv")).to_have_text("sh -c 'echo agent got: $(cat)'")
     await expect(page.locator(".settings")).to_contain_text("catch-up latest")
     await expect(page.locator(".settings")).to_contain_text("pauses after 3 failures in a row")
-    schedule_url = page.url.split("?")[0]
-    schedule_id = schedule_url.rsplit("/", 1)[1]
+    unhandled = [line for line in server.log().splitlines() if "unhandled_error" in line]
+    assert unhandled == [], unhandled
 
-    # 30 runs: the history shows 25 and pages to the rest.
-    async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
-        for _ in range(30):
-            started = await api.post(f"/api/v1/schedules/{schedule_id}/run")
-            assert started.status_code == 202, started.text
-    await page.goto(schedule_url)
-    await expect(page.locator("tr.run")).to_have_count(25)
-    await page.click("text=Older runs →")
-    await expect(page.locator("tr.run")).to_have_count(5)
-    await expect(page.locator("text=Older runs →")).to_have_count(0)
-    await page.click("text=← Newest runs")
-    await expect(page.locator("tr.run")).to_have_count(25)
 
-    # A phone: nothing wider than the screen, "Sign out" on it.
-    await page.set_viewport_size({"width": 390, "height": 844})
-    for path in ("/", schedule_url.removeprefix(server.url), "/schedules/new"):
-        await page.goto(f"{server.url}{path}")
-        width = await page.evaluate("document.documentElement.scrollWidth")
-        assert width <= 390, (path, width)
-        sign_out = await page.locator("button:has-text('Sign out')").bounding_box()
-        assert sign_out is not None and sign_out["x"] + sign_out["width"] <= 390, (path, sign_out)
-    assert errors == [], errors
+async def sign_in(page: Page, server: Server) -> None:
+    assert server.key is not None
+    await page.goto(f"{server.url}/login")
+    await page.fill("#key", server.key)
+    await page.click("button[type=submit]")
 
 
 # Words a box cuts: broken inside (not at a space, "/" or "-") or running past its right edge,
@@ -262,8 +229,9 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
 ) -> None:
     """Issue 38: at 1280 px with the viewer's times shown, every schedule's buttons are on
     the screen; at 390 px the run history shows its output, the settings card cuts no word,
-    and a schedule's buttons sit on one line at both widths. The zone is one of the longest
-    names there are, and not the viewer's, so every time has a second line."""
+    and a schedule's buttons sit on one line at both widths; no page is wider than the screen
+    and "Sign out" is on it. The zone is one of the longest names there are, and not the
+    viewer's, so every time has a second line."""
     import httpx
     from playwright.async_api import expect
 
@@ -271,32 +239,25 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
     # A long path, as an agent's script often has: it wraps at its slashes, never mid-word.
     script = "/srv/agents/newsroom/morning_digest_with_sources.py"
     agent = {"type": "command", "argv": [sys.executable, "-c", talk, script]}
+    assert server.key is not None
+    digest_body = {
+        "name": "morning digest",
+        "prompt": "Summarise the news in five bullets.",
+        "trigger": {"cron": "0 8 * * 1-5", "timezone": ZONE},
+        "runner": agent,
+        "notify": [{"type": "file", "path": "digests.jsonl"}],
+    }
+    digest = (await create_schedule(server, server.key, digest_body))["id"]
+    # Every 5 seconds: a warning line under its name, the longest heading a page has.
+    feed_body = {
+        "name": "feed check",
+        "prompt": "p",
+        "trigger": {"every_seconds": 5},
+        "runner": agent,
+        "enabled": False,
+    }
+    feed = (await create_schedule(server, server.key, feed_body))["id"]
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
-        created = await api.post(
-            "/api/v1/schedules",
-            json={
-                "name": "morning digest",
-                "prompt": "Summarise the news in five bullets.",
-                "trigger": {"cron": "0 8 * * 1-5", "timezone": ZONE},
-                "runner": agent,
-                "notify": [{"type": "file", "path": "digests.jsonl"}],
-            },
-        )
-        assert created.status_code == 201, created.text
-        digest = created.json()["id"]
-        # Every 5 seconds: a warning line under its name, the longest heading a page has.
-        created = await api.post(
-            "/api/v1/schedules",
-            json={
-                "name": "feed check",
-                "prompt": "p",
-                "trigger": {"every_seconds": 5},
-                "runner": agent,
-                "enabled": False,
-            },
-        )
-        assert created.status_code == 201, created.text
-        feed = created.json()["id"]
         paused = await api.post(f"/api/v1/schedules/{feed}/pause", json={"note": "feed moved"})
         assert paused.status_code == 200, paused.text
         for schedule in (digest, feed):
@@ -322,3 +283,8 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
             await inside(page, "tr.run .run-actions button")
             settings = page.locator("section.card:has(dl.settings)")
             assert await settings.evaluate(CUT_WORDS) == [], (width, schedule)
+        for path in ("/", f"/schedules/{digest}", "/schedules/new"):
+            await page.goto(f"{server.url}{path}")
+            scrolled = await page.evaluate("document.documentElement.scrollWidth")
+            assert scrolled <= width, (path, scrolled)
+            await inside(page, "button:has-text('Sign out')")

@@ -3,7 +3,8 @@
 zcbot (``examples/zcbot_host``) is served by uvicorn from its own directory, as its developers
 run it: its own ``core`` package is imported beside the installed ``agentcron``, its lifespan
 starts the engine, its auth decides the owner under ``/scheduling``, and its agent runs through
-the handler under the task's run lock. The AstraBox provider's distribution is built and
+the handler under the task's run lock (its ``ZCBOT_SCHEDULER=off`` is ``disable_scheduler``:
+tests/integration/test_library.py). The AstraBox provider's distribution is built and
 installed into a directory of its own and found through its installed entry point.
 """
 
@@ -17,12 +18,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port, wait_healthy
+from tests.e2e.conftest import Server, free_port, wait_healthy
 from tests.examples import ASTRABOX, EXAMPLES, PROVIDER_GROUP
 
 ZCBOT = EXAMPLES / "zcbot_host"
@@ -31,30 +32,10 @@ BOB = {"Authorization": "Bearer token-b"}
 pytestmark = pytest.mark.slow
 
 
-class Zcbot:
-    def __init__(
-        self, url: str, process: subprocess.Popen[bytes], log: Path, sink: BinaryIO
-    ) -> None:
-        self.url, self.process, self.log, self.sink = url, process, log, sink
-
-    def stop(self) -> bool:
-        """SIGTERM; True when zcbot's lifespan (the engine's drain included) ran to its end.
-        uvicorn exits by the signal it caught once it has shut down."""
-        self.process.terminate()
-        try:
-            code = self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise
-        finally:
-            self.sink.close()
-        return code in (0, -signal.SIGTERM) and "Application shutdown complete" in self.text()
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def start_zcbot(tmp_path: Path, **env: str) -> Zcbot:
+@pytest.fixture
+def zcbot(tmp_path: Path) -> Iterator[Server]:
+    """zcbot under uvicorn. At the end SIGTERM: its lifespan (the engine's drain included) must
+    run to its end, and uvicorn exit by the signal it caught."""
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCRON_")}
     environment.pop("PYTHONPATH", None)  # nothing of the checkout but the installed agentcron
@@ -63,9 +44,9 @@ def start_zcbot(tmp_path: Path, **env: str) -> Zcbot:
         ZCBOT_DATA_DIR=str(tmp_path / "data"),
         ZCBOT_USERS="alice=token-a,bob=token-b",
         ZCBOT_SCHEDULER_TICK_SECONDS="0.2",
-        **env,
+        ZCBOT_AGENT_SECONDS="0.3",
     )
-    log = tmp_path / f"zcbot-{port}.log"
+    log = tmp_path / "zcbot.log"
     sink = log.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
@@ -74,19 +55,14 @@ def start_zcbot(tmp_path: Path, **env: str) -> Zcbot:
         stdout=sink,
         stderr=subprocess.STDOUT,
     )
-    server = Zcbot(f"http://127.0.0.1:{port}", process, log, sink)
-    if wait_healthy(server.url, process):
-        return server
-    assert process.poll() is None, server.text()
-    server.stop()
-    raise AssertionError(f"zcbot did not start:\n{server.text()}")
-
-
-@pytest.fixture
-def zcbot(tmp_path: Path) -> Iterator[Zcbot]:
-    server = start_zcbot(tmp_path, ZCBOT_AGENT_SECONDS="0.3")
+    server = Server(f"http://127.0.0.1:{port}", process, log, sink)
+    if not wait_healthy(server.url, process):
+        assert process.poll() is None, server.log()
+        server.stop()
+        raise AssertionError(f"zcbot did not start:\n{server.log()}")
     yield server
-    assert server.stop(), server.text()
+    assert server.stop() in (0, -signal.SIGTERM), server.log()
+    assert "Application shutdown complete" in server.log()
 
 
 def schedule_body(task: str) -> dict[str, Any]:
@@ -109,7 +85,7 @@ def wait_runs(url: str, schedule_id: str, count: int) -> list[dict[str, Any]]:
         time.sleep(0.1)
 
 
-def test_zcbot_runs_its_agent_through_the_engine_under_its_own_auth(zcbot: Zcbot) -> None:
+def test_zcbot_runs_its_agent_through_the_engine_under_its_own_auth(zcbot: Server) -> None:
     health = httpx.get(f"{zcbot.url}/healthz").json()
     assert health["scheduler"] == "on"
     assert Path(health["core"]).resolve() == (ZCBOT / "core" / "__init__.py").resolve()
@@ -131,29 +107,6 @@ def test_zcbot_runs_its_agent_through_the_engine_under_its_own_auth(zcbot: Zcbot
     task = httpx.get(f"{zcbot.url}/tasks/news", headers=ALICE).json()
     assert sorted(run["run_id"] for run in task["runs"]) == sorted(run["id"] for run in runs)
     assert task["most_at_once"] == 1
-
-
-def test_zcbot_scheduler_switched_off_serves_the_api_and_runs_nothing(tmp_path: Path) -> None:
-    off = start_zcbot(tmp_path, ZCBOT_SCHEDULER="off")
-    try:
-        assert httpx.get(f"{off.url}/healthz").json()["scheduler"] == "off"
-        api = f"{off.url}/scheduling/api/v1/schedules"
-        created = httpx.post(api, json=schedule_body("digest"), headers=ALICE)
-        assert created.status_code == 201, created.text
-        schedule_id = created.json()["id"]
-        queued = httpx.post(f"{api}/{schedule_id}/run", headers=ALICE)
-        assert queued.status_code == 202
-        run = httpx.get(f"{off.url}/scheduling/api/v1/runs/{queued.json()['id']}", headers=ALICE)
-        assert run.json()["status"] == "pending"
-        assert httpx.get(f"{off.url}/tasks/digest", headers=ALICE).json()["runs"] == []
-    finally:
-        assert off.stop(), off.text()
-    on = start_zcbot(tmp_path)  # the same database, the scheduler on: the queued run goes
-    try:
-        (ran,) = wait_runs(on.url, schedule_id, 1)
-        assert ran["status"] == "succeeded" and ran["id"] == queued.json()["id"]
-    finally:
-        assert on.stop(), on.text()
 
 
 def test_the_provider_distribution_installs_and_is_found_by_its_entry_point(

@@ -6,12 +6,8 @@ URL and header). One server serves the whole module; each test keeps to its own 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import re
 import subprocess
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -23,15 +19,23 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from jsonschema import Draft202012Validator
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
 from agentcron.web.mcp.tools import TOOLS
-from tests.e2e.conftest import AGENTCRON, Server, free_port, make_key, start_server
-from tests.e2e.test_serve import README
+from tests.e2e.conftest import (
+    AGENTCRON,
+    Server,
+    free_port,
+    make_key,
+    migrate,
+    sqlite_env,
+    start_server,
+    wait_for,
+)
+from tests.e2e.test_serve import readme_block
 
 # The module's tests share one server: `make test` (--dist loadgroup) keeps them on one
 # xdist worker, or each worker that got one of them would start a server of its own.
@@ -53,13 +57,8 @@ class Service:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     tmp = tmp_path_factory.mktemp("mcp")
-    env = {
-        **os.environ,
-        "AGENTCRON_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'agentcron.db'}",
-        "AGENTCRON_DATA_DIR": str(tmp / "data"),
-        "AGENTCRON_LOG_FORMAT": "json",
-    }
-    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+    env = sqlite_env(tmp)
+    migrate(env)
     # Both keys at once: each is a real `agentcron keys create` process, a second or two.
     with ThreadPoolExecutor(2) as pool:
         keys = tuple(pool.map(lambda owner: make_key(env, owner), ("local", "bob")))
@@ -72,9 +71,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 def readme_config(marker: str) -> dict[str, Any]:
     """The one MCP server of the README's client configuration block ``marker``."""
-    block = re.search(rf"<!-- {marker} -->\n```json\n(.*?)```", README.read_text(), re.S)
-    assert block, f"README has no {marker} block"
-    servers: dict[str, Any] = json.loads(block.group(1))["mcpServers"]
+    servers: dict[str, Any] = json.loads(readme_block(marker, "json"))["mcpServers"]
     assert list(servers) == ["agentcron"]
     config: dict[str, Any] = servers["agentcron"]
     return config
@@ -140,14 +137,12 @@ async def refused(client: Client, tool: str, arguments: dict[str, Any]) -> str:
     return text(result)
 
 
-async def wait_finished(client: Client, run_id: str, within: float = 20) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
+async def wait_finished(client: Client, run_id: str) -> dict[str, Any]:
+    async def done() -> dict[str, Any] | None:
         run: dict[str, Any] = await ok(client, "get_run", {"run_id": run_id})
-        if run["status"] in FINISHED:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
-        await asyncio.sleep(0.2)
+        return run if run["status"] in FINISHED else None
+
+    return await wait_for(done, f"run {run_id} to finish", within=20, interval=0.2)
 
 
 def schedule(name: str, **fields: Any) -> dict[str, Any]:
@@ -161,10 +156,9 @@ async def test_the_tools_are_listed_with_their_schemas(connect: Connect, service
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
     assert list(listed) == [tool.name for tool in TOOLS]
     for tool in TOOLS:
+        # What arrives is what the tool declares: the API's models, whole (that they are the
+        # API's, as JSON Schema: tests/integration/test_mcp_tools.py).
         got, want = listed[tool.name], tool.definition()
-        Draft202012Validator.check_schema(got.input_schema)
-        assert got.input_schema["type"] == "object"
-        # What arrives is what the tool declares: the API's models, whole.
         assert got.input_schema == want.input_schema
         assert got.output_schema == want.output_schema
         assert got.description and "Example: {" in got.description
@@ -180,14 +174,12 @@ async def test_a_schedule_created_through_mcp_runs_and_its_output_is_read_back(
             client, "create_schedule", schedule("soon", trigger={"at": due.isoformat()})
         )
         assert created["next_run"] == due.isoformat().replace("+00:00", "Z")
-        deadline = time.monotonic() + 20
-        while True:
-            runs = await ok(client, "list_runs", {"schedule_id": created["id"]})
-            if runs["items"] and runs["items"][0]["status"] in FINISHED:
-                break
-            assert time.monotonic() < deadline, runs
-            await asyncio.sleep(0.2)
-        run = await ok(client, "get_run", {"run_id": runs["items"][0]["id"]})
+
+        async def listed() -> list[dict[str, Any]]:
+            return (await ok(client, "list_runs", {"schedule_id": created["id"]}))["items"]
+
+        (scheduled,) = await wait_for(listed, "the scheduled run", within=20, interval=0.2)
+        run = await wait_finished(client, scheduled["id"])
         assert (run["status"], run["trigger"]) == ("succeeded", "schedule")
         assert run["output"] == "agent got: hello agent\n"
         assert run["deliveries"] == []
@@ -351,6 +343,16 @@ async def test_http_without_a_valid_key_is_refused(service: Service, key: str | 
     assert isinstance(refusal.value, MCPError) or refusal.group_contains(MCPError, depth=None)
 
 
+async def test_http_serves_post_only(service: Service) -> None:
+    # Stateless with JSON answers: no stream to GET, no session to DELETE.
+    headers = {"Authorization": f"Bearer {service.key}", "accept": "text/event-stream"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        for method in ("GET", "DELETE"):
+            answer = await http.request(method, f"{service.server.url}/mcp", headers=headers)
+            assert answer.status_code == 405
+            assert answer.json()["error"]["type"] == "MethodNotAllowed"
+
+
 def test_stdio_without_a_key_does_not_start(tmp_path: Path) -> None:
     done = subprocess.run(
         [AGENTCRON, "mcp"],
@@ -360,19 +362,8 @@ def test_stdio_without_a_key_does_not_start(tmp_path: Path) -> None:
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    assert done.returncode == 2
-    assert done.stdout == ""
+    assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith("agentcron: no API key: pass --key or set AGENTCRON_KEY")
-
-
-async def test_http_serves_post_only(service: Service) -> None:
-    # Stateless with JSON answers: no stream to GET, no session to DELETE.
-    headers = {"Authorization": f"Bearer {service.key}", "accept": "text/event-stream"}
-    async with httpx.AsyncClient(timeout=10) as http:
-        for method in ("GET", "DELETE"):
-            answer = await http.request(method, f"{service.server.url}/mcp", headers=headers)
-            assert answer.status_code == 405
-            assert answer.json()["error"]["type"] == "MethodNotAllowed"
 
 
 async def test_stdio_says_in_each_result_that_the_service_is_not_there() -> None:

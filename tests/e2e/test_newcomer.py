@@ -1,6 +1,7 @@
 """A newcomer's first minutes, with the real ``agentcron`` executable as a user runs it: the
 database URL as they paste it, a database that is missing or not migrated, commands run from
-another directory. Each answer is one plain line and an exit status, never a traceback."""
+another directory. Each answer is one plain line and an exit status, never a traceback. (How
+a URL without a driver is read: tests/unit/test_database_url.py.)"""
 
 from __future__ import annotations
 
@@ -42,35 +43,10 @@ def assert_plain(done: subprocess.CompletedProcess[str], status: int) -> str:
     return output
 
 
-def server_url(database: str, scheme: str) -> str:
-    """A URL of ``database`` on the test PostgreSQL server, spelled with ``scheme``."""
+def server_url(database: str) -> str:
+    """A URL of ``database`` on the test PostgreSQL server, without a driver, as pasted."""
     url = make_url(PG_URL).set(database=database)
-    return f"{scheme}://{url.render_as_string(hide_password=False).split('://', 1)[1]}"
-
-
-# -- 1. the URL spellings people paste ---------------------------------------------------------
-
-
-async def test_postgresql_urls_without_a_driver_use_asyncpg(empty_pg: str, tmp_path: Path) -> None:
-    migrated = agentcron("migrate", database_url=server_url(empty_pg, "postgresql"), cwd=tmp_path)
-    assert_plain(migrated, 0)
-    made = agentcron(
-        "keys",
-        "create",
-        "--owner",
-        "alice",
-        database_url=server_url(empty_pg, "postgres"),
-        cwd=tmp_path,
-    )
-    assert_plain(made, 0)
-    assert made.stdout.strip().splitlines()[-1].startswith("ac_")
-
-
-def test_a_sqlite_url_without_a_driver_uses_aiosqlite(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'plain.db'}"
-    assert_plain(agentcron("migrate", database_url=url, cwd=tmp_path), 0)
-    listed = agentcron("keys", "list", database_url=url, cwd=tmp_path)
-    assert "no API keys" in assert_plain(listed, 0)
+    return f"postgresql://{url.render_as_string(hide_password=False).split('://', 1)[1]}"
 
 
 # -- 2. a PostgreSQL database that does not exist ----------------------------------------------
@@ -98,7 +74,7 @@ async def test_a_missing_postgresql_database_is_named_with_its_remedy(
         await clone_pg(pg_server)  # skips (or fails under AGENTCRON_REQUIRE_PG=1)
     name = f"agentcron_nc_missing_{uuid.uuid4().hex[:12]}"  # never created
     url = make_url(PG_URL).set(database=name)
-    done = agentcron(*command, database_url=server_url(name, "postgresql"), cwd=tmp_path)
+    done = agentcron(*command, database_url=server_url(name), cwd=tmp_path)
     line = one_line(assert_plain(done, 2), f'database "{name}" does not exist')
     assert f"on {url.host}:{url.port or 5432}" in line
     assert f"create it with: createdb -h {url.host}" in line and line.endswith(name)
@@ -117,26 +93,23 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["no-file", "empty-file"])
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command))
-def test_no_database_here_says_migrate_first_and_creates_nothing(
-    tmp_path: Path, command: list[str]
+def test_without_a_migrated_database_says_migrate_first(
+    tmp_path: Path, command: list[str], empty: bool
 ) -> None:
-    # The default URL, ./var/agentcron.db, from a directory that has none.
-    done = agentcron(*command, database_url=None, cwd=tmp_path, SECRETS_KEY=secrets_key())
-    line = one_line(assert_plain(done, 2), "run `agentcron migrate`")
-    assert str(tmp_path / "var" / "agentcron.db") in line
-    assert not (tmp_path / "var").exists()  # neither the file nor its directory
-
-
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command))
-def test_an_unmigrated_database_says_migrate_first(tmp_path: Path, command: list[str]) -> None:
+    # No file: the default URL, ./var/agentcron.db, from a directory that has none.
     path = tmp_path / "empty.db"
-    sqlite3.connect(path).close()
-    done = agentcron(
-        *command, database_url=f"sqlite:///{path}", cwd=tmp_path, SECRETS_KEY=secrets_key()
-    )
+    if empty:
+        sqlite3.connect(path).close()
+    url = f"sqlite:///{path}" if empty else None
+    done = agentcron(*command, database_url=url, cwd=tmp_path, SECRETS_KEY=secrets_key())
     line = one_line(assert_plain(done, 2), "run `agentcron migrate`")
-    assert f"the database {path} is at schema nothing" in line
+    if empty:
+        assert f"the database {path} is at schema nothing" in line
+    else:
+        assert str(tmp_path / "var" / "agentcron.db") in line
+        assert not (tmp_path / "var").exists()  # neither the file nor its directory
 
 
 def secrets_key() -> str:

@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,13 +19,12 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import (
-    AGENTCRON,
     Fleet,
     Server,
     command_runner,
-    engine_env,
-    kill_server,
     make_key,
+    migrate,
+    sqlite_env,
     wait_for,
 )
 from tests.integration.engine_kit import process_alive
@@ -51,8 +49,8 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A migrated SQLite database with an API key in it, made once: each test serves a copy
     (a SIGKILLed server cannot be reused, and migrating again per test costs seconds)."""
     where = tmp_path_factory.mktemp("template")
-    env = engine_env(f"sqlite+aiosqlite:///{where / 'agentcron.db'}", where / "data", "template")
-    subprocess.run([AGENTCRON, "migrate"], env=env, check=True, capture_output=True)
+    env = sqlite_env(where, "template")
+    migrate(env)
     return where / "agentcron.db", make_key(env)
 
 
@@ -60,8 +58,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def server(migrated: tuple[Path, str], fleet: Fleet, tmp_path: Path) -> Server:
     template, key = migrated
     shutil.copy(template, tmp_path / "agentcron.db")
-    url = f"sqlite+aiosqlite:///{tmp_path / 'agentcron.db'}"
-    running = fleet.start(engine_env(url, tmp_path / "data", "no-orphans"), "server")
+    running = fleet.start(sqlite_env(tmp_path, "no-orphans"), "server")
     running.key = key
     return running
 
@@ -108,20 +105,16 @@ async def gone_within(pids: tuple[int, ...], seconds: float) -> float:
     return time.monotonic() - start
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["running", "frozen"])
 async def test_a_sigkilled_service_takes_its_agent_and_the_agents_child_with_it(
-    server: Server, tmp_path: Path
+    server: Server, tmp_path: Path, frozen: bool
 ) -> None:
     pids = await start_agent(server, tmp_path)
-    assert kill_server(server) == -signal.SIGKILL
-    await gone_within(pids, KILL_WITHIN_SECONDS)
-
-
-async def test_a_sigkilled_service_kills_a_frozen_agent_too(server: Server, tmp_path: Path) -> None:
-    # As the engine freezes an attempt whose lease it cannot confirm: a stopped group must be
-    # killed as well, not left stopped (or thawed by the kernel's SIGCONT to orphaned groups).
-    pids = await start_agent(server, tmp_path)
-    leader = pids[0]
-    assert os.getpgid(leader) == leader  # the gate exec'd the agent: its group is the agent's
-    os.killpg(leader, signal.SIGSTOP)
-    assert kill_server(server) == -signal.SIGKILL
+    if frozen:
+        # As the engine freezes an attempt whose lease it cannot confirm: a stopped group must
+        # be killed as well, not left stopped (or thawed by the kernel's SIGCONT to orphaned
+        # groups). The gate exec'd the agent: its group is the agent's.
+        assert os.getpgid(pids[0]) == pids[0]
+        os.killpg(pids[0], signal.SIGSTOP)
+    assert server.kill() == -signal.SIGKILL
     await gone_within(pids, KILL_WITHIN_SECONDS)

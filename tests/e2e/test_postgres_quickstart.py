@@ -27,10 +27,9 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import PG_URL, PgServer, clone_pg
 from tests.e2e.conftest import AGENTCRON, _pg_admin, free_port, processes_with
-from tests.e2e.test_serve import README, readme_block
+from tests.e2e.test_serve import REPO, readme_block
 
 pytestmark = pytest.mark.slow
-REPO = README.parent
 
 
 @pytest.fixture

@@ -13,31 +13,32 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agentcron.web.engine.heap import YOUNG_THRESHOLD
 from tests.e2e.conftest import Server
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = README.parent
+
+
+def readme_block(marker: str, language: str = "(?:sh|bash)?") -> str:
+    text = README.read_text()
+    block = re.search(rf"<!-- {marker} -->\n```{language}\n(.*?)```", text, re.S)
+    assert block, f"README has no {marker} block"
+    return block.group(1)
 
 
 def readme_curl_commands(marker: str = "quickstart") -> list[str]:
     """The curl commands of a marked README block, in order."""
-    text = README.read_text()
-    block = re.search(rf"<!-- {marker} -->\n```(?:sh|bash)?\n(.*?)```", text, re.S)
-    assert block, f"README has no {marker} block"
-    commands = []
-    for line in block.group(1).replace("\\\n", " ").splitlines():
-        line = line.strip()
-        if line.startswith("curl "):
-            commands.append(line)
-    return commands
+    lines = readme_block(marker).replace("\\\n", " ").splitlines()
+    return [line.strip() for line in lines if line.strip().startswith("curl ")]
 
 
 def test_readme_curl_example_works_verbatim(server: Server) -> None:
     commands = readme_curl_commands()
     assert commands, "no curl command in the quickstart"
-    port = server.url.rsplit(":", 1)[1]
-    outputs = [run_curl(command, port, server.key) for command in commands]
+    outputs = [run_curl(command, server) for command in commands]
     created = json.loads(outputs[0])
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
     assert created["next_run"]
@@ -46,19 +47,14 @@ def test_readme_curl_example_works_verbatim(server: Server) -> None:
     assert all(item.endswith("+08:00") for item in preview["next"])
 
 
-def readme_argv(words: list[str], port: str, key: str | None) -> list[str]:
-    """A README command's words with the test server's port and API key in place of the
-    README's ``127.0.0.1:8000`` and ``$AGENTCRON_KEY`` (what the reader's shell would expand)."""
-    assert key is not None
-    return [
-        word.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace("$AGENTCRON_KEY", key)
-        for word in words
-    ]
-
-
-def run_curl(command: str, port: str, key: str | None, **substitutions: str) -> str:
+def run_curl(command: str, server: Server, **substitutions: str) -> str:
+    """Run a README curl command with the test server's URL and API key in place of the
+    README's ``http://127.0.0.1:8000`` and ``$AGENTCRON_KEY`` (what the reader's shell would
+    expand)."""
+    assert server.key is not None
+    substitutions |= {"http://127.0.0.1:8000": server.url, "$AGENTCRON_KEY": server.key}
     argv = []
-    for arg in readme_argv(shlex.split(command), port, key):
+    for arg in shlex.split(command):
         for name, value in substitutions.items():
             arg = arg.replace(name, value)
         argv.append(arg)
@@ -69,12 +65,11 @@ def run_curl(command: str, port: str, key: str | None, **substitutions: str) -> 
 
 def test_readme_firing_example_runs_the_agent(server: Server) -> None:
     create, history = readme_curl_commands("firing")
-    port = server.url.rsplit(":", 1)[1]
-    schedule = json.loads(run_curl(create, port, server.key))
+    schedule = json.loads(run_curl(create, server))
     deadline = time.monotonic() + 25
     runs: list[dict[str, object]] = []
     while time.monotonic() < deadline:
-        runs = json.loads(run_curl(history, port, server.key, SCHEDULE_ID=schedule["id"]))["items"]
+        runs = json.loads(run_curl(history, server, SCHEDULE_ID=schedule["id"]))["items"]
         if any(run["status"] == "succeeded" for run in runs):
             break
         time.sleep(0.5)
@@ -82,16 +77,6 @@ def test_readme_firing_example_runs_the_agent(server: Server) -> None:
     assert done, f"no run succeeded: {runs}\n{server.log()[-3000:]}"
     assert done[0]["trigger"] == "schedule"
     assert done[0]["output"] == "agent got: hello agent\n"
-
-
-def readme_block(marker: str) -> str:
-    text = README.read_text()
-    block = re.search(rf"<!-- {marker} -->\n```(?:sh|bash)?\n(.*?)```", text, re.S)
-    assert block, f"README has no {marker} block"
-    return block.group(1)
-
-
-REPO = README.parents[0]
 
 
 def run_readme_block(marker: str, server: Server) -> dict[str, Any]:
@@ -163,8 +148,13 @@ def test_readme_chat_digest_example_is_accepted_and_says_what_its_runs_need(
     assert "environment variable DIGEST_API_KEY (runner.api_key_env) is not set" in run["error"]
 
 
-def test_the_started_service_settles_its_heap_and_sigterm_stops_it_cleanly(
-    server: Server,
+@pytest.mark.parametrize(
+    ("stop", "codes"),
+    [(signal.SIGTERM, (0, -signal.SIGTERM)), (signal.SIGINT, (0,))],
+    ids=["sigterm", "ctrl-c"],
+)
+def test_the_started_service_settles_its_heap_and_stops_cleanly(
+    server: Server, stop: signal.Signals, codes: tuple[int, ...]
 ) -> None:
     assert httpx.get(f"{server.url}/readyz").status_code == 200
     # Started, it froze its heap out of garbage collection: unfrozen, every full collection
@@ -174,16 +164,10 @@ def test_the_started_service_settles_its_heap_and_sigterm_stops_it_cleanly(
     assert settled["frozen"] > 50_000, settled
     # And it collects its young objects less often (docs/library.md: a tenth of a burst's CPU).
     assert settled["young_threshold"] == YOUNG_THRESHOLD, settled
-    # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says why.
-    assert server.stop() in (0, -signal.SIGTERM)
-    assert "service_stopped" in server.log()
-    assert "Traceback" not in server.log()
-
-
-def test_ctrl_c_stops_the_service_cleanly_with_status_0(server: Server) -> None:
-    assert httpx.get(f"{server.url}/readyz").status_code == 200
-    server.process.send_signal(signal.SIGINT)
-    assert server.process.wait(timeout=30) == 0, server.log()[-4000:]
+    # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says why; a
+    # Ctrl-C ends with status 0.
+    server.process.send_signal(stop)
+    assert server.process.wait(timeout=30) in codes, server.log()[-4000:]
     server.log_file.close()
     assert "service_stopped" in server.log()
     assert "Traceback" not in server.log()

@@ -15,31 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import signal
 import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
-from agentcron.core.storage.models import Run
-from tests.conftest import bearer
 from tests.e2e.conftest import (
     Fleet,
     RunProbe,
     Server,
     command_runner,
+    create_schedule,
     engine_env,
+    finished,
     iso,
     kill_processes_with,
-    kill_server,
     make_key,
+    one_shot,
+    read_executions,
     wait_for,
 )
 
@@ -65,77 +65,47 @@ TAKEOVER_WITHIN = 3.0
 DIED_WITHIN = 1.0  # seconds from the kill to the killed replica's agents' last line
 
 
-@dataclass
-class Execution:
-    run_id: str
-    attempt: int
-    instance: str
-    started: int  # ns
-    last: int  # ns of its last line: when it was last known alive
-    ended: bool
-
-
-def executions(log: Path) -> list[Execution]:
-    found: dict[tuple[str, int, str], Execution] = {}
-    for text in log.read_text().splitlines():
-        phase, run_id, attempt, instance, ns = text.split()
-        key = (run_id, int(attempt), instance)
-        if phase == "START":
-            found[key] = Execution(run_id, int(attempt), instance, int(ns), int(ns), False)
-        else:
-            found[key].last = int(ns)
-            found[key].ended = phase == "END"
-    return sorted(found.values(), key=lambda execution: execution.started)
-
-
 async def create_schedules(server: Server, key: str, marker: str, log: Path) -> list[str]:
     """One-shot schedules (one due time each), due one a second from 3 s from now."""
     first = datetime.now(UTC) + timedelta(seconds=3)
     ids = []
-    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
-        for index in range(SCHEDULES):
-            beats = round(random.uniform(5, 20) / 0.2)
-            body = {
-                "name": f"takeover-{index}",
-                "prompt": "work",
-                "trigger": {"at": iso(first + timedelta(seconds=index))},
-                "runner": command_runner(AGENT, marker, str(log), str(beats)),
-            }
-            response = await http.post(f"{server.url}/api/v1/schedules", json=body)
-            assert response.status_code == 201, response.text
-            ids.append(response.json()["id"])
+    for index in range(SCHEDULES):
+        beats = round(random.uniform(5, 20) / 0.2)
+        body = {
+            "name": f"takeover-{index}",
+            "prompt": "work",
+            "trigger": {"at": iso(first + timedelta(seconds=index))},
+            "runner": command_runner(AGENT, marker, str(log), str(beats)),
+        }
+        ids.append(str((await create_schedule(server, key, body))["id"]))
     return ids
 
 
 @pytest.mark.pg
 @pytest.mark.slow
 @pytest.mark.solo
+@pytest.mark.timeout(300)  # 63 to 79 s alone; past the default 120 s on a loaded machine
 async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
 ) -> None:
     marker = f"agentcron-takeover-{uuid.uuid4().hex}"
     log = tmp_path / "agents.log"
     probe = probe_factory(pg_url)
-    starts = 0
+    starts = itertools.count(1)
 
-    def env(slot: int) -> tuple[str, dict[str, str]]:
-        nonlocal starts
-        starts += 1
-        instance = f"replica{slot}-{starts}"
-        return instance, engine_env(
+    async def start(slot: int) -> tuple[str, Server]:
+        instance = f"replica{slot}-{next(starts)}"
+        env = engine_env(
             pg_url,
             tmp_path / f"data-{slot}",
             instance,
             LEASE_SECONDS="30",
             SCHEDULER_CONCURRENCY="16",
         )
-
-    async def start(slot: int) -> tuple[str, Server]:
-        instance, variables = env(slot)
-        return instance, await asyncio.to_thread(fleet.start, variables, instance)
+        return instance, await asyncio.to_thread(fleet.start, env, instance)
 
     try:
-        key = await asyncio.to_thread(make_key, env(0)[1])
+        key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
         live = dict(enumerate(await asyncio.gather(*(start(s) for s in range(REPLICAS)))))
         schedule_ids = await create_schedules(live[0][1], key, marker, log)
         await asyncio.sleep(5)  # the first runs are under way
@@ -150,7 +120,7 @@ async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
             await asyncio.sleep(random.uniform(0, 1))  # a random moment of its runs' lives
             instance, server = live.pop(slot)
             kills.append((instance, time.time_ns()))
-            await asyncio.to_thread(kill_server, server)
+            await asyncio.to_thread(server.kill)
             restart = asyncio.create_task(start(slot))
             restart.add_done_callback(lambda task, slot=slot: live.update({slot: task.result()}))
             restarts.append(restart)
@@ -174,18 +144,18 @@ async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
     assert all(len(found) == 1 for found in by_schedule.values()), by_schedule  # 0 duplicates
     assert all(run.status == "succeeded" for run in runs)  # 0 lost
 
-    seen = executions(log)
+    seen = read_executions(log)
     takeovers: list[float] = []
     for instance, killed_at in kills:
-        for cut in [e for e in seen if e.instance == instance and not e.ended]:
-            assert (cut.last - killed_at) / 1e9 < DIED_WITHIN, (cut, "outlived its service")
+        for cut in [e for e in seen if e.instance == instance and e.ended_ns is None]:
+            assert (cut.last_ns - killed_at) / 1e9 < DIED_WITHIN, (cut, "outlived its service")
             after = [e for e in seen if e.run_id == cut.run_id and e.attempt > cut.attempt]
             assert after, f"run {cut.run_id} was not continued"
-            takeovers.append((min(e.started for e in after) - killed_at) / 1e9)
+            takeovers.append((min(e.started_ns for e in after) - killed_at) / 1e9)
     for run_id in {e.run_id for e in seen}:
         mine = [e for e in seen if e.run_id == run_id]
         for earlier, later in zip(mine, mine[1:], strict=False):
-            assert later.started > earlier.last, ("overlap", earlier, later)
+            assert later.started_ns > earlier.last_ns, ("overlap", earlier, later)
     assert len(takeovers) >= KILLS // 2, (kills, seen)  # most kills cut running agents
     ordered = sorted(takeovers)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
@@ -217,59 +187,41 @@ async def test_a_frozen_replica_keeps_its_session_so_only_its_lease_frees_its_ru
     try:
         key = await asyncio.to_thread(make_key, env_a)
         a = await asyncio.to_thread(fleet.start, env_a, "a")
-        at = datetime.now(UTC) + timedelta(seconds=1)
-        body = {
-            "name": "frozen",
-            "prompt": "work",
-            "trigger": {"at": iso(at)},
-            "runner": command_runner(AGENT, marker, str(log), str(round(12 / 0.2))),
-        }
-        async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
-            response = await http.post(f"{a.url}/api/v1/schedules", json=body)
-        assert response.status_code == 201, response.text
+        agent = command_runner(AGENT, marker, str(log), str(round(12 / 0.2)))
+        await create_schedule(a, key, one_shot(agent, delay=1))
         await asyncio.to_thread(fleet.start, env_b, "b")
 
-        async def started_on_a() -> bool:
-            return log.exists() and any(e.instance == "frozen-a" for e in executions(log))
+        async def started_on(instance: str) -> bool:
+            return any(e.instance == instance for e in read_executions(log))
 
-        await wait_for(started_on_a, "the run to start on A", within=15)
+        await wait_for(lambda: started_on("frozen-a"), "the run to start on A", within=15)
         a.process.send_signal(signal.SIGSTOP)
         frozen_at = time.time_ns()
-
-        async def started_on_b() -> bool:
-            return any(e.instance == "frozen-b" for e in executions(log))
-
-        await wait_for(started_on_b, "B to take the run over", within=3 * lease)
+        await wait_for(lambda: started_on("frozen-b"), "B to take the run over", within=3 * lease)
         await asyncio.sleep(1)  # frozen a second past the takeover
         a.process.send_signal(signal.SIGCONT)
         resumed_at = time.time_ns()
         await asyncio.sleep(2)  # its agent's beats, if it were still going, would show
-        done = await wait_for(
-            lambda: probe_done(probe), "the run to finish on B", within=40, interval=0.5
-        )
+        [run] = await probe.runs()  # one due time, one run
+        done = await wait_for(lambda: finished(probe, run.id), "B to finish", 40, interval=0.5)
     finally:
         with contextlib.suppress(ProcessLookupError):
             a.process.send_signal(signal.SIGCONT)
         fleet.close()
         kill_processes_with(marker)
 
-    seen = executions(log)
+    seen = read_executions(log)
     first = next(e for e in seen if e.instance == "frozen-a")
     second = next(e for e in seen if e.instance == "frozen-b")
-    waited = (second.started - frozen_at) / 1e9
-    overlap = (first.last - second.started) / 1e9
-    stopped = (first.last - resumed_at) / 1e9
+    waited = (second.started_ns - frozen_at) / 1e9
+    overlap = (first.last_ns - second.started_ns) / 1e9
+    stopped = (first.last_ns - resumed_at) / 1e9
     print(
         f"\nSIGSTOP: taken over {waited:.2f} s after the freeze (lease {lease:g} s); the frozen"
         f" replica's agent stopped {stopped:.2f} s after SIGCONT; overlap {overlap:.2f} s"
     )
-    assert not first.ended and second.attempt == first.attempt + 1
+    assert first.ended_ns is None and second.attempt == first.attempt + 1
     assert waited >= lease - 2  # its session lived on: the lease, not liveness, freed the run
     assert stopped < 1.0  # stopped at once on resume, not left to finish
-    assert overlap < (resumed_at - second.started) / 1e9 + 1.0
+    assert overlap < (resumed_at - second.started_ns) / 1e9 + 1.0
     assert done.status == "succeeded" and done.attempt == 2
-
-
-async def probe_done(probe: RunProbe) -> Run | None:
-    runs = await probe.runs()
-    return runs[0] if len(runs) == 1 and runs[0].status == "succeeded" else None

@@ -42,8 +42,6 @@ class FaultProxy:
         self.upstream = (upstream_host, upstream_port)
         self.state: State = "open"
         self.port = 0
-        self.accepted = 0  # connections accepted so far (diagnostics)
-        self.reset = 0  # connections reset by cut() or while cut
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._server: asyncio.Server | None = None
@@ -70,7 +68,6 @@ class FaultProxy:
         """Reset every connection now; reset each new one on arrival until ``restore()``."""
         self.state = "cut"
         self._flowing.set()  # nothing waits on the flow any more: stalled pipes end too
-        self.reset += len(self._writers)
         self._abort_all()
 
     def stall(self) -> None:
@@ -90,13 +87,11 @@ class FaultProxy:
         self._writers.clear()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
         me = asyncio.current_task()
         if me is not None:  # so close() ends connections still waiting on a stall
             self._tasks.add(me)
             me.add_done_callback(self._tasks.discard)
         if self.state == "cut":
-            self.reset += 1
             _reset(writer)
             return
         self._writers.add(writer)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -46,7 +45,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -59,17 +58,17 @@ from tests.e2e.conftest import (
     Execution,
     RunProbe,
     Server,
+    doubled,
     engine_env,
+    grid,
     iso,
     json_events,
     kill_processes_with,
-    kill_server,
     make_key,
     overlapping,
     read_executions,
     scratch_pg_database,
     start_server,
-    stop_server,
     timed_agent,
 )
 from tests.faults.agents import LOG_ENV
@@ -100,20 +99,17 @@ def is_long(config: SoakConfig, index: int) -> bool:
     return fraction > 0 and math.floor((index + 1) * fraction) > math.floor(index * fraction)
 
 
+def offset(config: SoakConfig, index: int) -> timedelta:
+    """How far schedule ``index``'s grid lies after the base: spread evenly over the interval,
+    or none with ``burst``."""
+    spread = 0.0 if config.burst else config.every * index / config.schedules
+    return timedelta(seconds=round(spread, 3))
+
+
 @dataclass
 class SoakResult:
     summary: dict[str, Any]
     violations: list[str] = field(default_factory=list)
-
-
-def grid(start: datetime, every: timedelta, low: datetime, high: datetime) -> list[datetime]:
-    """The due times ``start + k * every`` (any integer k) within [low, high]."""
-    k = math.ceil((low - start) / every)
-    times = []
-    while (due := start + k * every) <= high:
-        times.append(due)
-        k += 1
-    return times
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -152,11 +148,8 @@ class Replicas:
         return start_server(self.env(slot), self.workdir / f"{self.instance(slot)}.log")
 
     async def start_all(self) -> None:
-        self.live = list(
-            await asyncio.gather(
-                *(asyncio.to_thread(self.start, slot) for slot in range(self.config.replicas))
-            )
-        )
+        starting = (asyncio.to_thread(self.start, slot) for slot in range(self.config.replicas))
+        self.live = list(await asyncio.gather(*starting))
 
     def instance(self, slot: int) -> str:
         """The instance id of slot's live process."""
@@ -166,7 +159,7 @@ class Replicas:
         """SIGKILL slot's process; start its successor. Returns (killed at, successor up at)."""
         victim = self.live[slot]
         killed_at = datetime.now(UTC)
-        code = await asyncio.to_thread(kill_server, victim)
+        code = await asyncio.to_thread(victim.kill)
         assert code == -signal.SIGKILL, code
         self.dead.append(victim)
         self.generation[slot] += 1
@@ -176,17 +169,13 @@ class Replicas:
     async def stop_all(self) -> list[int]:
         # A replica's shutdown may take its loop's stop (10 s), the drain (5 s) and the hard stop
         # of the agents still going (15 s), then a write per run handed back: many long agents
-        # on a busy host take more than stop_server's default 30 s.
-        stopping = (asyncio.to_thread(stop_server, s, 60) for s in self.live)
+        # on a busy host take more than Server.stop's default 30 s.
+        stopping = (asyncio.to_thread(s.stop, 60) for s in self.live)
         return list(await asyncio.gather(*stopping))
 
     def kill_all(self) -> None:
         for server in self.live:
-            if server.process.poll() is None:
-                server.process.kill()
-                server.process.wait(timeout=10)
-            with contextlib.suppress(Exception):
-                server.log_file.close()
+            server.kill()
 
     def logs(self) -> list[str]:
         return [server.log() for server in [*self.dead, *self.live]]
@@ -201,13 +190,12 @@ async def create_schedules(
     async with httpx.AsyncClient(timeout=60, headers=bearer(key)) as http:
 
         async def create(index: int) -> str:
-            offset = 0.0 if config.burst else every * index / config.schedules
             body = {
                 "name": f"soak {index}",
                 "prompt": "append the run id",
                 "trigger": {
                     "every_seconds": every,
-                    "start_at": iso(base + timedelta(seconds=round(offset, 3))),
+                    "start_at": iso(base + offset(config, index)),
                 },
                 "misfire_grace_seconds": config.grace,
                 "max_attempts": 3,
@@ -274,17 +262,10 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         def in_window(run: Run) -> bool:
             return run.due_at is not None and window_start <= run.due_at <= window_end
 
-        expected = {sid: grid(base, every, window_start, window_end) for sid in ids}
-        if not config.burst:
-            expected = {
-                sid: grid(
-                    base + timedelta(seconds=round(config.every * i / config.schedules, 3)),
-                    every,
-                    window_start,
-                    window_end,
-                )
-                for i, sid in enumerate(ids)
-            }
+        expected = {
+            sid: grid(base + offset(config, i), every, window_start, window_end)
+            for i, sid in enumerate(ids)
+        }
         want = sum(len(times) for times in expected.values())
         # A long run taken over after a kill starts over: up to two of its lengths to finish.
         long_wait = 2 * config.long_seconds if config.long_fraction > 0 else 0.0
@@ -310,8 +291,7 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
     if any(code not in (0, -signal.SIGTERM) for code in codes):
         violations.append(f"a replica did not stop cleanly on SIGTERM: {codes}")
     scheduled = [r for r in runs if r.trigger == "schedule"]
-    per_due = Counter((str(r.schedule_id), r.due_at) for r in scheduled)
-    duplicates = [key for key, count in per_due.items() if count > 1]
+    duplicates = doubled((str(r.schedule_id), r.due_at) for r in scheduled)
     if duplicates:
         violations.append(f"{len(duplicates)} due times with more than one run: {duplicates[:5]}")
     window_runs = [r for r in scheduled if in_window(r)]
@@ -325,10 +305,9 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
     if set(statuses) - {"succeeded"}:
         violations.append(f"window runs not all succeeded: {dict(statuses)}")
     log = read_executions(fault_log)
-    attempts = Counter((e.run_id, e.attempt) for e in log)
-    doubled = [key for key, count in attempts.items() if count > 1]
-    if doubled:
-        violations.append(f"{len(doubled)} attempts executed twice: {doubled[:5]}")
+    twice = doubled((e.run_id, e.attempt) for e in log)
+    if twice:
+        violations.append(f"{len(twice)} attempts executed twice: {twice[:5]}")
     executions = Counter(e.run_id for e in log)
     attempt_of = {str(r.id): r.attempt for r in scheduled}
     over = [r for r, count in executions.items() if count > attempt_of.get(r, 0)]
@@ -408,14 +387,8 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
     recovered = sum(
         int(e.get("runs", 0)) for log in logs for e in json_events(log, "leases_recovered")
     )
-    summary = {
-        "replicas": config.replicas,
-        "schedules": config.schedules,
-        "every_seconds": config.every,
-        "burst": config.burst,
-        "seconds": config.seconds,
+    summary = {  # beside the config, which ``main`` prints with it
         "window_seconds": round((window_end - window_start).total_seconds(), 1),
-        "lease_seconds": config.lease_seconds,
         "create_seconds": round(create_seconds, 1),
         "kills": len(kills),
         "runs": len(scheduled),
@@ -423,10 +396,9 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
         "window_runs": len(window_runs),
         "duplicates": len(duplicates),
         "missed": len(missing),
-        "attempts_executed_twice": len(doubled),
+        "attempts_executed_twice": len(twice),
         "runs_reexecuted_after_kill": sum(1 for count in executions.values() if count > 1),
         "long_schedules": sum(1 for index in range(config.schedules) if is_long(config, index)),
-        "long_seconds": config.long_seconds,
         "executions": len(log),
         "reexecutions_unexplained": len(unexplained),
         "overlaps": len(overlaps),
@@ -455,53 +427,27 @@ async def soak(config: SoakConfig, database_url: str, workdir: Path) -> SoakResu
 
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--schedules", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--kill-every", type=float, default=20.0)
-    parser.add_argument("--every", type=int, default=10, help="seconds between due times")
-    parser.add_argument("--burst", action="store_true", help="every schedule due at once")
-    parser.add_argument(
-        "--lease-seconds",
-        "--lease",
-        dest="lease",
-        type=float,
-        default=3.0,
-        help="AGENTCRON_LEASE_SECONDS",
-    )
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument(
-        "--long-fraction",
-        type=float,
-        default=0.0,
-        help="of the schedules, spread evenly, run a command agent working --long-seconds",
-    )
-    parser.add_argument("--long-seconds", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=None)
+    # One option per field of SoakConfig, by its name: --kill-every, --lease-seconds...
+    for option in fields(SoakConfig):
+        flag = f"--{option.name.replace('_', '-')}"
+        if isinstance(option.default, bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            kind = float if option.type in ("float", "float | None") else int
+            parser.add_argument(flag, type=kind, default=option.default)
     parser.add_argument("--keep", action="store_true", help="keep the database and the logs")
-    args = parser.parse_args(argv)
-    config = SoakConfig(
-        replicas=args.replicas,
-        schedules=args.schedules,
-        seconds=args.seconds,
-        kill_every=args.kill_every,
-        every=args.every,
-        burst=args.burst,
-        lease_seconds=args.lease,
-        concurrency=args.concurrency,
-        seed=args.seed,
-        long_fraction=args.long_fraction,
-        long_seconds=args.long_seconds,
-    )
+    args = vars(parser.parse_args(argv))
+    keep = args.pop("keep")
+    config = SoakConfig(**args)
     if not 0 <= config.long_fraction <= 1:
         parser.error("--long-fraction is a fraction, between 0 and 1")
     workdir = Path(tempfile.mkdtemp(prefix="agentcron-soak-"))
-    async with scratch_pg_database("agentcron_soak", workdir, keep=args.keep) as database_url:
+    async with scratch_pg_database("agentcron_soak", workdir, keep=keep) as database_url:
         result = await soak(config, database_url, workdir)
     print(json.dumps({"config": asdict(config), **result.summary}, indent=2, default=str))
     for violation in result.violations:
         print(f"VIOLATION: {violation}", file=sys.stderr)
-    print(f"logs: {workdir}" + ("" if args.keep else " (database dropped)"), file=sys.stderr)
+    print(f"logs: {workdir}" + ("" if keep else " (database dropped)"), file=sys.stderr)
     return 1 if result.violations else 0
 
 

@@ -28,11 +28,15 @@ from tests.e2e.conftest import (
     RunProbe,
     Server,
     command_runner,
+    create_schedule,
+    doubled,
     engine_env,
+    finished,
+    grid,
     iso,
     json_events,
     make_key,
-    stop_server,
+    one_shot,
     wait_for,
 )
 from tests.faults.conftest import through
@@ -70,31 +74,38 @@ echo "$AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT end" >> "$1"
 """
 
 
-def grid(start: datetime, low: datetime, high: datetime) -> list[datetime]:
-    """The due times ``start + k * EVERY`` with low <= t <= high."""
-    step = timedelta(seconds=EVERY)
-    due, times = start, []
-    while due <= high:
-        if due >= low:
-            times.append(due)
-        due += step
-    return times
+STEP = timedelta(seconds=EVERY)
+HOURLY_TRUE = {
+    "prompt": "p",
+    "trigger": {"every_seconds": 3600},
+    "runner": {"type": "command", "argv": ["true"]},
+}
 
 
 def log_lines(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
-async def create(server: Server, key: str, body: dict[str, Any]) -> str:
-    return str((await create_schedule(server, key, body))["id"])
+async def serve_through_proxy(
+    pg_url: str, proxy: ThreadedProxy, fleet: Fleet, tmp_path: Path, **extra: str
+) -> tuple[Server, str]:
+    """A server reaching ``pg_url`` through ``proxy``, and a key made on the database itself."""
+    key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
+    env = engine_env(through(proxy, pg_url), tmp_path / "data", "server-1", LEASE_SECONDS=LEASE)
+    env.update({f"AGENTCRON_{name}": value for name, value in extra.items()})
+    return await asyncio.to_thread(fleet.start, env, "server"), key
 
 
-async def create_schedule(server: Server, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
-        response = await http.post(f"{server.url}/api/v1/schedules", json=body)
-    assert response.status_code == 201, response.text
-    created: dict[str, Any] = response.json()
-    return created
+def ticking(start_at: datetime, log: Path, **fields: Any) -> dict[str, Any]:
+    """A schedule due every ``EVERY`` s from ``start_at`` whose agent logs each attempt."""
+    return {
+        "name": "tick",
+        "prompt": "tick",
+        "trigger": {"every_seconds": EVERY, "start_at": iso(start_at)},
+        "misfire_grace_seconds": GRACE,
+        "runner": command_runner(TICK_AGENT, "agent", str(log)),
+        **fields,
+    }
 
 
 def assert_unavailable_body(response: httpx.Response) -> None:
@@ -115,12 +126,7 @@ async def outage_probes(
     """While the database is out: the process lives, /healthz 200, /readyz 503 and API writes
     503 with the documented body. Returns how many of each answer were seen."""
     seen: Counter[str] = Counter()
-    body = {
-        "name": "during outage",
-        "prompt": "p",
-        "trigger": {"every_seconds": 3600},
-        "runner": {"type": "command", "argv": ["true"]},
-    }
+    body = {"name": "during outage", **HOURLY_TRUE}
     async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=bearer(key)) as http:
         while time.monotonic() < until - 1:
             assert server.process.poll() is None, server.log()[-4000:]
@@ -165,50 +171,21 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
 ) -> None:
     tick_log, long_log = tmp_path / "tick.log", tmp_path / "long.log"
     probe = probe_factory(pg_url)  # straight to PostgreSQL, not through the proxy
-    key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
-    env = engine_env(through(pg_proxy, pg_url), tmp_path / "data", "outage-1", LEASE_SECONDS=LEASE)
-    server = await asyncio.to_thread(fleet.start, env, "server")
-
+    server, key = await serve_through_proxy(pg_url, pg_proxy, fleet, tmp_path)
     start_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-    tick = await create_schedule(
-        server,
-        key,
-        {
-            "name": "tick",
-            "prompt": "tick",
-            "trigger": {"every_seconds": EVERY, "start_at": iso(start_at)},
-            "misfire_grace_seconds": GRACE,
-            "catchup": "skip",
-            "runner": command_runner(TICK_AGENT, "agent", str(tick_log)),
-        },
-    )
+    tick = await create_schedule(server, key, ticking(start_at, tick_log, catchup="skip"))
     tick_id = str(tick["id"])
     # Its first due time: start_at, or a later point of its grid if creating it took longer
     # than the second start_at was ahead (a loaded machine).
     first = datetime.fromisoformat(tick["next_run"])
-    long_id = await create(
-        server,
-        key,
-        {
-            "name": "long",
-            "prompt": "long",
-            # The cut comes once this run starts: at least a due time of the ticking schedule
-            # falls before it, even when creating that schedule took long enough (a loaded
-            # machine) for its first due time to be a later point of its grid.
-            "trigger": {
-                "at": iso(
-                    max(
-                        datetime.now(UTC) + timedelta(seconds=3),
-                        first + timedelta(seconds=EVERY + 1),
-                    )
-                )
-            },
-            "runner": command_runner(LONG_AGENT, "agent", str(long_log)),
-        },
-    )
+    # The cut comes once this run starts: at least one due time of the ticking schedule falls
+    # before it.
+    ahead = max(3.0, (first - datetime.now(UTC)).total_seconds() + EVERY + 1)
+    long_agent = command_runner(LONG_AGENT, "agent", str(long_log))
+    long_schedule = await create_schedule(server, key, one_shot(long_agent, delay=ahead))
 
     async def long_started() -> Run | None:
-        runs = await probe.runs(long_id)
+        runs = await probe.runs(long_schedule["id"])
         if len(runs) == 1 and runs[0].status == "running" and log_lines(long_log):
             return runs[0]
         return None
@@ -237,25 +214,13 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
 
     await wait_for(long_ended, "the thawed agent to end", within=20, interval=0.05)
 
-    async def long_done() -> Run | None:
-        run = await probe.run(long_run.id)
-        return run if run.status not in ("pending", "running") else None
-
-    done = await wait_for(long_done, "the interrupted run to be recorded", within=40)
-    await asyncio.sleep(max(0.0, AFTER_SECONDS - (datetime.now(UTC) - restore_at).total_seconds()))
-    after = await create(
-        server,
-        key,
-        {
-            "name": "after the outage",
-            "prompt": "p",
-            "trigger": {"every_seconds": 3600},
-            "runner": {"type": "command", "argv": ["true"]},
-        },
+    done = await wait_for(
+        lambda: finished(probe, long_run.id), "the interrupted run to be recorded", within=40
     )
-    assert after
+    await asyncio.sleep(max(0.0, AFTER_SECONDS - (datetime.now(UTC) - restore_at).total_seconds()))
+    await create_schedule(server, key, {"name": "after the outage", **HOURLY_TRUE})
     end = datetime.now(UTC)
-    assert await asyncio.to_thread(stop_server, server) in (0, -15)
+    assert await asyncio.to_thread(server.stop) in (0, -15)
     log = server.log()
 
     # -- the process declared what it promises (docs/design.md, promise 14) ----------------
@@ -284,12 +249,11 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     assert [e["run_id"] for e in json_events(log, "run_suspended")] == [str(long_run.id)]
     assert [e["run_id"] for e in json_events(log, "run_resumed")] == [str(long_run.id)]
     assert json_events(log, "run_lease_lost") == []
-    assert [r.id for r in await probe.runs(long_id)] == [long_run.id]
+    assert [r.id for r in await probe.runs(long_schedule["id"])] == [long_run.id]
 
     # -- the ticking schedule --------------------------------------------------------------
     rows = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
-    due = Counter(r.due_at for r in rows)
-    assert [d for d, count in due.items() if count > 1] == []
+    assert doubled(r.due_at for r in rows) == []
     # Due times the outage cost are on the timeline as skipped rows saying "missed" (issue 8);
     # none of them executed.
     accounted = [r for r in rows if r.status == "skipped"]
@@ -297,12 +261,13 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     runs = [r for r in rows if r.status != "skipped"]
     assert {r.status for r in runs} == {"succeeded"}, Counter(r.status for r in runs)
     ran = {r.due_at for r in runs}
-    step = timedelta(seconds=EVERY)
-    before = grid(start_at, first, cut_at - step)
+    before = grid(start_at, STEP, first, cut_at - STEP)
     assert before and set(before) <= ran, sorted(set(before) - ran)
     # Due times that came and went during the outage more than GRACE before the restore were
     # missed: no process could claim them in time, so with catch-up skip they have no run.
-    missed = grid(start_at, cut_at + timedelta(seconds=0.5), restore_at - timedelta(seconds=GRACE))
+    missed = grid(
+        start_at, STEP, cut_at + timedelta(seconds=0.5), restore_at - timedelta(seconds=GRACE)
+    )
     assert len(missed) >= (OUTAGE_SECONDS - GRACE) // EVERY - 1, missed
     assert not set(missed) & ran, sorted(set(missed) & ran)
     assert set(missed) <= {r.due_at for r in accounted}, sorted(
@@ -311,7 +276,7 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     skipped = [e for e in json_events(log, "due_times_missed") if e["schedule_id"] == tick_id]
     assert skipped and skipped[0]["catchup"] == "skip", skipped
     # After the outage the timetable resumes: every due time once recovery had time to happen.
-    resumed = grid(start_at, restore_at + timedelta(seconds=RECOVERY_BOUND), end - step)
+    resumed = grid(start_at, STEP, restore_at + timedelta(seconds=RECOVERY_BOUND), end - STEP)
     assert resumed and set(resumed) <= ran, sorted(set(resumed) - ran)
     # Nothing ran late: every run was claimed within its grace (docs/design.md, promise 4) and
     # started right after (a generous second for a loaded machine; the agent takes
@@ -324,8 +289,7 @@ async def test_database_cut_is_survived_without_lost_doubled_or_late_runs(
     # The agent's own log: no attempt of a run executed twice; a run id recurs only as a new
     # attempt after an attempt whose outcome the outage swallowed (docs/design.md, promise 7).
     lines = log_lines(tick_log)
-    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
-    assert [pair for pair, count in attempts.items() if count > 1] == []
+    assert doubled((run_id, attempt) for run_id, attempt in lines) == []
     by_run = Counter(run_id for run_id, _ in lines)
     attempt_of = {str(r.id): r.attempt for r in runs}
     assert set(by_run) == set(attempt_of)
@@ -357,27 +321,11 @@ async def test_database_stall_answers_503_in_bounded_time_and_resumes(
     with no run doubled."""
     tick_log = tmp_path / "tick.log"
     probe = probe_factory(pg_url)
-    key = await asyncio.to_thread(make_key, engine_env(pg_url, tmp_path / "data", "keys"))
-    env = engine_env(
-        through(pg_proxy, pg_url),
-        tmp_path / "data",
-        "stall-1",
-        LEASE_SECONDS=LEASE,
-        DATABASE_TIMEOUT_SECONDS=str(STALL_DB_TIMEOUT),
+    server, key = await serve_through_proxy(
+        pg_url, pg_proxy, fleet, tmp_path, DATABASE_TIMEOUT_SECONDS=str(STALL_DB_TIMEOUT)
     )
-    server = await asyncio.to_thread(fleet.start, env, "server")
     start_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-    tick_id = await create(
-        server,
-        key,
-        {
-            "name": "tick",
-            "prompt": "tick",
-            "trigger": {"every_seconds": EVERY, "start_at": iso(start_at)},
-            "misfire_grace_seconds": GRACE,
-            "runner": command_runner(TICK_AGENT, "agent", str(tick_log)),
-        },
-    )
+    tick_id = str((await create_schedule(server, key, ticking(start_at, tick_log)))["id"])
     await wait_for(lambda: probe.runs(tick_id), "a first run", within=10)
     await asyncio.to_thread(pg_proxy.stall)
     stall_at = time.monotonic()
@@ -404,16 +352,13 @@ async def test_database_stall_answers_503_in_bounded_time_and_resumes(
     resume_from = restore_at + timedelta(seconds=RECOVERY_BOUND / 2)
     await asyncio.sleep((resume_from - datetime.now(UTC)).total_seconds() + 3 * EVERY)
     end = datetime.now(UTC)
-    assert await asyncio.to_thread(stop_server, server) in (0, -15)
+    assert await asyncio.to_thread(server.stop) in (0, -15)
 
-    runs = [r for r in await probe.runs(tick_id) if r.trigger == "schedule"]
-    due = Counter(r.due_at for r in runs)
-    assert [d for d, count in due.items() if count > 1] == []
-    resumed = grid(start_at, resume_from, end - timedelta(seconds=EVERY))
+    due = [r.due_at for r in await probe.runs(tick_id) if r.trigger == "schedule"]
+    assert doubled(due) == []
+    resumed = grid(start_at, STEP, resume_from, end - STEP)
     assert resumed and set(resumed) <= set(due), sorted(set(resumed) - set(due))
-    lines = log_lines(tick_log)
-    attempts = Counter((run_id, attempt) for run_id, attempt in lines)
-    assert [pair for pair, count in attempts.items() if count > 1] == []
+    assert doubled((run_id, attempt) for run_id, attempt in log_lines(tick_log)) == []
     assert len(json_events(server.log(), "SchedulerUnavailable")) >= 1
     print(
         f"\nstall: {STALL_SECONDS:g} s, database timeout {STALL_DB_TIMEOUT} s; answers during "
