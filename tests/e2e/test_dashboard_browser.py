@@ -127,8 +127,8 @@ async def test_create_watch_pause_and_replay_in_the_browser(server: Server, page
     await expect(replay.first.locator("td.out summary")).to_contain_text("agent says:")
 
     # Issue 17: the form's settings beyond the trigger, the preview following its bounds and
-    # max runs as they are typed (paging the history: tests/integration/test_dashboard_newcomer.py;
-    # a phone's width: the next test).
+    # max runs as they are typed (paging the history: tests/integration/test_dashboard.py,
+    # test_a_batch_of_runs_pages_in_due_time_order; a phone's width: the next test).
     await page.goto(f"{server.url}/")
     await page.click("text=New schedule >> nth=0")
     await page.fill("#name", "bounded")
