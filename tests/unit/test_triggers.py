@@ -75,27 +75,26 @@ def test_month_names() -> None:
     assert days("0 0 1 FEB-mar *", 3) == [date(2025, 2, 1), date(2025, 3, 1), date(2026, 2, 1)]
 
 
-def test_equal_bound_range_is_one_value() -> None:
-    # croniter would read 5-5 as "every hour".
-    got = fires("0 5-5 * * *", 3)
-    assert [f.hour for f in got] == [5, 5, 5]
-    assert [f.minute for f in fires("5-5 * * * *", 2)] == [5, 5]
+MIDNIGHT = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def test_reversed_hour_and_minute_ranges_wrap() -> None:
-    assert [f.hour for f in fires("0 22-2 * * *", 6)] == [22, 23, 0, 1, 2, 22]
-    # The step walks the wrapped sequence 22, 23, 0, 1, 2.
-    assert [f.hour for f in fires("0 22-2/2 * * *", 4)] == [22, 0, 2, 22]
-    after = datetime(2025, 1, 1, 12, 49, tzinfo=UTC)
-    got = [f.minute for f in fires("50-10 * * * *", 13, after)]
-    assert got == [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 0, 1, 2]
-
-
-def test_steps_and_lists() -> None:
-    after = datetime(2025, 1, 1, 0, 0, tzinfo=UTC)
-    assert [f.minute for f in fires("*/20 * * * *", 3, after)] == [20, 40, 0]
-    assert [f.minute for f in fires("10-40/15 * * * *", 3, after)] == [10, 25, 40]
-    assert [f.minute for f in fires("1,2,59 * * * *", 3, after)] == [1, 2, 59]
+@pytest.mark.parametrize(
+    ("cron", "after", "part", "expected"),
+    [
+        ("0 5-5 * * *", NOW, "hour", [5, 5, 5]),  # croniter would read 5-5 as "every hour"
+        ("5-5 * * * *", NOW, "minute", [5, 5]),
+        ("0 22-2 * * *", NOW, "hour", [22, 23, 0, 1, 2, 22]),  # a reversed range wraps
+        ("0 22-2/2 * * *", NOW, "hour", [22, 0, 2, 22]),  # the step walks 22, 23, 0, 1, 2
+        ("50-10 * * * *", NOW.replace(minute=49), "minute", [*range(50, 60), 0, 1, 2]),
+        ("*/20 * * * *", MIDNIGHT, "minute", [20, 40, 0]),
+        ("10-40/15 * * * *", MIDNIGHT, "minute", [10, 25, 40]),
+        ("1,2,59 * * * *", MIDNIGHT, "minute", [1, 2, 59]),
+    ],
+)
+def test_the_hours_and_minutes_a_cron_fires_at(
+    cron: str, after: datetime, part: str, expected: list[int]
+) -> None:
+    assert [getattr(fire, part) for fire in fires(cron, len(expected), after)] == expected
 
 
 @pytest.mark.parametrize(
