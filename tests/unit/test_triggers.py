@@ -123,11 +123,6 @@ def test_feb_29_is_valid_and_rare_matches_are_found() -> None:
     assert days("0 0 29 2 1", 2) == [date(2025, 2, 3), date(2025, 2, 10)]
 
 
-def test_next_fire_rejects_naive_after() -> None:
-    with pytest.raises(ValueError, match="aware"):
-        next_fire(CronTrigger("* * * * *"), datetime(2025, 1, 1))
-
-
 @pytest.mark.parametrize(
     ("cron", "after", "expected"),
     [
@@ -264,11 +259,6 @@ def test_shape_rejections(data: Any, field: str) -> None:
     assert caught.value.field == field
 
 
-# --------------------------------------------------------------------------------------------
-# Interval
-# --------------------------------------------------------------------------------------------
-
-
 def test_interval_default_start_is_now_truncated() -> None:
     trigger = parse_trigger({"every_seconds": 90}, NOW)
     assert trigger == IntervalTrigger(90, datetime(2025, 1, 1, 12, 0, 30, tzinfo=UTC))
@@ -282,11 +272,6 @@ def test_interval_accepts_z_and_datetime() -> None:
     assert a == b
 
 
-# --------------------------------------------------------------------------------------------
-# One-shot
-# --------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("at", ["2024-12-31T00:00:00Z", NOW.isoformat()])
 def test_one_shot_in_the_past(at: str) -> None:
     with pytest.raises(InvalidSchedule) as caught:
@@ -295,14 +280,11 @@ def test_one_shot_in_the_past(at: str) -> None:
     assert "past" in caught.value.message
 
 
-def test_naive_now_is_a_caller_bug() -> None:
+def test_a_naive_instant_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        next_fire(CronTrigger("* * * * *"), datetime(2025, 1, 1))
     with pytest.raises(ValueError, match="aware"):
         parse_trigger({"cron": "@daily"}, datetime(2025, 1, 1))
-
-
-# --------------------------------------------------------------------------------------------
-# Stored form
-# --------------------------------------------------------------------------------------------
 
 
 def test_stored_form_is_json_safe_utc() -> None:
@@ -370,11 +352,6 @@ def test_an_explicit_dst_policy_is_another_stored_trigger() -> None:
     # Absent, a policy follows the job kind's default, which may change; given, it is fixed.
     stored = {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}
     assert restated({**stored, "dst_gap": "shift"}, stored) is None
-
-
-# --------------------------------------------------------------------------------------------
-# describe
-# --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
