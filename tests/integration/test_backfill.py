@@ -286,5 +286,5 @@ async def test_backfill_and_resume_through_the_api(client: httpx.AsyncClient) ->
     resumed = await client.post(f"{url}/resume", json={"catchup": "skip"})
     assert resumed.json()["enabled"] is True
     plain = await client.post(f"{url}/pause")
-    assert plain.status_code == 200
+    assert plain.status_code == 200 and plain.json()["paused_note"] is None
     assert (await client.post(f"{url}/resume")).json()["enabled"] is True  # no body: skip

@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Set
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from html.parser import HTMLParser
-from pathlib import Path
 from pprint import pformat
 from typing import Any
 from urllib.parse import urlencode
@@ -52,7 +51,7 @@ from agentcron.core.triggers import KIND_KEYS
 from agentcron.testing.kit import SettableClock
 from agentcron.web.api.schemas import ScheduleOut
 from agentcron.web.cli import main as cli_main
-from tests.conftest import TEST_AGENTS, app_client, issue_key
+from tests.conftest import app_client, issue_key
 from tests.integration.test_dashboard import ORIGIN, browser
 
 API = "/api/v1/schedules"
@@ -297,16 +296,10 @@ async def clients(app: FastAPI) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.
 
 
 @pytest.fixture
-def settings(db_url: str, tmp_path: Path) -> Settings:
+def settings(settings: Settings) -> Settings:
     """The conftest settings with an operator's key: LOADED refers to stored secrets."""
-    return Settings(
-        database_url=db_url,
-        disable_scheduler=True,
-        data_dir=tmp_path / "data",
-        log_format="console",
-        agents_file=TEST_AGENTS,
-        secrets_key=SecretStr(Fernet.generate_key().decode()),
-    )
+    key = SecretStr(Fernet.generate_key().decode())
+    return settings.model_copy(update={"secrets_key": key})
 
 
 async def store_secrets(api: httpx.AsyncClient, body: dict[str, Any]) -> None:
@@ -613,5 +606,5 @@ async def test_the_command_lines_resume_and_pause_keep_every_other_field(
         await run_cli(key, "schedules", "pause", id, "--note", "again")
         paused = await stored(live_app, api, id)
         assert paused["api"]["enabled"] is False and paused["api"]["paused_note"] == "again"
-        assert paused["api"]["next_run"] is None
+        assert paused["api"]["next_run"] is None and paused["api"]["paused_at"] is not None
         only_moved(resumed, paused, EDITED | state)

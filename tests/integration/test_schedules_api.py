@@ -105,23 +105,6 @@ async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.Async
     assert now < next_run <= now + timedelta(seconds=91)
 
 
-async def test_pause_resume_with_note(client: httpx.AsyncClient) -> None:
-    created = await create(client)
-    paused = await client.post(f"{API}/{created['id']}/pause", json={"note": "holiday"})
-    assert paused.status_code == 200
-    assert paused.json()["enabled"] is False
-    assert paused.json()["paused_note"] == "holiday"
-    assert paused.json()["paused_at"] is not None
-    assert paused.json()["next_run"] is None
-    resumed = await client.post(f"{API}/{created['id']}/resume")
-    assert resumed.status_code == 200
-    data = resumed.json()
-    assert data["enabled"] is True and data["paused_at"] is None and data["paused_note"] is None
-    assert parse(data["next_run"]) > datetime.now(UTC)
-    paused = await client.post(f"{API}/{created['id']}/pause")  # no body: no note
-    assert paused.status_code == 200 and paused.json()["paused_note"] is None
-
-
 async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> None:
     response = await client.post(
         f"{API}/preview",
@@ -155,30 +138,12 @@ async def test_masked_secret_round_trip(client: httpx.AsyncClient) -> None:
     assert patched.json()["notify"][0]["secret"] == shown
 
 
+# What parse_trigger refuses is tested in tests/unit/test_triggers.py: one trigger error here
+# shows the API names its field, one needs the server's clock.
 BAD_INPUT = [
-    ("cron_field_count", {"trigger": {"cron": "0 8 * *"}}, 422, "trigger.cron"),
-    ("cron_six_fields", {"trigger": {"cron": "0 0 8 * * 1"}}, 422, "trigger.cron"),
     ("cron_out_of_range", {"trigger": {"cron": "60 8 * * *"}}, 422, "trigger.cron"),
-    ("cron_garbage", {"trigger": {"cron": "every day at 8"}}, 422, "trigger.cron"),
-    ("cron_never", {"trigger": {"cron": "0 0 31 2 *"}}, 422, "trigger.cron"),
-    (
-        "unknown_zone",
-        {"trigger": {"cron": "0 8 * * *", "timezone": "Mars/Base"}},
-        422,
-        "trigger.timezone",
-    ),
-    (
-        "offset_zone",
-        {"trigger": {"cron": "0 8 * * *", "timezone": "+08:00"}},
-        422,
-        "trigger.timezone",
-    ),
-    ("interval_zero", {"trigger": {"every_seconds": 0}}, 422, "trigger.every_seconds"),
     ("interval_negative", {"trigger": {"every_seconds": -5}}, 422, "trigger.every_seconds"),
-    ("interval_huge", {"trigger": {"every_seconds": 10**12}}, 422, "trigger.every_seconds"),
-    ("at_naive", {"trigger": {"at": "2099-01-01T00:00:00"}}, 422, "trigger.at"),
     ("at_past", {"trigger": {"at": "2001-01-01T00:00:00+00:00"}}, 422, "trigger.at"),
-    ("two_kinds", {"trigger": {"cron": "* * * * *", "every_seconds": 5}}, 422, "trigger"),
     ("timeout_zero", {"timeout_seconds": 0}, 422, "timeout_seconds"),
     ("attempts_negative", {"max_attempts": -1}, 422, "max_attempts"),
     # The loop claims a due time a few milliseconds after it comes due: a zero grace would
