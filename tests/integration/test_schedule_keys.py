@@ -15,28 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcron.core.errors import (
-    InvalidSchedule,
-    NotFound,
-)
+from agentcron.core.errors import InvalidSchedule, NotFound
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
-
-API = "/api/v1/schedules"
-RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
-
-
-def record(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "name": "deployment 42",
-        "prompt": "Summarise today's headlines.",
-        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
-        "runner": RUNNER,
-    }
-    data.update(overrides)
-    return data
+from tests.integration.test_schedules_api import API
+from tests.integration.test_schedules_api import body as record
 
 
 async def test_put_by_key_creates_then_replaces_the_same_schedule_and_keeps_its_runs(
@@ -68,7 +53,7 @@ async def test_put_by_key_creates_then_replaces_the_same_schedule_and_keeps_its_
     assert [item["id"] for item in runs] == [run["id"]]
     # The run keeps the input it was made with: replacing the record rewrites no run.
     kept, _ = await live_app.state.runs.get_run(run["id"], "local")
-    assert kept.payload["prompt"] == "Summarise today's headlines."
+    assert kept.payload["prompt"] == record()["prompt"]
     assert kept.payload["key"] == "deployment:42"
 
 
