@@ -26,6 +26,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
 from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED
 from tests.integration.engine_kit import Engine, runs_of, runs_where, spec, wait_for
+from tests.integration.test_schedules_api import create
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -251,13 +252,8 @@ async def test_resume_all_refuses_more_than_its_cap(db: Database) -> None:
 
 async def test_backfill_and_resume_through_the_api(client: httpx.AsyncClient) -> None:
     now = datetime.now(UTC)
-    body = {
-        "name": "hourly",
-        "prompt": "p",
-        "trigger": {"every_seconds": 3600, "start_at": (now - 3 * HOUR + MINUTE).isoformat()},
-        "runner": {"type": "command", "argv": ["true"]},
-    }
-    schedule = (await client.post("/api/v1/schedules", json=body)).json()
+    start_at = (now - 3 * HOUR + MINUTE).isoformat()
+    schedule = await create(client, trigger={"every_seconds": 3600, "start_at": start_at})
     url = f"/api/v1/schedules/{schedule['id']}"
     window = {"start": (now - 4 * HOUR).isoformat(), "end": now.isoformat()}
 
