@@ -222,12 +222,11 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
 # -- the form --------------------------------------------------------------------------------
 
 
-# Each: the inputs changed, the field the message is shown at, and what it says.
+# Each: the inputs changed, the field the message is shown at, and what it says. Which cron
+# expressions and zones are refused is tested in tests/unit/test_triggers.py: one of each here.
 BAD_FORM: list[tuple[dict[str, str], str, str]] = [
     ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
-    ({"cron": "0 0 31 2 *"}, "cron", "never"),
     ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
-    ({"timezone": "+08:00"}, "timezone", "offset"),
     ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
     ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
     ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
@@ -281,7 +280,6 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert (created.timeout_seconds, created.max_attempts, created.overlap) == (600, 2, "allow")
         page = await http.get(response.headers["location"])
         assert "Schedule created." in page.text
-        assert "At 08:00, Monday through Friday, Asia/Shanghai" in page.text
         assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
 
         # The edit form shows the stored values (that an edit keeps what it does not change:

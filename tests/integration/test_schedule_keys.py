@@ -113,15 +113,10 @@ async def test_delete_by_key_frees_the_key_and_keeps_the_runs_readable(
     assert again.status_code == 201 and again.json()["id"] != first["id"]
 
 
-async def service(live_app: Any) -> ScheduleService:
-    schedules: ScheduleService = live_app.state.schedules
-    return schedules
-
-
 async def test_reconcile_applies_pauses_and_deletes_only_its_scope_or_nothing(
     live_app: Any,
 ) -> None:
-    schedules = await service(live_app)
+    schedules: ScheduleService = live_app.state.schedules
     await schedules.apply("host", "deploy:gone", record())
     await schedules.apply("host", "deploy:kept", record(name="old name"))
     outside = await schedules.apply("host", "other:1", record())
@@ -178,7 +173,7 @@ async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_sche
 ) -> None:
     # A host's replicas all reconcile at start: whichever adds a key first, the others find
     # it and replace it, and none fails on the key index; so do applies of one new key.
-    schedules = await service(live_app)
+    schedules: ScheduleService = live_app.state.schedules
     records = {f"deploy:{n}": record(enabled=n % 2 == 0) for n in range(4)}
     applies = ("deploy:0", "deploy:0", "deploy:0", "deploy:1")
     for round in range(3):
@@ -202,7 +197,7 @@ async def test_an_unchanged_record_whose_time_has_passed_is_still_unchanged(
     # A one-shot that has fired and an interval past its end_at stay under their keys, and a
     # host keeps reconciling them: the checks a new trigger gets ("at lies in the past") judged
     # them when they were first given, not each time they are given again.
-    schedules = await service(live_app)
+    schedules: ScheduleService = live_app.state.schedules
     clock = SettableClock()
     schedules.context.clock = clock
     soon = clock() + timedelta(hours=1)
