@@ -106,10 +106,10 @@ async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
     await ledger.claim_due_jobs(T0 + 8 * MINUTE + 30 * S)
     clock.now = T0 + 9 * MINUTE
 
+    before = {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)}
     dry = await service.backfill(schedule_id, request(T0 + S, T0 + 9 * MINUTE, dry_run=True), None)
     assert dry.due_times == [T0 + k * MINUTE for k in range(1, 7)]
     assert dry.kept == 2  # the run of 00:08, the deliberate skip of 00:07
-    before = {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)}
     assert {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)} == before
 
     done = await service.backfill(schedule_id, request(T0 + S, T0 + 9 * MINUTE), None)
