@@ -589,9 +589,6 @@ async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI
 # -- for a newcomer (issue 17) ---------------------------------------------------------------
 
 
-SHELL = ["sh", "-c", "echo agent got: $(cat)"]
-
-
 async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
     live_app: FastAPI,
 ) -> None:
@@ -605,7 +602,7 @@ async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
             "end_at": "2099-01-01T00:00:00+08:00",
             "dst_gap": "skip",
         },
-        runner={"type": "command", "argv": SHELL},
+        runner={"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]},
     )
     async with browser(live_app, key) as http:
         page = (await http.get(f"/schedules/{schedule.id}")).text

@@ -32,7 +32,6 @@ import pytest
 from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from pydantic import SecretStr
-from pydantic.fields import FieldInfo
 from sqlalchemy import select
 
 from agentcron.core.config import Settings
@@ -219,10 +218,6 @@ EDITED = frozenset({"updated_at"})
 RETIMED = frozenset({"next_run", "description", "warnings"})
 
 
-def _default(info: FieldInfo) -> Any:
-    return info.get_default(call_default_factory=True)
-
-
 def test_the_loaded_schedules_cover_every_field() -> None:
     request_fields = set(ScheduleCreate.model_fields)
     assert set(ScheduleUpdate.model_fields) == request_fields, (
@@ -238,7 +233,8 @@ def test_the_loaded_schedules_cover_every_field() -> None:
         for name, info in ScheduleCreate.model_fields.items():
             assert name in body, f"{label} does not set {name}: add it to LOADED"
             if not info.is_required():
-                assert body[name] != _default(info), f"{label}: {name} is its default"
+                default = info.get_default(call_default_factory=True)
+                assert body[name] != default, f"{label}: {name} is its default"
         ScheduleCreate.model_validate(body)
 
     triggers = [body["trigger"] for body in LOADED.values()]
