@@ -48,10 +48,6 @@ async def paged(client: httpx.AsyncClient, url: str, limit: int) -> list[list[di
     return pages
 
 
-def parse(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
 async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
     before = datetime.now(UTC)
     created = await create(client)
@@ -63,7 +59,7 @@ async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
     assert created["misfire_grace_seconds"] == 60
     assert created["timeout_seconds"] == 3600 and created["max_attempts"] == 3
     assert created["notify"] == [] and created["consecutive_failures"] == 0
-    next_run = parse(created["next_run"])
+    next_run = datetime.fromisoformat(created["next_run"])
     assert next_run.utcoffset() == timedelta(0)
     local = next_run.astimezone(ZoneInfo("Asia/Shanghai"))
     assert (local.hour, local.minute, local.second) == (8, 0, 0)
@@ -94,7 +90,7 @@ async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.Async
     assert patched["name"] == "renamed"
     assert patched["prompt"] == created["prompt"]
     assert patched["description"] == "Every 90 seconds"
-    next_run = parse(patched["next_run"])
+    next_run = datetime.fromisoformat(patched["next_run"])
     now = datetime.now(UTC)
     assert now < next_run <= now + timedelta(seconds=91)
 
