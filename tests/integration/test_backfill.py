@@ -26,6 +26,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
 from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED
 from tests.integration.engine_kit import Engine, runs_of, runs_where, spec, wait_for
+from tests.integration.test_schedules_api import create
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -105,10 +106,10 @@ async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
     await ledger.claim_due_jobs(T0 + 8 * MINUTE + 30 * S)
     clock.now = T0 + 9 * MINUTE
 
+    before = {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)}
     dry = await service.backfill(schedule_id, request(T0 + S, T0 + 9 * MINUTE, dry_run=True), None)
     assert dry.due_times == [T0 + k * MINUTE for k in range(1, 7)]
     assert dry.kept == 2  # the run of 00:08, the deliberate skip of 00:07
-    before = {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)}
     assert {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)} == before
 
     done = await service.backfill(schedule_id, request(T0 + S, T0 + 9 * MINUTE), None)
@@ -251,13 +252,8 @@ async def test_resume_all_refuses_more_than_its_cap(db: Database) -> None:
 
 async def test_backfill_and_resume_through_the_api(client: httpx.AsyncClient) -> None:
     now = datetime.now(UTC)
-    body = {
-        "name": "hourly",
-        "prompt": "p",
-        "trigger": {"every_seconds": 3600, "start_at": (now - 3 * HOUR + MINUTE).isoformat()},
-        "runner": {"type": "command", "argv": ["true"]},
-    }
-    schedule = (await client.post("/api/v1/schedules", json=body)).json()
+    start_at = (now - 3 * HOUR + MINUTE).isoformat()
+    schedule = await create(client, trigger={"every_seconds": 3600, "start_at": start_at})
     url = f"/api/v1/schedules/{schedule['id']}"
     window = {"start": (now - 4 * HOUR).isoformat(), "end": now.isoformat()}
 
@@ -286,5 +282,5 @@ async def test_backfill_and_resume_through_the_api(client: httpx.AsyncClient) ->
     resumed = await client.post(f"{url}/resume", json={"catchup": "skip"})
     assert resumed.json()["enabled"] is True
     plain = await client.post(f"{url}/pause")
-    assert plain.status_code == 200
+    assert plain.status_code == 200 and plain.json()["paused_note"] is None
     assert (await client.post(f"{url}/resume")).json()["enabled"] is True  # no body: skip

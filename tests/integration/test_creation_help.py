@@ -13,32 +13,22 @@ import httpx
 import pytest
 
 from agentcron.core.config import Settings
+from tests.integration.test_schedules_api import body, create
 
-CRON = {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
 
-
-def body(runner: dict[str, Any], trigger: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "help", "prompt": "p", "trigger": trigger or CRON, "runner": runner}
+def command(*argv: str) -> dict[str, Any]:
+    return {"type": "command", "argv": list(argv)}
 
 
 def codes(schedule: dict[str, Any]) -> list[str]:
     return [warning["code"] for warning in schedule["warnings"]]
 
 
-async def create(client: httpx.AsyncClient, payload: dict[str, Any]) -> dict[str, Any]:
-    created = await client.post("/api/v1/schedules", json=payload)
-    assert created.status_code == 201, created.text
-    schedule: dict[str, Any] = created.json()
-    return schedule
-
-
 # -- a program that is not there ----------------------------------------------------------------
 
 
 async def test_a_command_not_on_path_is_saved_with_a_warning(client: httpx.AsyncClient) -> None:
-    schedule = await create(
-        client, body({"type": "command", "argv": ["agentcron-no-such-agent", "--go"]})
-    )
+    schedule = await create(client, runner=command("agentcron-no-such-agent", "--go"))
     [warning] = schedule["warnings"]
     assert warning["code"] == "command_not_found"
     assert warning["field"] == "runner.argv.0"
@@ -55,7 +45,7 @@ async def test_a_command_not_on_path_is_saved_with_a_warning(client: httpx.Async
 async def test_a_relative_path_is_judged_where_the_runs_start(
     client: httpx.AsyncClient, settings: Settings, tmp_path: Path
 ) -> None:
-    schedule = await create(client, body({"type": "command", "argv": ["python3", "my_agent.py"]}))
+    schedule = await create(client, runner=command("python3", "my_agent.py"))
     [warning] = schedule["warnings"]
     workdir = (settings.data_dir / "tasks").resolve() / "local" / schedule["id"]
     assert warning["code"] == "script_not_found"
@@ -63,10 +53,10 @@ async def test_a_relative_path_is_judged_where_the_runs_start(
     assert f"working directory {workdir}, where every run starts" in warning["message"]
     script = tmp_path / "my_agent.py"
     script.write_text("print('hi')\n")
-    absolute = await create(client, body({"type": "command", "argv": ["python3", str(script)]}))
+    absolute = await create(client, runner=command("python3", str(script)))
     assert codes(absolute) == []
 
-    schedule = await create(client, body({"type": "command", "argv": ["./agent.sh"]}))
+    schedule = await create(client, runner=command("./agent.sh"))
     [warning] = schedule["warnings"]
     assert warning["code"] == "command_not_found"
     assert "where runs start" in warning["message"]
@@ -106,7 +96,7 @@ async def test_a_key_or_smtp_variable_not_set_is_saved_with_a_warning(
 ) -> None:
     monkeypatch.delenv(KEY_VAR, raising=False)
     monkeypatch.setenv(SMTP_VAR, "  ")  # blank is not set: the delivery reads it as unset
-    schedule = await create(client, {**body(CHAT), "notify": [MAIL]})
+    schedule = await create(client, runner=CHAT, notify=[MAIL])
     key, smtp = schedule["warnings"]
     assert (key["code"], key["field"]) == ("variable_not_set", "runner.api_key_env")
     assert key["message"].startswith(
@@ -133,9 +123,7 @@ async def test_a_key_or_smtp_variable_not_set_is_saved_with_a_warning(
 
 async def test_an_interval_under_a_minute_is_warned(client: httpx.AsyncClient) -> None:
     for every, warned in ((1, True), (59, True), (60, False), (900, False)):
-        schedule = await create(
-            client, body({"type": "command", "argv": ["cat"]}, {"every_seconds": every})
-        )
+        schedule = await create(client, runner=command("cat"), trigger={"every_seconds": every})
         assert codes(schedule) == (["frequent"] if warned else []), every
         if warned:
             [warning] = schedule["warnings"]
@@ -161,7 +149,7 @@ async def test_a_zone_in_the_wrong_case_gets_a_suggestion(
 ) -> None:
     trigger = {"cron": "0 9 * * *", "timezone": typed}
     refused = await client.post(
-        "/api/v1/schedules", json=body({"type": "command", "argv": ["cat"]}, trigger)
+        "/api/v1/schedules", json=body(runner=command("cat"), trigger=trigger)
     )
     # The preview answers the same.
     preview = await client.post("/api/v1/schedules/preview", json={"trigger": trigger})
@@ -187,7 +175,7 @@ async def test_a_skip_time_in_a_repeated_hour_takes_the_pass_that_is_due(
     now = datetime.now(UTC)
     year = now.year + 1
     trigger = {"cron": "30 1 * * *", "timezone": "America/New_York", "dst_repeat": "last"}
-    schedule = await create(client, body({"type": "command", "argv": ["cat"]}, trigger))
+    schedule = await create(client, runner=command("cat"), trigger=trigger)
     first_sunday = next(
         day for day in (datetime(year, 11, d) for d in range(1, 8)) if day.weekday() == 6
     )

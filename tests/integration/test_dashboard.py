@@ -222,12 +222,11 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
 # -- the form --------------------------------------------------------------------------------
 
 
-# Each: the inputs changed, the field the message is shown at, and what it says.
+# Each: the inputs changed, the field the message is shown at, and what it says. Which cron
+# expressions and zones are refused is tested in tests/unit/test_triggers.py: one of each here.
 BAD_FORM: list[tuple[dict[str, str], str, str]] = [
     ({"cron": "0 8 * *"}, "cron", "cron has 5 fields"),
-    ({"cron": "0 0 31 2 *"}, "cron", "never"),
     ({"timezone": "Mars/Olympus"}, "timezone", "unknown timezone"),
-    ({"timezone": "+08:00"}, "timezone", "offset"),
     ({"trigger_kind": "every", "every_seconds": "ten"}, "every_seconds", "whole number"),
     ({"trigger_kind": "every", "every_seconds": "0"}, "every_seconds", "out of range"),
     ({"trigger_kind": "at", "at": "2001-01-01T00:00:00+00:00"}, "at", "past"),
@@ -252,8 +251,7 @@ BAD_FORM: list[tuple[dict[str, str], str, str]] = [
 async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
     live_app: FastAPI, subtests: pytest.Subtests
 ) -> None:
-    key = await issue_key(live_app, "alice")
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         for changes, field, message in BAD_FORM:
             with subtests.test(field=field, message=message):
                 response = await http.post("/schedules/new", data={**FORM, **changes})
@@ -270,8 +268,7 @@ async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
 
 async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastAPI) -> None:
     # The local owner: the form's own command runner is for trusted owners (core.policy).
-    key = await issue_key(live_app, "local")
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "local")) as http:
         response = await http.post("/schedules/new", data=FORM)
         assert response.status_code == 303
         id = schedule_id(response)
@@ -281,7 +278,6 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert (created.timeout_seconds, created.max_attempts, created.overlap) == (600, 2, "allow")
         page = await http.get(response.headers["location"])
         assert "Schedule created." in page.text
-        assert "At 08:00, Monday through Friday, Asia/Shanghai" in page.text
         assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
 
         # The edit form shows the stored values (that an edit keeps what it does not change:
@@ -334,8 +330,7 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
 async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
     live_app: FastAPI,
 ) -> None:
-    key = await issue_key(live_app, "alice")
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
         assert good.status_code == 200
         assert "At 08:00, Monday through Friday, Europe/London" in good.text
@@ -384,11 +379,10 @@ async def test_posts_from_another_site_are_refused(
 
 
 async def test_names_are_escaped(live_app: FastAPI) -> None:
-    key = await issue_key(live_app, "alice")
     evil = '<script>alert("x")</script>'
     schedule = await make_schedule(live_app, "alice", name=evil, prompt=evil)
     await ledger(live_app).run_now(schedule.id, "alice")
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         for path in ("/", f"/schedules/{schedule.id}", f"/schedules/{schedule.id}/edit"):
             page = await http.get(path)
             assert evil not in page.text, path
@@ -398,8 +392,7 @@ async def test_names_are_escaped(live_app: FastAPI) -> None:
 
 
 async def test_a_huge_form_is_refused(live_app: FastAPI) -> None:
-    key = await issue_key(live_app, "alice")
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         body = {**FORM, "prompt": "x" * (MAX_FORM_BYTES + 1)}
         assert (await http.post("/schedules/new", data=body)).status_code == 413
         many = "&".join(f"f{i}=1" for i in range(500))
@@ -426,7 +419,6 @@ async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
     # Skipped rows say why; runs say who asked for them (issue 8). A handler's JSON object is
     # the run's result, not its output: shown beside it, escaped. A short run's duration is in
     # milliseconds.
-    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(
         live_app,
         "alice",
@@ -445,7 +437,7 @@ async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
     async with live_app.state.db.session() as session:
         done = update(Run).where(Run.id == run.id)
         await session.execute(done.values(status="succeeded", result=result, **ended))
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         page = (await http.get(f"/schedules/{schedule.id}")).text
     assert 'data-code="dst_gap"' in page and "does not occur in America/New_York" in page
     assert "pauses after 3 failures in a row" in page
@@ -508,7 +500,6 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
     """Issue 38: the card of next due times lists only those max_runs and end_at leave, says
     where the timetable ends, and once nothing is left says it ended (the list and the page
     say "ended", not "enabled"); the edit form's preview counts the due times already taken."""
-    key = await issue_key(live_app, "alice")
     engine = SqlRunStore(db, owner="engine", lease_seconds=30, data_dir=tmp_path)
     hour = timedelta(hours=1)
     capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
@@ -521,7 +512,7 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
         trigger={"every_seconds": 3600, "end_at": (first + 2.5 * hour).isoformat()},
         misfire_grace_seconds=86_400,
     )
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         # end_at leaves three due times.
         card = upcoming_card((await http.get(f"/schedules/{ending.id}")).text)
         # Its own grid: made a moment after the capped one, it may start a second later.
@@ -560,12 +551,11 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
 async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI) -> None:
     """Issue 38: a new interval counts from saving, but an edit keeps the grid of the stored
     start (the form shows it under Not before), and the hint says so."""
-    key = await issue_key(live_app, "alice")
     # Every hour on a grid that began 17 minutes ago (as if created then).
     start = (datetime.now(UTC) - timedelta(minutes=17)).replace(microsecond=0)
     trigger = {"every_seconds": 3600, "start_at": start.isoformat()}
     stored = await make_schedule(live_app, "alice", trigger=trigger)
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         new = (await http.get("/schedules/new")).text
         assert "The first run is one interval after saving" in new
         edit = (await http.get(f"/schedules/{stored.id}/edit")).text
@@ -593,13 +583,9 @@ async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI
 # -- for a newcomer (issue 17) ---------------------------------------------------------------
 
 
-SHELL = ["sh", "-c", "echo agent got: $(cat)"]
-
-
 async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
     live_app: FastAPI,
 ) -> None:
-    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(
         live_app,
         "alice",
@@ -609,9 +595,9 @@ async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
             "end_at": "2099-01-01T00:00:00+08:00",
             "dst_gap": "skip",
         },
-        runner={"type": "command", "argv": SHELL},
+        runner={"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]},
     )
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         page = (await http.get(f"/schedules/{schedule.id}")).text
     words = re.search(r'<dd class="trigger-words">(.*?)</dd>', page, re.S)
     assert words, page
@@ -644,11 +630,10 @@ def test_times_are_labelled_with_an_offset_and_short_runs_in_milliseconds() -> N
 async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
     live_app: FastAPI,
 ) -> None:
-    key = await issue_key(live_app, "alice")
     schedule = await make_schedule(live_app, "alice")
     note = "paused by agentcron after 3 failed runs in a row; last error: " + "x" * 600
     await service(live_app).pause(schedule.id, note, "alice")
-    async with browser(live_app, key) as http:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
         listed = (await http.get("/")).text
         page = (await http.get(f"/schedules/{schedule.id}")).text
     cut = re.search(r'<div class="muted small paused-note" title="([^"]*)">([^<]*)</div>', listed)

@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Set
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from html.parser import HTMLParser
-from pathlib import Path
 from pprint import pformat
 from typing import Any
 from urllib.parse import urlencode
@@ -33,7 +32,6 @@ import pytest
 from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from pydantic import SecretStr
-from pydantic.fields import FieldInfo
 from sqlalchemy import select
 
 from agentcron.core.config import Settings
@@ -52,7 +50,7 @@ from agentcron.core.triggers import KIND_KEYS
 from agentcron.testing.kit import SettableClock
 from agentcron.web.api.schemas import ScheduleOut
 from agentcron.web.cli import main as cli_main
-from tests.conftest import TEST_AGENTS, app_client, issue_key
+from tests.conftest import app_client, issue_key
 from tests.integration.test_dashboard import ORIGIN, browser
 
 API = "/api/v1/schedules"
@@ -220,10 +218,6 @@ EDITED = frozenset({"updated_at"})
 RETIMED = frozenset({"next_run", "description", "warnings"})
 
 
-def _default(info: FieldInfo) -> Any:
-    return info.get_default(call_default_factory=True)
-
-
 def test_the_loaded_schedules_cover_every_field() -> None:
     request_fields = set(ScheduleCreate.model_fields)
     assert set(ScheduleUpdate.model_fields) == request_fields, (
@@ -239,7 +233,8 @@ def test_the_loaded_schedules_cover_every_field() -> None:
         for name, info in ScheduleCreate.model_fields.items():
             assert name in body, f"{label} does not set {name}: add it to LOADED"
             if not info.is_required():
-                assert body[name] != _default(info), f"{label}: {name} is its default"
+                default = info.get_default(call_default_factory=True)
+                assert body[name] != default, f"{label}: {name} is its default"
         ScheduleCreate.model_validate(body)
 
     triggers = [body["trigger"] for body in LOADED.values()]
@@ -297,16 +292,10 @@ async def clients(app: FastAPI) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.
 
 
 @pytest.fixture
-def settings(db_url: str, tmp_path: Path) -> Settings:
+def settings(settings: Settings) -> Settings:
     """The conftest settings with an operator's key: LOADED refers to stored secrets."""
-    return Settings(
-        database_url=db_url,
-        disable_scheduler=True,
-        data_dir=tmp_path / "data",
-        log_format="console",
-        agents_file=TEST_AGENTS,
-        secrets_key=SecretStr(Fernet.generate_key().decode()),
-    )
+    key = SecretStr(Fernet.generate_key().decode())
+    return settings.model_copy(update={"secrets_key": key})
 
 
 async def store_secrets(api: httpx.AsyncClient, body: dict[str, Any]) -> None:
@@ -613,5 +602,5 @@ async def test_the_command_lines_resume_and_pause_keep_every_other_field(
         await run_cli(key, "schedules", "pause", id, "--note", "again")
         paused = await stored(live_app, api, id)
         assert paused["api"]["enabled"] is False and paused["api"]["paused_note"] == "again"
-        assert paused["api"]["next_run"] is None
+        assert paused["api"]["next_run"] is None and paused["api"]["paused_at"] is not None
         only_moved(resumed, paused, EDITED | state)

@@ -51,6 +51,16 @@ async def finished(engine: agentcron.Engine, schedule_id: uuid.UUID, count: int 
         await asyncio.sleep(0.1)
 
 
+async def run_once(engine: agentcron.Engine, **fields: Any) -> Any:
+    """The run of a new handler schedule (``fields`` set), run now, once it has ended."""
+    spec = {"name": "n", "prompt": "p", "trigger": {"every_seconds": 3600}}
+    spec["runner"] = {"type": "handler"}
+    made = await engine.schedules.create(ScheduleCreate.model_validate(spec | fields), OWNER)
+    await engine.runs.run_now(made.id, OWNER)
+    (run,) = await finished(engine, made.id)
+    return run
+
+
 async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_runs(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -66,22 +76,13 @@ async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_r
     engine = engine_for(db_url, tmp_path, handler)
     assert not (tmp_path / "data").exists()
     async with engine:
-        spec = ScheduleCreate(
-            name="keeps notes",
-            prompt="note",
-            trigger={"every_seconds": 3600},
-            mode="persistent",
-            runner={"type": "handler"},
-        )
-        schedule = await engine.schedules.create(spec, OWNER)
-        await engine.runs.run_now(schedule.id, OWNER)
-        (first,) = await finished(engine, schedule.id)
-        await engine.runs.run_now(schedule.id, OWNER)
-        runs = await finished(engine, schedule.id, count=2)
+        first = await run_once(engine, prompt="note", mode="persistent")
+        await engine.runs.run_now(first.schedule_id, OWNER)
+        runs = await finished(engine, first.schedule_id, count=2)
     assert [run.status for run in runs] == ["succeeded", "succeeded"], [r.error for r in runs]
     assert found == [[], ["attempt-1.txt"]]  # the second run sees what the first one kept
     workdir = Path(first.output or "")
-    assert workdir == (tmp_path / "data" / "tasks" / OWNER / str(schedule.id)).resolve()
+    assert workdir == (tmp_path / "data" / "tasks" / OWNER / str(first.schedule_id)).resolve()
     assert (workdir / "attempt-2.txt").read_text() == "note"
 
 
@@ -90,13 +91,8 @@ async def test_a_handler_schedule_run_by_an_engine_without_a_handler_is_paused_w
 ) -> None:
     engine = engine_for(db_url, tmp_path, None)
     async with engine:
-        spec = ScheduleCreate(
-            name="orphan", prompt="p", trigger={"every_seconds": 3600}, runner={"type": "handler"}
-        )
-        made = await engine.schedules.create(spec, OWNER)
-        await engine.runs.run_now(made.id, OWNER)
-        (run,) = await finished(engine, made.id)
-        schedule = await engine.schedules.get(made.id, OWNER)
+        run = await run_once(engine)
+        schedule = await engine.schedules.get(run.schedule_id, OWNER)
     assert run.status == "failed" and "without one" in (run.error or "")
     assert not schedule.enabled
 
@@ -134,16 +130,8 @@ async def test_what_a_handler_returns_is_kept_on_the_run_or_fails_it_saying_why(
         httpx.AsyncClient(transport=transport, base_url="http://host") as http,
     ):
         for returns in returned:
-            spec = ScheduleCreate(
-                name=returns,
-                prompt="p",
-                trigger={"every_seconds": 3600},
-                max_attempts=3,
-                runner={"type": "handler", "data": {"returns": returns}},
-            )
-            made = await engine.schedules.create(spec, OWNER)
-            await engine.runs.run_now(made.id, OWNER)
-            (ran[returns],) = await finished(engine, made.id)
+            runner = {"type": "handler", "data": {"returns": returns}}
+            ran[returns] = await run_once(engine, max_attempts=3, runner=runner)
         for returns in ("mapping", "outcome", "text"):
             run, _ = await engine.runs.get_run(ran[returns].id, OWNER)
             assert run.status == "succeeded", run.error

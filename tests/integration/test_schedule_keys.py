@@ -15,28 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcron.core.errors import (
-    InvalidSchedule,
-    NotFound,
-)
+from agentcron.core.errors import InvalidSchedule, NotFound
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
-
-API = "/api/v1/schedules"
-RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
-
-
-def record(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "name": "deployment 42",
-        "prompt": "Summarise today's headlines.",
-        "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
-        "runner": RUNNER,
-    }
-    data.update(overrides)
-    return data
+from tests.integration.test_schedules_api import API
+from tests.integration.test_schedules_api import body as record
 
 
 async def test_put_by_key_creates_then_replaces_the_same_schedule_and_keeps_its_runs(
@@ -68,7 +53,7 @@ async def test_put_by_key_creates_then_replaces_the_same_schedule_and_keeps_its_
     assert [item["id"] for item in runs] == [run["id"]]
     # The run keeps the input it was made with: replacing the record rewrites no run.
     kept, _ = await live_app.state.runs.get_run(run["id"], "local")
-    assert kept.payload["prompt"] == "Summarise today's headlines."
+    assert kept.payload["prompt"] == record()["prompt"]
     assert kept.payload["key"] == "deployment:42"
 
 
@@ -128,15 +113,10 @@ async def test_delete_by_key_frees_the_key_and_keeps_the_runs_readable(
     assert again.status_code == 201 and again.json()["id"] != first["id"]
 
 
-async def service(live_app: Any) -> ScheduleService:
-    schedules: ScheduleService = live_app.state.schedules
-    return schedules
-
-
 async def test_reconcile_applies_pauses_and_deletes_only_its_scope_or_nothing(
     live_app: Any,
 ) -> None:
-    schedules = await service(live_app)
+    schedules: ScheduleService = live_app.state.schedules
     await schedules.apply("host", "deploy:gone", record())
     await schedules.apply("host", "deploy:kept", record(name="old name"))
     outside = await schedules.apply("host", "other:1", record())
@@ -193,7 +173,7 @@ async def test_reconciles_and_applies_of_the_same_new_keys_at_once_make_one_sche
 ) -> None:
     # A host's replicas all reconcile at start: whichever adds a key first, the others find
     # it and replace it, and none fails on the key index; so do applies of one new key.
-    schedules = await service(live_app)
+    schedules: ScheduleService = live_app.state.schedules
     records = {f"deploy:{n}": record(enabled=n % 2 == 0) for n in range(4)}
     applies = ("deploy:0", "deploy:0", "deploy:0", "deploy:1")
     for round in range(3):
@@ -217,7 +197,7 @@ async def test_an_unchanged_record_whose_time_has_passed_is_still_unchanged(
     # A one-shot that has fired and an interval past its end_at stay under their keys, and a
     # host keeps reconciling them: the checks a new trigger gets ("at lies in the past") judged
     # them when they were first given, not each time they are given again.
-    schedules = await service(live_app)
+    schedules: ScheduleService = live_app.state.schedules
     clock = SettableClock()
     schedules.context.clock = clock
     soon = clock() + timedelta(hours=1)

@@ -34,12 +34,6 @@ async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
     return result
 
 
-async def count(client: httpx.AsyncClient) -> int:
-    response = await client.get(API, params={"limit": 500})
-    assert response.status_code == 200
-    return len(response.json()["items"])
-
-
 async def paged(client: httpx.AsyncClient, url: str, limit: int) -> list[list[dict[str, Any]]]:
     """Every page of the list at ``url``, ``limit`` items a page, following its cursors."""
     pages: list[list[dict[str, Any]]] = []
@@ -54,10 +48,6 @@ async def paged(client: httpx.AsyncClient, url: str, limit: int) -> list[list[di
     return pages
 
 
-def parse(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
 async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
     before = datetime.now(UTC)
     created = await create(client)
@@ -69,7 +59,7 @@ async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
     assert created["misfire_grace_seconds"] == 60
     assert created["timeout_seconds"] == 3600 and created["max_attempts"] == 3
     assert created["notify"] == [] and created["consecutive_failures"] == 0
-    next_run = parse(created["next_run"])
+    next_run = datetime.fromisoformat(created["next_run"])
     assert next_run.utcoffset() == timedelta(0)
     local = next_run.astimezone(ZoneInfo("Asia/Shanghai"))
     assert (local.hour, local.minute, local.second) == (8, 0, 0)
@@ -100,26 +90,9 @@ async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.Async
     assert patched["name"] == "renamed"
     assert patched["prompt"] == created["prompt"]
     assert patched["description"] == "Every 90 seconds"
-    next_run = parse(patched["next_run"])
+    next_run = datetime.fromisoformat(patched["next_run"])
     now = datetime.now(UTC)
     assert now < next_run <= now + timedelta(seconds=91)
-
-
-async def test_pause_resume_with_note(client: httpx.AsyncClient) -> None:
-    created = await create(client)
-    paused = await client.post(f"{API}/{created['id']}/pause", json={"note": "holiday"})
-    assert paused.status_code == 200
-    assert paused.json()["enabled"] is False
-    assert paused.json()["paused_note"] == "holiday"
-    assert paused.json()["paused_at"] is not None
-    assert paused.json()["next_run"] is None
-    resumed = await client.post(f"{API}/{created['id']}/resume")
-    assert resumed.status_code == 200
-    data = resumed.json()
-    assert data["enabled"] is True and data["paused_at"] is None and data["paused_note"] is None
-    assert parse(data["next_run"]) > datetime.now(UTC)
-    paused = await client.post(f"{API}/{created['id']}/pause")  # no body: no note
-    assert paused.status_code == 200 and paused.json()["paused_note"] is None
 
 
 async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> None:
@@ -155,30 +128,12 @@ async def test_masked_secret_round_trip(client: httpx.AsyncClient) -> None:
     assert patched.json()["notify"][0]["secret"] == shown
 
 
+# What parse_trigger refuses is tested in tests/unit/test_triggers.py: one trigger error here
+# shows the API names its field, one needs the server's clock.
 BAD_INPUT = [
-    ("cron_field_count", {"trigger": {"cron": "0 8 * *"}}, 422, "trigger.cron"),
-    ("cron_six_fields", {"trigger": {"cron": "0 0 8 * * 1"}}, 422, "trigger.cron"),
     ("cron_out_of_range", {"trigger": {"cron": "60 8 * * *"}}, 422, "trigger.cron"),
-    ("cron_garbage", {"trigger": {"cron": "every day at 8"}}, 422, "trigger.cron"),
-    ("cron_never", {"trigger": {"cron": "0 0 31 2 *"}}, 422, "trigger.cron"),
-    (
-        "unknown_zone",
-        {"trigger": {"cron": "0 8 * * *", "timezone": "Mars/Base"}},
-        422,
-        "trigger.timezone",
-    ),
-    (
-        "offset_zone",
-        {"trigger": {"cron": "0 8 * * *", "timezone": "+08:00"}},
-        422,
-        "trigger.timezone",
-    ),
-    ("interval_zero", {"trigger": {"every_seconds": 0}}, 422, "trigger.every_seconds"),
     ("interval_negative", {"trigger": {"every_seconds": -5}}, 422, "trigger.every_seconds"),
-    ("interval_huge", {"trigger": {"every_seconds": 10**12}}, 422, "trigger.every_seconds"),
-    ("at_naive", {"trigger": {"at": "2099-01-01T00:00:00"}}, 422, "trigger.at"),
     ("at_past", {"trigger": {"at": "2001-01-01T00:00:00+00:00"}}, 422, "trigger.at"),
-    ("two_kinds", {"trigger": {"cron": "* * * * *", "every_seconds": 5}}, 422, "trigger"),
     ("timeout_zero", {"timeout_seconds": 0}, 422, "timeout_seconds"),
     ("attempts_negative", {"max_attempts": -1}, 422, "max_attempts"),
     # The loop claims a due time a few milliseconds after it comes due: a zero grace would
@@ -213,7 +168,7 @@ async def test_bad_input_is_rejected_naming_the_field(
             assert error["field"] == field
             assert error["type"] in ("InvalidSchedule", "ValidationError")
             assert error["message"]
-    assert await count(client) == 0
+    assert (await client.get(API)).json()["items"] == []
 
 
 async def test_unknown_id_is_404_naming_it(client: httpx.AsyncClient) -> None:

@@ -21,6 +21,7 @@ from agentcron.core.storage.models import Run, Schedule
 from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 from tests.factories import schedule_values
 from tests.integration.test_backfill import Clock, minutely
+from tests.integration.test_schedules_api import create
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -205,16 +206,9 @@ async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_p
 
 
 async def test_skip_and_unskip_through_the_api(client: httpx.AsyncClient) -> None:
-    body = {
-        "name": "weekday digest",
-        "prompt": "p",
-        "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
-        "runner": {"type": "command", "argv": ["true"]},
-    }
-    schedule = (await client.post("/api/v1/schedules", json=body)).json()
-    preview = await client.post(
-        "/api/v1/schedules/preview", json={"trigger": body["trigger"], "count": 2}
-    )
+    trigger = {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
+    schedule = await create(client, trigger=trigger)
+    preview = await client.post("/api/v1/schedules/preview", json={"trigger": trigger, "count": 2})
     second = preview.json()["next"][1]  # "2026-12-02T09:00:00+08:00"
     url = f"/api/v1/schedules/{schedule['id']}"
 

@@ -75,27 +75,26 @@ def test_month_names() -> None:
     assert days("0 0 1 FEB-mar *", 3) == [date(2025, 2, 1), date(2025, 3, 1), date(2026, 2, 1)]
 
 
-def test_equal_bound_range_is_one_value() -> None:
-    # croniter would read 5-5 as "every hour".
-    got = fires("0 5-5 * * *", 3)
-    assert [f.hour for f in got] == [5, 5, 5]
-    assert [f.minute for f in fires("5-5 * * * *", 2)] == [5, 5]
+MIDNIGHT = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def test_reversed_hour_and_minute_ranges_wrap() -> None:
-    assert [f.hour for f in fires("0 22-2 * * *", 6)] == [22, 23, 0, 1, 2, 22]
-    # The step walks the wrapped sequence 22, 23, 0, 1, 2.
-    assert [f.hour for f in fires("0 22-2/2 * * *", 4)] == [22, 0, 2, 22]
-    after = datetime(2025, 1, 1, 12, 49, tzinfo=UTC)
-    got = [f.minute for f in fires("50-10 * * * *", 13, after)]
-    assert got == [50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 0, 1, 2]
-
-
-def test_steps_and_lists() -> None:
-    after = datetime(2025, 1, 1, 0, 0, tzinfo=UTC)
-    assert [f.minute for f in fires("*/20 * * * *", 3, after)] == [20, 40, 0]
-    assert [f.minute for f in fires("10-40/15 * * * *", 3, after)] == [10, 25, 40]
-    assert [f.minute for f in fires("1,2,59 * * * *", 3, after)] == [1, 2, 59]
+@pytest.mark.parametrize(
+    ("cron", "after", "part", "expected"),
+    [
+        ("0 5-5 * * *", NOW, "hour", [5, 5, 5]),  # croniter would read 5-5 as "every hour"
+        ("5-5 * * * *", NOW, "minute", [5, 5]),
+        ("0 22-2 * * *", NOW, "hour", [22, 23, 0, 1, 2, 22]),  # a reversed range wraps
+        ("0 22-2/2 * * *", NOW, "hour", [22, 0, 2, 22]),  # the step walks 22, 23, 0, 1, 2
+        ("50-10 * * * *", NOW.replace(minute=49), "minute", [*range(50, 60), 0, 1, 2]),
+        ("*/20 * * * *", MIDNIGHT, "minute", [20, 40, 0]),
+        ("10-40/15 * * * *", MIDNIGHT, "minute", [10, 25, 40]),
+        ("1,2,59 * * * *", MIDNIGHT, "minute", [1, 2, 59]),
+    ],
+)
+def test_the_hours_and_minutes_a_cron_fires_at(
+    cron: str, after: datetime, part: str, expected: list[int]
+) -> None:
+    assert [getattr(fire, part) for fire in fires(cron, len(expected), after)] == expected
 
 
 @pytest.mark.parametrize(
@@ -122,11 +121,6 @@ def test_feb_29_is_valid_and_rare_matches_are_found() -> None:
     assert got == [date(2032, 2, 29), date(2060, 2, 29), date(2088, 2, 29), date(2128, 2, 29)]
     # Both restricted: OR, so every Monday of February counts too.
     assert days("0 0 29 2 1", 2) == [date(2025, 2, 3), date(2025, 2, 10)]
-
-
-def test_next_fire_rejects_naive_after() -> None:
-    with pytest.raises(ValueError, match="aware"):
-        next_fire(CronTrigger("* * * * *"), datetime(2025, 1, 1))
 
 
 @pytest.mark.parametrize(
@@ -265,11 +259,6 @@ def test_shape_rejections(data: Any, field: str) -> None:
     assert caught.value.field == field
 
 
-# --------------------------------------------------------------------------------------------
-# Interval
-# --------------------------------------------------------------------------------------------
-
-
 def test_interval_default_start_is_now_truncated() -> None:
     trigger = parse_trigger({"every_seconds": 90}, NOW)
     assert trigger == IntervalTrigger(90, datetime(2025, 1, 1, 12, 0, 30, tzinfo=UTC))
@@ -283,11 +272,6 @@ def test_interval_accepts_z_and_datetime() -> None:
     assert a == b
 
 
-# --------------------------------------------------------------------------------------------
-# One-shot
-# --------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("at", ["2024-12-31T00:00:00Z", NOW.isoformat()])
 def test_one_shot_in_the_past(at: str) -> None:
     with pytest.raises(InvalidSchedule) as caught:
@@ -296,14 +280,11 @@ def test_one_shot_in_the_past(at: str) -> None:
     assert "past" in caught.value.message
 
 
-def test_naive_now_is_a_caller_bug() -> None:
+def test_a_naive_instant_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        next_fire(CronTrigger("* * * * *"), datetime(2025, 1, 1))
     with pytest.raises(ValueError, match="aware"):
         parse_trigger({"cron": "@daily"}, datetime(2025, 1, 1))
-
-
-# --------------------------------------------------------------------------------------------
-# Stored form
-# --------------------------------------------------------------------------------------------
 
 
 def test_stored_form_is_json_safe_utc() -> None:
@@ -371,11 +352,6 @@ def test_an_explicit_dst_policy_is_another_stored_trigger() -> None:
     # Absent, a policy follows the job kind's default, which may change; given, it is fixed.
     stored = {"cron": "30 2 * * *", "timezone": "Europe/Berlin"}
     assert restated({**stored, "dst_gap": "shift"}, stored) is None
-
-
-# --------------------------------------------------------------------------------------------
-# describe
-# --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -337,10 +337,9 @@ zones = st.one_of(st.sampled_from(DST_HEAVY), st.sampled_from(ALL_ZONES))
 years = st.one_of(st.integers(1970, 2040), st.integers(1900, 2100))
 
 
-def uniform_instants() -> st.SearchStrategy[datetime]:
-    return st.datetimes(datetime(1900, 1, 2), datetime(2100, 12, 30)).map(
-        lambda naive: naive.replace(tzinfo=UTC)
-    )
+uniform_instants = st.datetimes(datetime(1900, 1, 2), datetime(2100, 12, 30)).map(
+    lambda naive: naive.replace(tzinfo=UTC)
+)
 
 
 @dataclass(frozen=True)
@@ -384,7 +383,7 @@ def cron_cases(draw: st.DrawFn) -> Case:
         )
         cron = draw(crons(focus=wall(transition - SECOND, zone)))
     else:
-        after = draw(uniform_instants())
+        after = draw(uniform_instants)
         cron = draw(crons())
     assume(not cron.never_fires)
     gap = draw(st.sampled_from((None, "shift", "skip")))
