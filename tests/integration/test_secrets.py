@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,33 +57,40 @@ def fresh_value(label: str = "value") -> str:
 
 
 @pytest.fixture
-def settings(db_url: str, tmp_path: Path) -> Settings:
+def settings(settings: Settings) -> Settings:
     """The conftest settings with an operator's key (this module's tests store secrets)."""
-    return Settings(
-        database_url=db_url,
-        disable_scheduler=True,
-        data_dir=tmp_path / "data",
-        log_format="console",
-        secrets_key=SecretStr(KEY),
-        # These owners' own commands are the agents here: what tenants may run is
-        # test_tenants.py's subject (core.policy).
-        trusted_owners="local,alice,bob",
-    )
+    # These owners' own commands are the agents here: what tenants may run is test_tenants.py's
+    # subject (core.policy).
+    update = {"secrets_key": SecretStr(KEY), "trusted_owners": "local,alice,bob"}
+    return settings.model_copy(update=update)
+
+
+@asynccontextmanager
+async def engine_running(settings: Settings, **update: Any) -> AsyncIterator[FastAPI]:
+    """The app with its engine running."""
+    running = {"disable_scheduler": False, "scheduler_tick_seconds": 0.2, **update}
+    app = create_app(settings.model_copy(update=running))
+    async with app.router.lifespan_context(app):
+        yield app
 
 
 @pytest.fixture
 async def engine_app(settings: Settings) -> AsyncIterator[FastAPI]:
     """The app with its engine running and loopback webhooks allowed."""
-    running = settings.model_copy(
-        update={
-            "disable_scheduler": False,
-            "scheduler_tick_seconds": 0.2,
-            "allow_private_webhooks": True,
-        }
-    )
-    app = create_app(running)
-    async with app.router.lifespan_context(app):
+    async with engine_running(settings, allow_private_webhooks=True) as app:
         yield app
+
+
+def agentcron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``agentcron ARGS`` in a process of its own, with only ``env`` (and a PATH)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentcron.web.cli", *args],
+        env={"PATH": "/usr/bin:/bin", "AGENTCRON_LOG_FORMAT": "json", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
 
 def command(script: str, env: dict[str, Any]) -> dict[str, Any]:
@@ -419,21 +427,8 @@ async def test_a_malformed_key_refuses_to_start(settings: Settings, tmp_path: Pa
         async with app.router.lifespan_context(app):
             pass
     # `agentcron serve` says so in one line, before it opens anything.
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTCRON_SECRETS_KEY": "not-a-fernet-key",
-        "AGENTCRON_DATABASE_URL": settings.database_url,
-        "AGENTCRON_LOG_FORMAT": "json",
-    }
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "agentcron.web.cli", "serve", "--port", "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    env = {"AGENTCRON_SECRETS_KEY": "not-a-fernet-key", "AGENTCRON_DATABASE_URL": bad.database_url}
+    done = await asyncio.to_thread(agentcron, env, "serve", "--port", "0")
     assert done.returncode == 2, done
     assert "cannot start: AGENTCRON_SECRETS_KEY is not valid: key 1 of 1" in done.stderr
     assert "Traceback" not in done.stderr and "not-a-fernet-key" not in done.stderr
@@ -518,12 +513,8 @@ async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconne
     """The whole path of an owner's SMTP URL with the operator's default (private destinations
     refused): stored, referred to, delivered by the engine. The delivery fails at once saying
     why, and the service behind the URL never sees a connection."""
-    running = settings.model_copy(
-        update={"disable_scheduler": False, "scheduler_tick_seconds": 0.2}
-    )
-    app = create_app(running)
     async with (
-        app.router.lifespan_context(app),
+        engine_running(settings) as app,
         listening(SSH_BANNER) as service,
         app_client(app, await issue_key(app, "alice")) as http,
     ):
@@ -608,21 +599,8 @@ async def test_secrets_rotate_reencrypts_under_the_first_key(db: Database, db_ur
     old_key, new_key = KEY, Fernet.generate_key().decode()
     for index in range(3):
         await put_secret(db, f"owner{index}", "s", f"value {index}", keyring=Keyring([old_key]))
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTCRON_SECRETS_KEY": f"{new_key},{old_key}",
-        "AGENTCRON_DATABASE_URL": db_url,
-        "AGENTCRON_LOG_FORMAT": "json",
-    }
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "agentcron.web.cli", "secrets-rotate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    env = {"AGENTCRON_SECRETS_KEY": f"{new_key},{old_key}", "AGENTCRON_DATABASE_URL": db_url}
+    done = await asyncio.to_thread(agentcron, env, "secrets-rotate")
     assert done.returncode == 0, done
     assert "re-encrypted 3 secret(s)" in done.stdout
     for index in range(3):
