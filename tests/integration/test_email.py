@@ -354,15 +354,6 @@ async def test_starttls_untrusted_or_not_offered_is_permanent(
     assert server.mailbox.rcpt == []  # nothing went out in clear
 
 
-def auth_server(start_server: StartServer, certificate: Certificate) -> Server:
-    return start_server(
-        tls_context=certificate.server_context(),
-        require_starttls=True,
-        authenticator=authenticator,
-        auth_required=True,
-    )
-
-
 def credentials(user: str, password: str) -> str:
     return f"{quote(user, safe='')}:{quote(password, safe='')}@"
 
@@ -370,37 +361,29 @@ def credentials(user: str, password: str) -> str:
 async def test_starttls_with_a_private_ca_and_percent_encoded_credentials(
     start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = auth_server(start_server, certificate)
-    userinfo = credentials(USER, PASSWORD)
-    monkeypatch.setenv(
-        ENV, server.url("smtp+starttls", userinfo, query=f"ca_file={certificate.ca_file}")
+    server = start_server(
+        tls_context=certificate.server_context(),
+        require_starttls=True,
+        authenticator=authenticator,
+        auth_required=True,
     )
+    query = f"ca_file={certificate.ca_file}"
+    # A wrong password is permanent and never shown.
+    wrong = "not-the-password-0451"
+    monkeypatch.setenv(ENV, server.url("smtp+starttls", credentials(USER, wrong), query))
+    with pytest.raises(RunPermanentError) as failure:
+        await EmailNotifier().deliver(request())
+    assert "535" in failure.value.message and "AUTH" in failure.value.message
+    assert wrong not in str(failure.value) and server.mailbox.messages == []
+
+    monkeypatch.setenv(ENV, server.url("smtp+starttls", credentials(USER, PASSWORD), query))
     await EmailNotifier().deliver(request())
     [received] = server.mailbox.messages
     assert (received.login, received.tls, received.rcpt_tos) == (USER, True, [ALICE])
     assert OUTPUT in parts(received.message)[0]
 
 
-async def test_a_wrong_password_is_permanent_and_never_shown(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = auth_server(start_server, certificate)
-    wrong = "not-the-password-0451"
-    url = server.url("smtp+starttls", credentials(USER, wrong), f"ca_file={certificate.ca_file}")
-    monkeypatch.setenv(ENV, url)
-    with pytest.raises(RunPermanentError) as failure:
-        await EmailNotifier().deliver(request())
-    assert "535" in failure.value.message and "AUTH" in failure.value.message
-    assert wrong not in str(failure.value) and server.mailbox.messages == []
-
-
 # -- configuration errors -----------------------------------------------------------------
-
-
-async def test_a_missing_variable_is_permanent_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV, raising=False)
-    with pytest.raises(RunPermanentError, match=f"environment variable {ENV} .* not set"):
-        await EmailNotifier().deliver(request())
 
 
 @pytest.mark.parametrize(
@@ -432,9 +415,12 @@ async def test_a_malformed_url_is_permanent_and_its_value_never_shown(
     assert re.search(reason, text), text
 
 
-async def test_an_unreadable_ca_file_is_permanent(
+async def test_a_missing_variable_or_an_unreadable_ca_file_is_permanent(
     start_server: StartServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    with pytest.raises(RunPermanentError, match=f"environment variable {ENV} .* not set"):
+        await EmailNotifier().deliver(request())
     server = start_server()
     monkeypatch.setenv(ENV, server.url("smtps", query=f"ca_file={tmp_path / 'missing.pem'}"))
     with pytest.raises(RunPermanentError, match=f"ca_file given in {ENV} cannot be loaded"):
