@@ -298,8 +298,7 @@ async def test_another_owner_gets_404_and_changes_nothing(
             response = await world.bob.request(method, world.path(path), json=body)
             error = assert_error(response, 404, "NotFound")
             assert "alice" not in response.text
-            # Exactly what an id that does not exist answers: nothing tells "someone else's"
-            # apart.
+            # Exactly what a missing id answers: nothing tells "someone else's" apart.
             missing = await world.bob.request(method, path.format(**missing_ids), json=body)
             assert blank(error["error"]["message"], world.ids) == blank(
                 assert_error(missing, 404, "NotFound")["error"]["message"], missing_ids
