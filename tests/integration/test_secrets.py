@@ -126,13 +126,15 @@ async def run_now(http: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:
 
 
 async def finished(http: httpx.AsyncClient, run_id: str, *, delivered: bool = False) -> Any:
-    """The run once it finished (and, with ``delivered``, once its deliveries did)."""
+    """The run once it finished (and, with ``delivered``, once a delivery to each of its
+    schedule's channels did: the channels are delivered at once, each row made as it starts)."""
     deadline = time.monotonic() + 20
     while True:
         run = (await http.get(f"{API}/runs/{run_id}")).json()
         done = run["status"] in TERMINAL
-        if delivered:
-            done = done and bool(run["deliveries"])
+        if delivered and done:
+            schedule = (await http.get(f"{API}/schedules/{run['schedule_id']}")).json()
+            done = len(run["deliveries"]) == len(schedule["notify"])
             done = done and all(d["status"] != "pending" for d in run["deliveries"])
         if done:
             return run
