@@ -96,15 +96,15 @@ async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
     return created
 
 
-async def unchanged(client: httpx.AsyncClient, schedule: dict[str, Any]) -> None:
+async def left_alone(client: httpx.AsyncClient, db: Database, schedule: dict[str, Any]) -> None:
+    """Nothing was written: the one schedule the test made is all there is, unchanged."""
+    assert await rows(db) == ONE_SCHEDULE
     got = await client.get(f"{API}/{schedule['id']}")
     assert got.status_code == 200
     assert got.json() == schedule
 
 
-# ---------------------------------------------------------------------------------------------
-# Size
-# ---------------------------------------------------------------------------------------------
+# -- Size -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])  # the app refuses it before any storage
@@ -134,21 +134,10 @@ async def test_one_megabyte_of_any_field_is_refused(
         assert_error(response, 422, field)
     env = {"type": "command", "argv": ["cat"], "env": {f"K{i}": "v" * 100 for i in range(1000)}}
     assert_error(await client.post(API, json=body(runner=env)), 422, "runner")
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
-async def test_largest_prompt_is_stored_verbatim(client: httpx.AsyncClient) -> None:
-    """The limit counts characters: 100,000 four-byte characters (400 KB) fit, exactly."""
-    prompt = ("\U0001f916a\u00e9\u4e2d" * 25_000)[:100_000]
-    created = await create(client, prompt=prompt)
-    got = await client.get(f"{API}/{created['id']}")
-    assert got.json()["prompt"] == prompt
-
-
-# ---------------------------------------------------------------------------------------------
-# Structure: nesting, non-objects, content types, empty bodies
-# ---------------------------------------------------------------------------------------------
+# -- Structure: nesting, non-objects, content types, empty bodies -----------------------------
 
 
 def nested(depth: int, kind: str) -> str:
@@ -182,8 +171,7 @@ async def test_nested_values_the_parser_accepts_are_refused_by_field(
             f"{API}/preview", content=f'{{"trigger": {{"cron": {deep}}}}}'.encode(), headers=JSON
         )
         assert_error(response, 422, "trigger.cron")
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
 NOT_AN_OBJECT = [
@@ -238,8 +226,7 @@ async def test_body_that_is_not_a_json_object_or_is_too_deep_is_a_400(
             with subtests.test(kind=kind, method=method, path=path):
                 response = await client.request(method, path, content=content, headers=JSON)
                 assert assert_error(response, 400)["type"] == "ValidationError"
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
 WRONG_TYPES = [
@@ -284,13 +271,10 @@ async def test_a_body_without_a_json_content_type_is_a_415_naming_it(
                     f"(the Content-Type was {said})"
                 )
                 assert error["field"] is None
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
-# ---------------------------------------------------------------------------------------------
-# Content: NUL bytes, SQL metacharacters, Unicode
-# ---------------------------------------------------------------------------------------------
+# -- Content: NUL bytes, SQL metacharacters, Unicode ------------------------------------------
 
 NUL_CREATE = [
     ({"name": "a\x00b"}, "name"),
@@ -332,8 +316,7 @@ async def test_nul_characters_are_refused_naming_the_field(
     assert_error(await client.get(API, params={"limit": "\x00"}), 422, "limit")
     assert_error(await client.get(f"{API}/%00"), 404)
     assert_error(await client.get(f"{API}/{sid}%00"), 404)
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
 SQL_METACHARACTERS = [
@@ -375,6 +358,10 @@ async def test_metacharacters_and_any_unicode_are_stored_verbatim(
         assert (got["name"], got["prompt"]) == (text, text * 3)
     listed = (await client.get(API, params={"limit": 500})).json()["items"]
     assert sorted(item["name"] for item in listed) == sorted(texts)
+    # The limit counts characters: 100,000 four-byte characters (400 KB) fit, exactly.
+    prompt = ("\U0001f916a\u00e9\u4e2d" * 25_000)[:100_000]
+    largest = await create(client, prompt=prompt)
+    assert (await client.get(f"{API}/{largest['id']}")).json()["prompt"] == prompt
     # Renaming to one works the same; as an id, a cursor, a zone or a cron it is only refused.
     first = created[0]["id"]
     patched = await client.patch(f"{API}/{first}", json={"name": SQL_METACHARACTERS[1]})
@@ -390,7 +377,7 @@ async def test_metacharacters_and_any_unicode_are_stored_verbatim(
     # A lone surrogate is not a character: refused, not stored as mojibake.
     raw = with_value("name", '"bad \\ud800 surrogate"')
     assert_error(await client.post(API, content=raw, headers=JSON), 422, "name")
-    assert await rows(db) == {**EMPTY, "schedules": len(texts)}
+    assert await rows(db) == {**EMPTY, "schedules": len(texts) + 1}
 
 
 BOGUS_ZONES = [
@@ -424,13 +411,10 @@ async def test_bogus_zones_are_refused_naming_the_field(
             assert_error(response, 422, "trigger.timezone")
             response = await client.patch(f"{API}/{existing['id']}", json={"trigger": trigger})
             assert_error(response, 422, "trigger.timezone")
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
-# ---------------------------------------------------------------------------------------------
-# Numbers, pagination, ids
-# ---------------------------------------------------------------------------------------------
+# -- Numbers, pagination, ids -----------------------------------------------------------------
 
 BAD_NUMBERS = ["1e400", "-1e400", "NaN", "Infinity", "1.0", "1.5", "true", "null", "10" * 20]
 
@@ -438,6 +422,7 @@ BAD_NUMBERS = ["1e400", "-1e400", "NaN", "Infinity", "1.0", "1.5", "true", "null
 async def test_hostile_numbers_are_refused_naming_the_field(
     client: httpx.AsyncClient, db: Database
 ) -> None:
+    existing = await create(client, runner={"type": "handler", "data": {"n": 1}})
     for raw in BAD_NUMBERS:
         for key in ("max_attempts", "timeout_seconds", "catchup_window_seconds"):
             response = await client.post(API, content=with_value(key, raw), headers=JSON)
@@ -450,15 +435,8 @@ async def test_hostile_numbers_are_refused_naming_the_field(
         preview = f'{{"trigger": {{"cron": "* * * * *"}}, "count": {raw}}}'
         response = await client.post(f"{API}/preview", content=preview.encode(), headers=JSON)
         assert_error(response, 422, "count")
-    assert await rows(db) == EMPTY
-
-
-async def test_numbers_json_cannot_hold_in_a_handlers_data_are_refused(
-    client: httpx.AsyncClient, db: Database
-) -> None:
-    # Python's parser takes NaN and Infinity; PostgreSQL's JSON refuses them, so they are
-    # refused where they are given, as they would be on any database.
-    existing = await create(client, runner={"type": "handler", "data": {"n": 1}})
+    # Python's parser takes NaN and Infinity; PostgreSQL's JSON refuses them, so in a handler's
+    # data they are refused where they are given, as they would be on any database.
     for raw in ("NaN", "Infinity", "-Infinity"):
         runner = f'{{"type": "handler", "data": {{"n": 1, "deep": [{{"x": {raw}}}]}}}}'
         response = await client.post(API, content=with_value("runner", runner), headers=JSON)
@@ -466,8 +444,7 @@ async def test_numbers_json_cannot_hold_in_a_handlers_data_are_refused(
         patch = f'{{"runner": {runner}}}'.encode()
         response = await client.patch(f"{API}/{existing['id']}", content=patch, headers=JSON)
         assert_error(response, 422, "runner.data")
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
+    await left_alone(client, db, existing)
 
 
 EXTREME_INSTANTS = [
@@ -558,7 +535,7 @@ async def test_hostile_pagination_is_refused_naming_the_field(
             assert error["type"] == "ValidationError", (cursor, error)
             assert error["message"].startswith("cursor: "), error
         assert (await client.get(path, params={"limit": 500})).status_code == 200
-    assert await rows(db) == ONE_SCHEDULE
+    await left_alone(client, db, existing)
 
 
 BAD_IDS = [
@@ -616,18 +593,13 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
                 continue
             error = assert_error(response, (404, 422), None)
             assert error["type"] in ("NotFound", "ValidationError"), (method, path, error)
-    assert await rows(db) == ONE_SCHEDULE
-    await unchanged(client, existing)
-
-
-async def test_an_id_of_another_kind_is_not_found(client: httpx.AsyncClient, db: Database) -> None:
-    schedule = await create(client)
-    run = await client.post(f"{API}/{schedule['id']}/run")
+    await left_alone(client, db, existing)
+    # An id of another kind: a run's on the schedule paths, a schedule's on the others.
+    run = await client.post(f"{API}/{existing['id']}/run")
     assert run.status_code == 202
-    run_id = run.json()["id"]
     before = await rows(db)
-    for method, path in id_routes(run_id)[:7] + id_routes(schedule["id"])[7:]:
-        kwargs: dict[str, Any] = {"json": {"name": "x"}} if method == "PATCH" else {}
+    for method, path in id_routes(run.json()["id"])[:7] + id_routes(existing["id"])[7:]:
+        kwargs = {"json": {"name": "x"}} if method == "PATCH" else {}
         error = assert_error(await client.request(method, path, **kwargs), 404)
         assert error["type"] == "NotFound"
     assert await rows(db) == before

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,33 +57,40 @@ def fresh_value(label: str = "value") -> str:
 
 
 @pytest.fixture
-def settings(db_url: str, tmp_path: Path) -> Settings:
+def settings(settings: Settings) -> Settings:
     """The conftest settings with an operator's key (this module's tests store secrets)."""
-    return Settings(
-        database_url=db_url,
-        disable_scheduler=True,
-        data_dir=tmp_path / "data",
-        log_format="console",
-        secrets_key=SecretStr(KEY),
-        # These owners' own commands are the agents here: what tenants may run is
-        # test_tenants.py's subject (core.policy).
-        trusted_owners="local,alice,bob",
-    )
+    # These owners' own commands are the agents here: what tenants may run is test_tenants.py's
+    # subject (core.policy).
+    update = {"secrets_key": SecretStr(KEY), "trusted_owners": "local,alice,bob"}
+    return settings.model_copy(update=update)
+
+
+@asynccontextmanager
+async def engine_running(settings: Settings, **update: Any) -> AsyncIterator[FastAPI]:
+    """The app with its engine running."""
+    running = {"disable_scheduler": False, "scheduler_tick_seconds": 0.2, **update}
+    app = create_app(settings.model_copy(update=running))
+    async with app.router.lifespan_context(app):
+        yield app
 
 
 @pytest.fixture
 async def engine_app(settings: Settings) -> AsyncIterator[FastAPI]:
     """The app with its engine running and loopback webhooks allowed."""
-    running = settings.model_copy(
-        update={
-            "disable_scheduler": False,
-            "scheduler_tick_seconds": 0.2,
-            "allow_private_webhooks": True,
-        }
-    )
-    app = create_app(running)
-    async with app.router.lifespan_context(app):
+    async with engine_running(settings, allow_private_webhooks=True) as app:
         yield app
+
+
+def agentcron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``agentcron ARGS`` in a process of its own, with only ``env`` (and a PATH)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentcron.web.cli", *args],
+        env={"PATH": "/usr/bin:/bin", "AGENTCRON_LOG_FORMAT": "json", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
 
 def command(script: str, env: dict[str, Any]) -> dict[str, Any]:
@@ -118,13 +126,15 @@ async def run_now(http: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:
 
 
 async def finished(http: httpx.AsyncClient, run_id: str, *, delivered: bool = False) -> Any:
-    """The run once it finished (and, with ``delivered``, once its deliveries did)."""
+    """The run once it finished (and, with ``delivered``, once a delivery to each of its
+    schedule's channels did: the channels are delivered at once, each row made as it starts)."""
     deadline = time.monotonic() + 20
     while True:
         run = (await http.get(f"{API}/runs/{run_id}")).json()
         done = run["status"] in TERMINAL
-        if delivered:
-            done = done and bool(run["deliveries"])
+        if delivered and done:
+            schedule = (await http.get(f"{API}/schedules/{run['schedule_id']}")).json()
+            done = len(run["deliveries"]) == len(schedule["notify"])
             done = done and all(d["status"] != "pending" for d in run["deliveries"])
         if done:
             return run
@@ -201,7 +211,22 @@ async def test_a_secret_is_never_in_any_answer_row_or_log_line(
     assert_absent(value, repr(logs), caplog.text, output.out, output.err)
 
 
-async def test_replace_keeps_created_at_and_delete_is_404_after(client: httpx.AsyncClient) -> None:
+async def test_bad_input_is_refused_by_field_replace_keeps_created_at_delete_is_once(
+    client: httpx.AsyncClient,
+) -> None:
+    # Which names and values are refused is tests/unit/test_secrets.py's table; here, that the
+    # API names the field, and a NUL never reaches PostgreSQL.
+    for name, body, field in [
+        ("-dash", {"value": "v"}, "name"),
+        ("ok", {"value": "a\u0000b"}, "value"),
+        ("ok", {"value": 5}, "value"),
+        ("ok", {"value": "v", "extra": 1}, "extra"),
+    ]:
+        response = await client.put(f"{API}/secrets/{name}", json=body)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == field
+    assert (await client.get(f"{API}/secrets")).json() == {"items": []}
+
     first = (await put(client, "llm", fresh_value())).json()
     second = await put(client, "llm", fresh_value())
     assert second.status_code == 200
@@ -218,26 +243,6 @@ async def test_replace_keeps_created_at_and_delete_is_404_after(client: httpx.As
         "message": "secret llm not found",
         "field": None,
     }
-    assert (await client.get(f"{API}/secrets")).json() == {"items": []}
-
-
-@pytest.mark.parametrize(
-    ("name", "body", "status", "field"),
-    [
-        # Which names and values are refused is tests/unit/test_secrets.py's table; here, that
-        # the API names the field, and a NUL never reaches PostgreSQL.
-        ("-dash", {"value": "v"}, 422, "name"),
-        ("ok", {"value": "a\u0000b"}, 422, "value"),
-        ("ok", {"value": 5}, 422, "value"),
-        ("ok", {"value": "v", "extra": 1}, 422, "extra"),
-    ],
-)
-async def test_bad_input_is_refused_naming_the_field(
-    client: httpx.AsyncClient, name: str, body: dict[str, Any], status: int, field: str
-) -> None:
-    response = await client.put(f"{API}/secrets/{name}", json=body)
-    assert response.status_code == status, response.text
-    assert response.json()["error"]["field"] == field
     assert (await client.get(f"{API}/secrets")).json() == {"items": []}
 
 
@@ -419,21 +424,8 @@ async def test_a_malformed_key_refuses_to_start(settings: Settings, tmp_path: Pa
         async with app.router.lifespan_context(app):
             pass
     # `agentcron serve` says so in one line, before it opens anything.
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTCRON_SECRETS_KEY": "not-a-fernet-key",
-        "AGENTCRON_DATABASE_URL": settings.database_url,
-        "AGENTCRON_LOG_FORMAT": "json",
-    }
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "agentcron.web.cli", "serve", "--port", "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    env = {"AGENTCRON_SECRETS_KEY": "not-a-fernet-key", "AGENTCRON_DATABASE_URL": bad.database_url}
+    done = await asyncio.to_thread(agentcron, env, "serve", "--port", "0")
     assert done.returncode == 2, done
     assert "cannot start: AGENTCRON_SECRETS_KEY is not valid: key 1 of 1" in done.stderr
     assert "Traceback" not in done.stderr and "not-a-fernet-key" not in done.stderr
@@ -518,12 +510,8 @@ async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconne
     """The whole path of an owner's SMTP URL with the operator's default (private destinations
     refused): stored, referred to, delivered by the engine. The delivery fails at once saying
     why, and the service behind the URL never sees a connection."""
-    running = settings.model_copy(
-        update={"disable_scheduler": False, "scheduler_tick_seconds": 0.2}
-    )
-    app = create_app(running)
     async with (
-        app.router.lifespan_context(app),
+        engine_running(settings) as app,
         listening(SSH_BANNER) as service,
         app_client(app, await issue_key(app, "alice")) as http,
     ):
@@ -608,21 +596,8 @@ async def test_secrets_rotate_reencrypts_under_the_first_key(db: Database, db_ur
     old_key, new_key = KEY, Fernet.generate_key().decode()
     for index in range(3):
         await put_secret(db, f"owner{index}", "s", f"value {index}", keyring=Keyring([old_key]))
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "AGENTCRON_SECRETS_KEY": f"{new_key},{old_key}",
-        "AGENTCRON_DATABASE_URL": db_url,
-        "AGENTCRON_LOG_FORMAT": "json",
-    }
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "agentcron.web.cli", "secrets-rotate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    env = {"AGENTCRON_SECRETS_KEY": f"{new_key},{old_key}", "AGENTCRON_DATABASE_URL": db_url}
+    done = await asyncio.to_thread(agentcron, env, "secrets-rotate")
     assert done.returncode == 0, done
     assert "re-encrypted 3 secret(s)" in done.stdout
     for index in range(3):

@@ -49,14 +49,9 @@ def backend() -> str:
 
 
 @pytest.fixture
-def agents_file(tmp_path: Path) -> Path:
-    path = tmp_path / "agents.toml"
-    path.write_text(AGENTS)
-    return path
-
-
-@pytest.fixture
-async def tenant_app(db_url: str, tmp_path: Path, agents_file: Path) -> AsyncIterator[FastAPI]:
+async def tenant_app(db_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
+    agents_file = tmp_path / "agents.toml"
+    agents_file.write_text(AGENTS)
     settings = Settings(
         database_url=db_url,
         data_dir=tmp_path / "data",
