@@ -8,9 +8,11 @@ PORT ?= 8000
 # server processes and agents mostly wait too (windows, drains, kills), so one run of both
 # with five workers on two cores keeps the machine busy: 5 min 12 s, against 6 min 1 s for
 # the two kinds one after the other (four workers, then three). Those with margins of a
-# fraction of a second, or that demand a throughput (marked solo), run alone at the end. --dist loadgroup: the tests of a
-# module that shares one server (marked xdist_group) run on one worker, so it starts once;
-# the others are handed out one by one, as with the default.
+# fraction of a second, or that demand a throughput (marked solo), run alone at the end.
+# --dist loadgroup: the tests of a module that shares one server (marked xdist_group) run on
+# one worker, so it starts once; the others are handed out in the order given, so the long
+# ones (real servers, faults) go first and the short ones fill in behind them: 316 s on an
+# idle machine, against 352 s with the unit tests first (six workers: 431 s).
 TEST_WORKERS ?= 5
 
 .DEFAULT_GOAL := help
@@ -50,7 +52,7 @@ run: install-runtime ## migrate the SQLite database, add the example schedule, s
 test: install ## run the whole test suite (PostgreSQL tests too when it is reachable; installs Debian's chromium and bubblewrap as root)
 	sh scripts/install-chromium
 	sh scripts/install-bubblewrap
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/unit tests/contract tests/integration tests/e2e tests/faults tests/test_bench_smoke.py
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/e2e tests/faults tests/test_bench_smoke.py tests/integration tests/contract tests/unit
 	$(BIN)/pytest -m solo tests/e2e tests/faults tests/test_bench_smoke.py
 
 lint: install ## ruff and mypy (strict)
