@@ -7,6 +7,7 @@ succeed without reloading, pause it, replay a run, then a schedule with every se
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sys
 from collections.abc import AsyncIterator
@@ -260,9 +261,19 @@ async def test_buttons_columns_and_words_fit_a_laptop_and_a_phone(
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
         paused = await api.post(f"/api/v1/schedules/{feed}/pause", json={"note": "feed moved"})
         assert paused.status_code == 200, paused.text
+        runs = []
         for schedule in (digest, feed):
             started = await api.post(f"/api/v1/schedules/{schedule}/run")
             assert started.status_code == 202, started.text
+            runs.append(started.json()["id"])
+        # The list is drawn once per visit: both runs have ended before it is loaded.
+        for run_id in runs:
+            for _ in range(600):
+                status = (await api.get(f"/api/v1/runs/{run_id}")).json()["status"]
+                if status not in ("pending", "running"):
+                    break
+                await asyncio.sleep(0.1)
+            assert status == "succeeded", status
     await sign_in(page, server)
 
     for width, height in ((1280, 800), (390, 844)):
