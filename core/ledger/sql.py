@@ -22,14 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agentcron.core.admission import Candidate, Going, Rules, decide
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.ledger.deliveries import SqlDeliveries
-from agentcron.core.ledger.outcomes import follow_ups, pause_after, written
-from agentcron.core.ledger.store import (
-    Claim,
-    Outcome,
-    RunStore,
-    StartDecision,
-    Wakeup,
-)
+from agentcron.core.ledger.follow import follow
+from agentcron.core.ledger.outcomes import written
+from agentcron.core.ledger.store import Claim, Outcome, RunStore, StartDecision, Wakeup
 from agentcron.core.ledger.tasks import SqlTasks
 from agentcron.core.planning import ClaimPlan, plan_claim
 from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunStatus
@@ -40,9 +35,8 @@ from agentcron.core.storage.sql import runs as sql
 from agentcron.core.storage.sql import schedules as schedule_sql
 from agentcron.core.storage.sql import wakeups as wakeup_sql
 from agentcron.core.storage.sql.rows import IDS, rows_params, split
-from agentcron.core.storage.wakeups import announce_change
 from agentcron.core.timeline import promote_next
-from agentcron.core.transitions import Values, apply_held, paused, released
+from agentcron.core.transitions import Values, apply_held, released
 from agentcron.core.transitions import admitted as admitted_values
 from agentcron.core.workdirs import TaskDirectories
 
@@ -354,7 +348,7 @@ class SqlRunStore:
             for outcome, value in mine:
                 apply_held(outcome.run, value)
             ended = [(outcome, value) for outcome, value in mine if outcome.retry_at is None]
-            queued = await self._follow(connection, ended, now, until)
+            queued = await follow(self.db, connection, ended, now, until, self.owner)
             await self.tasks.after_record(connection, mine, now)
             promoted = await promote_next(connection, queued, now) if queued else False
         if promoted:
@@ -363,47 +357,6 @@ class SqlRunStore:
             outcome.run if value["id"] in ours else None
             for outcome, value in zip(outcomes, values, strict=True)
         ]
-
-    async def _follow(
-        self,
-        connection: AsyncConnection,
-        ended: Sequence[tuple[Outcome, Values]],
-        now: datetime,
-        until: datetime,
-    ) -> set[uuid.UUID]:
-        """Each schedule of ``ended`` follows its runs (``follow_ups``), and is paused if
-        ``pause_after`` says so. Returns the schedules a queued run of ended (catch-up,
-        backfill): their next one is due its turn."""
-        follow, queued = follow_ups(ended)
-        if not follow:
-            return queued
-        params = {
-            **self._rows(
-                schedule_sql.FOLLOW_UP, "f", [f.row(id) for id, f in sorted(follow.items())]
-            ),
-            "b_now": now,
-        }
-        rows = await connection.execute(schedule_sql.follow_schedules(self._dialect), params)
-        paused_any = False
-        for schedule_id, streak, limit, enabled in rows:
-            followed = follow[schedule_id]
-            if (limit is None or streak < limit) and not followed.last.pause_schedule:
-                continue  # the usual case: nothing to pause
-            note, run_values = pause_after(
-                followed, streak, limit, enabled, until=until, owner=self.owner
-            )
-            if run_values:
-                run = followed.last.run
-                apply_held(run, run_values)
-                await connection.execute(sql.update_run(run.id, run_values))
-            if note is not None:
-                await connection.execute(
-                    schedule_sql.update_schedule(schedule_id, paused(now, note))
-                )
-                paused_any = True
-        if paused_any:
-            await announce_change(self.db, connection)
-        return queued
 
     # -- leases -------------------------------------------------------------------------------
 
