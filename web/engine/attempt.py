@@ -137,11 +137,12 @@ class Verdict:
                 result=redact_json(outcome.result, secrets),
             )
 
-    def to_record(self, retry: RetryPolicy, now: datetime) -> Outcome | None:
+    def to_record(self, retry: RetryPolicy | None, now: datetime) -> Outcome | None:
         """What the store records of the attempt (``RunStore.record``); None when nothing is
         recorded: an attempt stopped without an outcome (shutdown, a lease lost or
         unconfirmed) is given back or was taken, and goes on as a new attempt. A transient
-        failure with an attempt left is tried again after ``retry``'s delay from ``now``."""
+        failure with an attempt left is tried again after ``retry``'s delay from ``now``
+        (``retry`` is None for an attempt that did not fail transiently)."""
         run, cancelled = self.run, self.cancelled
         if cancelled == "timeout":
             # The half-finished output is not kept: channels that ask for timed_out runs get
@@ -158,7 +159,7 @@ class Verdict:
             return Outcome(
                 run, RunStatus.SUCCEEDED, output=done.output, result=result, turns=done.turns
             )
-        if self.transient and run.attempt < retry.max_attempts:
+        if self.transient and retry is not None and run.attempt < retry.max_attempts:
             retry_at = now + timedelta(seconds=retry.delay(run.attempt))
             return Outcome(run, RunStatus.PENDING, error=self.error, retry_at=retry_at)
         return Outcome(run, RunStatus.FAILED, error=self.error, pause_schedule=self.unavailable)
@@ -303,7 +304,9 @@ class Attempts:
             if reason == "shutdown":
                 bound.info("run_released", reason="shutdown")
             return
-        retry = RetryPolicy(max_attempts=int(run.payload["max_attempts"]), base=self.retry_base)
+        retry = None
+        if verdict.transient:  # most attempts need no policy: none is made for them
+            retry = RetryPolicy(max_attempts=int(run.payload["max_attempts"]), base=self.retry_base)
         outcome = verdict.to_record(retry, self.clock())
         if outcome is None:
             return
