@@ -140,7 +140,8 @@ class FakeRunner:
                 self._stopped(request, cancel)
             if step.action == "sleep":
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(cancel.wait(), step.seconds)
+                    async with asyncio.timeout(step.seconds):
+                        await cancel.wait()
                 if cancel.cancelled:
                     self._stopped(request, cancel)
                 return RunOutcome(output=step.output)

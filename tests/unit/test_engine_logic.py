@@ -445,3 +445,16 @@ async def test_a_run_admitted_ahead_starts_under_its_renewed_lease(bench: Bench)
         await bench.until(run.id, "succeeded", within=10)
     assert loop.engine.quick()  # the runs behind were admitted ahead of their slot
     assert [bench.store.run(run.id).attempt for run in behind] == [1] * 5
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2])
+async def test_a_heartbeat_stopped_as_it_is_prompted_stops(bench: Bench, turns: int) -> None:
+    # The liveness lock taken while the engine stops prompts the heartbeat; Python 3.11's
+    # wait_for swallowed the stop's cancel when it came within a few loop turns of that, and
+    # the stop waited for the heartbeat forever.
+    loop = bench.loop()
+    await asyncio.sleep(0.1)  # the heartbeat waits for its interval
+    loop.engine.leases.vouch()
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    await asyncio.wait_for(loop.supervisor.stop("heartbeat"), 5)

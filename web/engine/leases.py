@@ -33,6 +33,7 @@ from agentcron.core.ledger.store import RunStore
 from agentcron.core.logging import get_logger
 from agentcron.core.runners.base import CancelToken
 from agentcron.core.storage.models import Run
+from agentcron.web.engine.supervisor import wait_set
 
 log = get_logger("agentcron.engine")
 
@@ -117,8 +118,7 @@ class LeaseKeeper:
         # Not bound to the stop event: runs draining at shutdown keep their leases renewed
         # until ``stop()`` cancels this task, or a replica would take them over mid-run.
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.prompt.wait(), interval)
+            await wait_set(self.prompt, interval)
             prompted = self.prompt.is_set()
             self.prompt.clear()
             if prompted:

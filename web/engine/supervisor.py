@@ -39,13 +39,25 @@ log = get_logger("agentcron.supervisor")
 Body = Callable[[], Coroutine[Any, Any, None]]
 
 
+async def wait_set(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set, at most ``seconds``.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancel that arrives in the loop turn
+    the event is set in, and a task cancelled by ``Supervisor.stop`` just as it was prompted
+    went on waking every interval: the stop waited for it forever (the heartbeat, prompted by
+    the liveness lock being taken, in a library engine stopped right after its start).
+    ``asyncio.timeout`` tells its own expiry from a cancel and never absorbs the latter."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+
+
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     """Wait ``seconds``, or until ``stop`` is set if that comes first: the pause of every wait
     of the engine's tasks (the listener's reconnect backoff, the retention passes, the clock
     watch, a run waiting for its ``available_at`` or another look at overlap), so a shutdown
     never waits out a sleep."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+    await wait_set(stop, seconds)
 
 
 class Supervisor:

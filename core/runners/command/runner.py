@@ -207,7 +207,8 @@ class CommandRunner:
             signal_group(proc.pid, signal.SIGKILL)
             await asyncio.wait(readers, timeout=2.0)
             with contextlib.suppress(TimeoutError):  # let the transport see its pipes close
-                await asyncio.wait_for(proc.wait(), 2.0)
+                async with asyncio.timeout(2.0):  # not wait_for: it can swallow a cancel (3.11)
+                    await proc.wait()
         finally:
             for fut in (*readers, feeder, waiter, cancelled, learner, freezer):
                 if fut is not None:
