@@ -42,6 +42,22 @@ class TaskDirectories:
         return f"{root}{os.sep}{schedule_id}"
 
 
+def make_workdir(path: str) -> None:
+    """Make the task directory ``path``, and its parents, unless it exists (``OSError`` if it
+    cannot be made). Every attempt asks: a schedule's later runs find it with one ``stat``,
+    its first makes it with one ``mkdir`` (``Path.mkdir(parents=True, exist_ok=True)`` took
+    two or three system calls, and raised and caught an exception, on every run)."""
+    if os.path.isdir(path):
+        return
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    except FileNotFoundError:  # the owner's root (or the data directory) is not there yet
+        os.makedirs(path, exist_ok=True)
+
+
 def task_workdir(data_dir: Path, owner: str, schedule_id: uuid.UUID) -> Path:
     """Where a schedule's runs will start (``TaskDirectories.workdir``'s answer for a new
     schedule), without touching the disk: for saying so before the first run."""

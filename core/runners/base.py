@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.containment import Containment
+from agentcron.core.workdirs import make_workdir
 
 if TYPE_CHECKING:
     from agentcron.core.ledger.store import TaskRef
@@ -199,10 +200,10 @@ class RunRequest:
         above it included: every runner is handed it to keep files in between runs (an
         ``OSError`` making it is the attempt's transient failure)."""
         payload = run.payload
-        workdir = Path(task.workdir)
         # Here, not in each runner: a handler or python target is handed the path (no process
         # is started in it), so only a directory made for it is one it can write to at once.
-        workdir.mkdir(parents=True, exist_ok=True)
+        make_workdir(task.workdir)
+        workdir = Path(task.workdir)
         return cls(
             run_id=run.id,
             schedule_id=run.schedule_id,
