@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     allow_private_webhooks: bool = False
     log_format: Literal["console", "json"] | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # "summary": a run that went well is counted in a runs_summary line every 10 s, not logged
+    # on its own; "each": every run's run_started and run_finished lines (web.engine.runlines).
+    log_runs: Literal["summary", "each"] = "summary"
     max_active_schedules: int = Field(default=100_000, ge=1)
     lease_seconds: float = Field(default=30.0, gt=0)
     # PostgreSQL: each engine holds an advisory lock on a session of its own, so a dead one is

@@ -278,6 +278,7 @@ class Engine:
                 containment=self.containment,
                 handler=self.handler,
                 liveness=settings.liveness,
+                log_runs=settings.log_runs,
                 predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
             service.context.on_change = ledger.on_change = runs.on_change = loop.wake

@@ -48,6 +48,7 @@ def slot_env(pg_url: str, tmp_path: Path, slot: int, instance: str) -> dict[str,
         LEASE_SECONDS="30",
         SCHEDULER_TICK_SECONDS="1",
         ALLOW_PRIVATE_WEBHOOKS="1",
+        LOG_RUNS="each",  # which replica recorded a run: its run_finished line says
     )
 
 

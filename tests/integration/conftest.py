@@ -41,6 +41,7 @@ async def make_engine(
         allow_private: bool = False,
         lease: float = LEASE,
         liveness: bool = False,
+        log_runs: str = "summary",
     ) -> Engine:
         ledger = SqlRunStore(db, owner=owner, lease_seconds=lease, data_dir=tmp_path / "data")
         loop = SchedulerLoop(
@@ -51,6 +52,7 @@ async def make_engine(
             retry_base=0.05,
             allow_private=allow_private,
             liveness=liveness,
+            log_runs=log_runs,
         )
         ledger.on_change = loop.wake
         loops.append(loop)

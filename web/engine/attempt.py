@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import uuid
 from collections import deque
@@ -26,7 +25,6 @@ from typing import Any
 from agentcron.core.clock import Clock
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
 from agentcron.core.ledger.store import Outcome, RunStore, StartDecision
-from agentcron.core.logging import logs_at
 from agentcron.core.notify.delivery import TRIPPED
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners import build_runner
@@ -48,12 +46,8 @@ from agentcron.web.engine.batching import GroupCommit, retrying
 from agentcron.web.engine.delivery import Deliveries, run_log
 from agentcron.web.engine.leases import LEASE_LOST, LEASE_UNCONFIRMED
 from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.runlines import RunLines
 from agentcron.web.engine.slots import QUICK_SECONDS
-
-# The logger of every run's lines (``web.engine.delivery.run_log``): whether its info lines
-# are kept is asked before a run's two (started, finished) are made, since structlog drops them
-# only after they were bound and built.
-LINES = logging.getLogger("agentcron.engine")
 
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
@@ -185,9 +179,12 @@ class Attempts:
         keyring: Keyring | None = None,
         containment: Containment | None = None,
         handler: Handler | None = None,
+        lines: RunLines | None = None,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
+        # Which of a run's lines are its own and which are summarised (AGENTCRON_LOG_RUNS).
+        self.lines = lines or RunLines(each=False, instance_id=ledger.owner)
         self.metrics = metrics
         self.deliveries = deliveries
         self.suspendable = suspendable
@@ -223,12 +220,7 @@ class Attempts:
         if run.due_at is not None and run.attempt == 1:
             delay = (self.clock() - run.due_at).total_seconds()
             self.metrics.start_delay.observe(max(0.0, delay))
-        if logs_at(LINES, logging.INFO):
-            verdict.bound.info(
-                "run_started",
-                trigger=run.trigger,
-                due_at=run.due_at.isoformat() if run.due_at else None,
-            )
+        self.lines.run_started(lambda: verdict.bound, run)
         began = time.monotonic()
         secrets: dict[str, str] = {}
         try:
@@ -289,20 +281,20 @@ class Attempts:
 
     async def finish(self, verdict: Verdict) -> None:
         """Write the outcome of an attempt, then hand the finished run to delivery."""
-        run, reason, bound = verdict.run, verdict.cancelled, verdict.bound
+        run, reason = verdict.run, verdict.cancelled
         if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
             # The one line that says this replica stopped an attempt it could no longer vouch
             # for; the run goes on elsewhere (or here) as a new attempt.
             self.metrics.leases_lost.inc()
             cause = "taken over" if reason == LEASE_LOST else "renewal not confirmed in time"
-            bound.warning("run_lease_lost", cause=cause, action="attempt stopped")
+            verdict.bound.warning("run_lease_lost", cause=cause, action="attempt stopped")
         if reason in ("shutdown", LEASE_UNCONFIRMED):
             # Still ours if the database only answered late: given back at once rather than
             # left to wait out the lease. Unreachable, the lease simply runs out.
             with contextlib.suppress(Exception):
                 await self.ledger.release([run.id], started=True)
             if reason == "shutdown":
-                bound.info("run_released", reason="shutdown")
+                verdict.bound.info("run_released", reason="shutdown")
             return
         retry = None
         if verdict.transient:  # most attempts need no policy: none is made for them
@@ -312,20 +304,21 @@ class Attempts:
             return
         recorded = await self.results.submit(outcome)
         if outcome.retry_at is not None:
-            bound.warning(
+            verdict.bound.warning(
                 "run_retry_scheduled", error=verdict.error, retry_at=outcome.retry_at.isoformat()
             )
             self.wake()
             return
         if verdict.unavailable:
-            bound.error("schedule_paused", reason=verdict.error)
+            verdict.bound.error("schedule_paused", reason=verdict.error)
         if recorded is None:
-            bound.warning("run_lease_lost")
+            verdict.bound.warning("run_lease_lost")
             return
-        if logs_at(LINES, logging.INFO):
-            bound.info("run_finished", status=recorded.status, error=recorded.error)
+        self.lines.run_finished(lambda: verdict.bound, recorded.status, recorded.error)
         if recorded.reason == TRIPPED:
-            bound.warning("circuit_breaker_tripped", paused="schedule", error=recorded.error)
+            verdict.bound.warning(
+                "circuit_breaker_tripped", paused="schedule", error=recorded.error
+            )
         self.metrics.ended(recorded.status, recorded.trigger)
         if recorded.started_at is not None and recorded.finished_at is not None:
             self.metrics.duration.observe(
@@ -333,4 +326,4 @@ class Attempts:
             )
         # The outcome was recorded with a delivery lease only if a channel applies.
         if recorded.deliver_until is not None:
-            self.deliveries.start(recorded, verdict.workdir, bound)
+            self.deliveries.start(recorded, verdict.workdir, verdict.bound)

@@ -96,6 +96,7 @@ class SchedulerLoop:
         handler: Handler | None = None,
         liveness: bool = False,
         predecessors: bool = False,
+        log_runs: str = "summary",
     ) -> None:
         """``liveness``: hold this engine's liveness lock and take over the runs of engines
         whose lock is gone (PostgreSQL only; ``core.storage.liveness``). ``predecessors``: this
@@ -130,6 +131,7 @@ class SchedulerLoop:
             keyring=keyring,
             containment=containment,
             handler=handler,
+            log_runs=log_runs,
         )
         self.liveness: Liveness | None = None
         if liveness and ledger.db.capabilities.multi_process:
@@ -182,6 +184,7 @@ class SchedulerLoop:
         # starts engine after engine would gather them); a sync agent still running past the
         # drain keeps its thread until it returns.
         self.engine.threads.shutdown(wait=False, cancel_futures=True)
+        self.engine.attempts.lines.flush()  # what was counted since the last summary
         self.running = False
 
     @property

@@ -37,6 +37,7 @@ from agentcron.web.engine.batching import GroupCommit, retrying
 from agentcron.web.engine.delivery import Deliveries, run_log
 from agentcron.web.engine.leases import LeaseKeeper
 from agentcron.web.engine.metrics import EngineMetrics
+from agentcron.web.engine.runlines import RunLines
 from agentcron.web.engine.slots import Slots
 from agentcron.web.engine.supervisor import sleep_or_stop
 
@@ -62,6 +63,7 @@ class RunEngine(Slots):
         keyring: Keyring | None = None,
         containment: Containment | None = None,
         handler: Handler | None = None,
+        log_runs: str = "summary",
     ) -> None:
         super().__init__(concurrency)
         self.ledger = ledger
@@ -107,6 +109,7 @@ class RunEngine(Slots):
             keyring=keyring,
             containment=containment,
             handler=handler,
+            lines=RunLines(each=log_runs == "each", instance_id=ledger.owner),
         )
         self.metrics.in_flight.set_function(lambda: len(self.tokens))
         # Runs that start at the same moment share an admission's transaction: in a burst this
