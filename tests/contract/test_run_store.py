@@ -328,7 +328,8 @@ async def test_a_runner_gone_pauses_its_schedule(world: World) -> None:
     run = await running(world)
     await world.store.record([Outcome(run, "failed", error="gone", pause_schedule=True)])
     schedule = await world.schedule_row(run.schedule_id)
-    assert not schedule.enabled and schedule.paused_note == "paused by agentcron: gone"
+    assert (schedule.enabled, schedule.next_run) == (False, None)
+    assert schedule.paused_note == "paused by agentcron: gone"
 
 
 async def test_a_delivery_lease_is_set_only_when_a_channel_applies(world: World) -> None:

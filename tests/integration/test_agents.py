@@ -1,4 +1,5 @@
-"""The ``openai`` and ``python`` runners through the real API and engine, on both databases.
+"""The ``openai`` runner through the real API and engine, on both databases (the ``python``
+runner: tests/unit/test_python_runner.py).
 
 Schedules are created and run through the HTTP API (``client``); the in-process engine
 (``engine``, sharing the test database) executes them. The ``openai`` runner talks to a real
@@ -9,9 +10,7 @@ the tests see the conversation a ``persistent`` schedule carries from run to run
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -198,30 +197,6 @@ async def test_a_missing_key_variable_fails_the_run_naming_it(
 
 
 # -- python ------------------------------------------------------------------------------
-
-
-async def test_a_python_target_gone_at_run_time_pauses_the_schedule(
-    client: httpx.AsyncClient, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    name = f"agentcron_tmp_{uuid.uuid4().hex}"
-    module = tmp_path / f"{name}.py"
-    module.write_text("def run(ctx):\n    return 'here'\n")
-    importlib.invalidate_caches()
-    schedule_id = await create(client, {"type": "python", "target": f"{name}:run"})
-
-    module.unlink()  # uninstalled since the schedule was created
-    sys.modules.pop(name, None)
-    importlib.invalidate_caches()
-    run = await run_to_end(client, schedule_id)
-    assert run["status"] == "failed" and run["attempt"] == 1
-    assert f"{name}:run" in run["error"] and "unavailable" in run["error"]
-    schedule = (await client.get(f"{API}/schedules/{schedule_id}")).json()
-    assert schedule["enabled"] is False and schedule["next_run"] is None
-    assert f"{name}:run" in schedule["paused_note"]
-
-
-# -- openai: a crash between the reply and its record --------------------------------------
 
 
 async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
