@@ -9,9 +9,7 @@ the tests see the conversation a ``persistent`` schedule carries from run to run
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,13 +20,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.chat_server import ChatServer, Reply
-from tests.integration.engine_kit import ROOMY_LEASE, Engine
+from tests.integration.engine_kit import API, ROOMY_LEASE, Engine, finished, run_to_end
 
-API = "/api/v1"
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
 KEY_ENV = "AGENTCRON_TEST_AGENTS_KEY"
 KEY = "sk-live-7d0c3b9e2f8a41d6-must-never-be-shown"
-TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "skipped"}
 
 
 @pytest.fixture
@@ -54,24 +50,6 @@ async def create(client: httpx.AsyncClient, runner: dict[str, Any], **fields: An
     assert response.status_code == 201, response.text
     schedule_id: str = response.json()["id"]
     return schedule_id
-
-
-async def run_to_end(client: httpx.AsyncClient, schedule_id: str, within: float = 10) -> Any:
-    """Run the schedule now through the API and return the finished run (as JSON)."""
-    queued = await client.post(f"{API}/schedules/{schedule_id}/run")
-    assert queued.status_code == 202, queued.text
-    return await finished(client, queued.json()["id"], within)
-
-
-async def finished(client: httpx.AsyncClient, run_id: object, within: float = 10) -> Any:
-    """The run (as JSON) once it has ended."""
-    deadline = time.monotonic() + within
-    while True:
-        run = (await client.get(f"{API}/runs/{run_id}")).json()
-        if run["status"] in TERMINAL:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
-        await asyncio.sleep(0.05)
 
 
 async def set_prompt(client: httpx.AsyncClient, schedule_id: str, prompt: str) -> None:
