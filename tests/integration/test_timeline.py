@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict, InvalidSchedule
@@ -19,7 +19,7 @@ from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from tests.factories import schedule_values
+from tests.factories import insert_schedule
 from tests.integration.test_backfill import Clock, minutely
 from tests.integration.test_schedules_api import create
 
@@ -30,11 +30,7 @@ MINUTE = 60 * S
 
 async def add_due_schedule(db: Database, next_run: datetime, **overrides: Any) -> uuid.UUID:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    values = schedule_values(T0, trigger=trigger, next_run=next_run, **overrides)
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
-    schedule_id: uuid.UUID = values["id"]
-    return schedule_id
+    return await insert_schedule(db, T0, trigger=trigger, next_run=next_run, **overrides)
 
 
 async def timeline(db: Database, schedule_id: uuid.UUID) -> list[Run]:
