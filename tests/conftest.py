@@ -60,8 +60,9 @@ def pg_url_for(database: str) -> str:
     return make_url(PG_URL).set(database=database).render_as_string(hide_password=False)
 
 
-async def _admin(statement: str) -> None:
-    conn = await asyncpg.connect(_dsn(PG_URL), timeout=5)
+async def run_sql(url: str, statement: str) -> None:
+    """Run ``statement`` on the PostgreSQL database at ``url`` (a SQLAlchemy URL)."""
+    conn = await asyncpg.connect(_dsn(url), timeout=10)
     try:
         await conn.execute(statement)
     finally:
@@ -98,7 +99,7 @@ class PgServer:
             return pg_url_for(self._free.pop())
         self._counter += 1
         name = f"agentcron_t_{RUN_TAG}_{self._counter}"
-        await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        await run_sql(PG_URL, f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         self.created.append(name)
         return pg_url_for(name)
 
@@ -129,7 +130,7 @@ class PgServer:
             await conn.close()
 
     async def drop(self, name: str) -> None:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await run_sql(PG_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")
@@ -137,7 +138,7 @@ def pg_server() -> Iterator[PgServer | None]:
     """The migrated template on PostgreSQL, or None (with the reason) when unreachable."""
     server = PgServer()
     try:
-        asyncio.run(_admin(f'CREATE DATABASE "{server.template}"'))
+        asyncio.run(run_sql(PG_URL, f'CREATE DATABASE "{server.template}"'))
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         reason = f"PostgreSQL unreachable at {PG_URL}: {exc!r}"
         if REQUIRE_PG:
@@ -203,11 +204,11 @@ async def empty_pg(pg_server: PgServer | None) -> AsyncIterator[str]:
     if pg_server is None:
         await clone_pg(pg_server)  # skips (or fails under AGENTCRON_REQUIRE_PG=1)
     name = f"agentcron_nc_{uuid.uuid4().hex[:12]}"
-    await _admin(f'CREATE DATABASE "{name}"')
+    await run_sql(PG_URL, f'CREATE DATABASE "{name}"')
     try:
         yield name
     finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await run_sql(PG_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

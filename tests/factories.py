@@ -7,7 +7,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import insert
+
 from agentcron.core.runners.base import RunRequest
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
 
 
 def schedule_values(now: datetime | None = None, **overrides: Any) -> dict[str, Any]:
@@ -35,6 +39,15 @@ def schedule_values(now: datetime | None = None, **overrides: Any) -> dict[str, 
     }
     values.update(overrides)
     return values
+
+
+async def insert_schedule(db: Database, now: datetime | None = None, **overrides: Any) -> uuid.UUID:
+    """A schedule of ``schedule_values`` written directly to ``db``: its id."""
+    values = schedule_values(now, **overrides)
+    async with db.session() as session:
+        await session.execute(insert(Schedule), [values])
+    schedule_id: uuid.UUID = values["id"]
+    return schedule_id
 
 
 def run_request(**overrides: Any) -> RunRequest:

@@ -24,7 +24,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.timeline import run_payload
 from tests.conftest import PgServer, clone_pg
-from tests.factories import schedule_values
+from tests.factories import insert_schedule, schedule_values
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 DUE = T0 + timedelta(seconds=60)
@@ -88,10 +88,7 @@ class SqlWorld:
         )
 
     async def schedule(self, **fields: Any) -> uuid.UUID:
-        row = schedule_values(T0, **{"trigger": HOURLY, "next_run": DUE, **fields})
-        async with self.db.session() as session:
-            await session.execute(insert(Schedule), [row])
-        return uuid.UUID(str(row["id"]))
+        return await insert_schedule(self.db, T0, **{"trigger": HOURLY, "next_run": DUE, **fields})
 
     async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
         schedule = await self.schedule_row(schedule_id)

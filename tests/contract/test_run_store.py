@@ -11,10 +11,13 @@ from typing import Any
 
 from agentcron.core.ledger.store import Outcome, StartDecision
 from agentcron.core.storage.models import Run
+from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
 from tests.contract.conftest import DUE, LEASE, NOW, OWNER, T0, World
 
 UNTIL = NOW + timedelta(seconds=LEASE)
 WEBHOOK = [{"type": "webhook", "url": "https://example.org/hook", "secret": "whsec_x"}]
+MINUTE = timedelta(minutes=1)
+MINUTELY = {"every_seconds": 60, "start_at": T0.isoformat()}
 
 
 async def claimed(world: World, schedule_id: uuid.UUID, **claim: Any) -> Run:
@@ -110,6 +113,40 @@ async def test_due_times_missed_beyond_the_grace_are_skipped_rows(world: World) 
     rows = await world.runs_of(schedule_id)
     assert {(run.status, run.reason) for run in rows} == {("skipped", "missed")}
     assert (await world.schedule_row(schedule_id)).next_run == T0 + timedelta(hours=3)
+
+
+async def test_a_gap_is_one_skipped_row_per_due_time_then_a_counted_summary(world: World) -> None:
+    missed = MAX_ROWS + COUNT_CAP - 5  # due times missed, fewer than a summary counts
+    schedule_id = await world.schedule(trigger=MINUTELY, next_run=T0 + MINUTE)
+    claim = await world.store.claim_due_jobs(T0 + (missed + 2) * MINUTE)  # grace: 60 s
+    assert [run.due_at for run in claim.runs] == [T0 + (missed + k) * MINUTE for k in (1, 2)]
+    rows = sorted(await world.runs_of(schedule_id), key=lambda run: run.due_at or T0)
+    skipped = [run for run in rows if run.id not in {run.id for run in claim.runs}]
+    assert [(run.due_at, run.status, run.reason) for run in skipped] == [
+        (T0 + k * MINUTE, "skipped", "missed") for k in range(1, MAX_ROWS + 2)
+    ]
+    assert all(run.lease_owner is None and run.finished_at is not None for run in skipped)
+    assert (skipped[-1].covers, skipped[-1].covers_until) == (
+        missed - MAX_ROWS,
+        T0 + missed * MINUTE,
+    )
+    # Each row says what started it: the timetable, nobody.
+    assert {(run.origin, run.started_by) for run in rows} == {("schedule", None)}
+
+
+async def test_catchup_latest_runs_the_latest_missed_due_time_and_coalesces_the_rest(
+    world: World,
+) -> None:
+    schedule_id = await world.schedule(
+        trigger=MINUTELY, next_run=T0 + MINUTE, catchup="latest", misfire_grace_seconds=1
+    )
+    (run,) = (await world.store.claim_due_jobs(T0 + 4 * MINUTE + timedelta(seconds=30))).runs
+    assert (run.due_at, run.origin) == (T0 + 4 * MINUTE, "catchup")
+    rows = sorted(await world.runs_of(schedule_id), key=lambda run: run.due_at or T0)
+    assert [(row.due_at, row.status, row.reason) for row in rows] == [
+        *((T0 + k * MINUTE, "skipped", "coalesced") for k in (1, 2, 3)),
+        (T0 + 4 * MINUTE, "pending", None),
+    ]
 
 
 async def test_next_wakeup_is_the_earliest_work(world: World) -> None:
@@ -328,7 +365,8 @@ async def test_a_runner_gone_pauses_its_schedule(world: World) -> None:
     run = await running(world)
     await world.store.record([Outcome(run, "failed", error="gone", pause_schedule=True)])
     schedule = await world.schedule_row(run.schedule_id)
-    assert not schedule.enabled and schedule.paused_note == "paused by agentcron: gone"
+    assert (schedule.enabled, schedule.next_run) == (False, None)
+    assert schedule.paused_note == "paused by agentcron: gone"
 
 
 async def test_a_delivery_lease_is_set_only_when_a_channel_applies(world: World) -> None:

@@ -21,15 +21,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-import asyncpg
 import httpx
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from tests.conftest import PG_URL, PgServer, bearer, clone_pg, pg_url_for
+from tests.conftest import PG_URL, PgServer, bearer, clone_pg, pg_url_for, run_sql
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 T = TypeVar("T")
@@ -208,15 +206,6 @@ async def pg_url(pg_server: PgServer | None) -> AsyncIterator[str]:
     await pg_server.give_back(url)
 
 
-async def _pg_admin(statement: str) -> None:
-    dsn = make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(dsn, timeout=10)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 @contextlib.asynccontextmanager
 async def scratch_pg_database(
     prefix: str, workdir: Path, *, keep: bool = False
@@ -225,7 +214,7 @@ async def scratch_pg_database(
     for the scripts run outside pytest (the soak, reproductions); dropped at the end unless
     ``keep``. Yields its URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    await _pg_admin(f'CREATE DATABASE "{name}"')
+    await run_sql(PG_URL, f'CREATE DATABASE "{name}"')
     database_url = pg_url_for(name)
     try:
         env = engine_env(database_url, workdir / "data", f"{prefix}-migrate")
@@ -233,7 +222,7 @@ async def scratch_pg_database(
         yield database_url
     finally:
         if not keep:
-            await _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await run_sql(PG_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def engine_env(database_url: str, data_dir: Path, instance_id: str, **extra: str) -> dict[str, str]:

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.conftest import PG_URL, PgServer, clone_pg
-from tests.e2e.conftest import AGENTCRON, _pg_admin, free_port, processes_with
+from tests.conftest import PG_URL, PgServer, clone_pg, run_sql
+from tests.e2e.conftest import AGENTCRON, free_port, processes_with
 from tests.e2e.test_serve import REPO, readme_block
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ async def database_name(pg_server: PgServer | None) -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        await _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await run_sql(PG_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def as_here(block: str, database: str, ports: tuple[int, int]) -> str:

@@ -12,13 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import pg_url_for
+from tests.conftest import pg_url_for, run_sql
 from tests.e2e.conftest import AGENTCRON, Fleet, Server, free_port, json_events, make_key
 from tests.integration.test_shared_database import (
     HOST_ROWS,
     HOST_TABLES,
     host_rows,
-    run_sql,
     tables,
 )
 

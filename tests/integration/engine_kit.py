@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 from sqlalchemy import Engine as SyncEngine
 from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,6 +24,7 @@ from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
+from agentcron.core.states import TERMINAL
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.web.engine.loop import SchedulerLoop
@@ -182,3 +184,52 @@ class Engine:
 
 
 MakeEngine = Callable[..., Engine]
+
+
+# -- the API, as a client sees it ---------------------------------------------------------
+
+API = "/api/v1"
+
+
+async def run_now(http: httpx.AsyncClient, schedule_id: object) -> dict[str, Any]:
+    """Run the schedule now through the API: the queued run (as JSON)."""
+    response = await http.post(f"{API}/schedules/{schedule_id}/run")
+    assert response.status_code == 202, response.text
+    run: dict[str, Any] = response.json()
+    return run
+
+
+async def finished(
+    http: httpx.AsyncClient, run_id: object, *, within: float = 20, delivered: bool = False
+) -> Any:
+    """The run (as JSON) once it ended (and, with ``delivered``, once a delivery to each of its
+    schedule's channels did: the channels are delivered at once, each row made as it starts)."""
+    deadline = time.monotonic() + within
+    while True:
+        run = (await http.get(f"{API}/runs/{run_id}")).json()
+        done = run["status"] in TERMINAL
+        if delivered and done:
+            schedule = (await http.get(f"{API}/schedules/{run['schedule_id']}")).json()
+            done = len(run["deliveries"]) == len(schedule["notify"])
+            done = done and all(d["status"] != "pending" for d in run["deliveries"])
+        if done:
+            return run
+        assert time.monotonic() < deadline, f"run {run_id} did not finish: {run}"
+        await asyncio.sleep(0.05)
+
+
+async def run_to_end(http: httpx.AsyncClient, schedule_id: object, delivered: bool = False) -> Any:
+    """Run the schedule now through the API and return the ended run (as JSON)."""
+    queued = await run_now(http, schedule_id)
+    return await finished(http, queued["id"], delivered=delivered)
+
+
+def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+    """The documented error body ``{"error": {"type", "message", "field"}}`` of ``type_``."""
+    assert response.status_code == status, (response.request.url, response.text)
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field"}
+    assert body["error"]["type"] == type_
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert "Traceback" not in body["error"]["message"]
+    return body

@@ -1,4 +1,5 @@
-"""The ``openai`` and ``python`` runners through the real API and engine, on both databases.
+"""The ``openai`` runner through the real API and engine, on both databases (the ``python``
+runner: tests/unit/test_python_runner.py).
 
 Schedules are created and run through the HTTP API (``client``); the in-process engine
 (``engine``, sharing the test database) executes them. The ``openai`` runner talks to a real
@@ -8,11 +9,7 @@ the tests see the conversation a ``persistent`` schedule carries from run to run
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import logging
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,13 +20,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.chat_server import ChatServer, Reply
-from tests.integration.engine_kit import ROOMY_LEASE, Engine
+from tests.integration.engine_kit import API, ROOMY_LEASE, Engine, finished, run_to_end
 
-API = "/api/v1"
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
 KEY_ENV = "AGENTCRON_TEST_AGENTS_KEY"
 KEY = "sk-live-7d0c3b9e2f8a41d6-must-never-be-shown"
-TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "skipped"}
 
 
 @pytest.fixture
@@ -55,24 +50,6 @@ async def create(client: httpx.AsyncClient, runner: dict[str, Any], **fields: An
     assert response.status_code == 201, response.text
     schedule_id: str = response.json()["id"]
     return schedule_id
-
-
-async def run_to_end(client: httpx.AsyncClient, schedule_id: str, within: float = 10) -> Any:
-    """Run the schedule now through the API and return the finished run (as JSON)."""
-    queued = await client.post(f"{API}/schedules/{schedule_id}/run")
-    assert queued.status_code == 202, queued.text
-    return await finished(client, queued.json()["id"], within)
-
-
-async def finished(client: httpx.AsyncClient, run_id: object, within: float = 10) -> Any:
-    """The run (as JSON) once it has ended."""
-    deadline = time.monotonic() + within
-    while True:
-        run = (await client.get(f"{API}/runs/{run_id}")).json()
-        if run["status"] in TERMINAL:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
-        await asyncio.sleep(0.05)
 
 
 async def set_prompt(client: httpx.AsyncClient, schedule_id: str, prompt: str) -> None:
@@ -198,30 +175,6 @@ async def test_a_missing_key_variable_fails_the_run_naming_it(
 
 
 # -- python ------------------------------------------------------------------------------
-
-
-async def test_a_python_target_gone_at_run_time_pauses_the_schedule(
-    client: httpx.AsyncClient, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    name = f"agentcron_tmp_{uuid.uuid4().hex}"
-    module = tmp_path / f"{name}.py"
-    module.write_text("def run(ctx):\n    return 'here'\n")
-    importlib.invalidate_caches()
-    schedule_id = await create(client, {"type": "python", "target": f"{name}:run"})
-
-    module.unlink()  # uninstalled since the schedule was created
-    sys.modules.pop(name, None)
-    importlib.invalidate_caches()
-    run = await run_to_end(client, schedule_id)
-    assert run["status"] == "failed" and run["attempt"] == 1
-    assert f"{name}:run" in run["error"] and "unavailable" in run["error"]
-    schedule = (await client.get(f"{API}/schedules/{schedule_id}")).json()
-    assert schedule["enabled"] is False and schedule["next_run"] is None
-    assert f"{name}:run" in schedule["paused_note"]
-
-
-# -- openai: a crash between the reply and its record --------------------------------------
 
 
 async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(

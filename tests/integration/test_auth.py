@@ -33,9 +33,9 @@ from agentcron.core.keys import LAST_USED_RESOLUTION, authenticate, create_key, 
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import ApiKey, Task
 from tests.conftest import app_client, bearer, issue_key
+from tests.integration.engine_kit import API, assert_error
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
-API = "/api/v1"
 SCHEDULE = {
     "name": "digest",
     "prompt": "Summarise today's headlines.",
@@ -174,15 +174,6 @@ async def world(live_app: FastAPI) -> AsyncIterator[World]:
             },
             bob_schedule=bob_schedule["id"],
         )
-
-
-def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
-    assert response.status_code == status, (response.request.url, response.text)
-    body: dict[str, Any] = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field"}
-    assert body["error"]["type"] == type_
-    assert body["error"]["message"]
-    return body
 
 
 def assert_unauthorized(response: httpx.Response, presented: str | None = None) -> None:

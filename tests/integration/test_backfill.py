@@ -17,7 +17,6 @@ import pytest
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.ledger.store import Outcome
-from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.plans import RESUME_ALL_CAP
 from agentcron.core.schedules.service import ScheduleService
@@ -25,7 +24,7 @@ from agentcron.core.specs import BackfillRequest, ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
 from agentcron.core.timeline import MAX_ROWS, NEVER, QUEUED
-from tests.integration.engine_kit import Engine, runs_of, runs_where, spec, wait_for
+from tests.integration.engine_kit import runs_of
 from tests.integration.test_schedules_api import create
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
@@ -63,37 +62,6 @@ def request(start: datetime, end: datetime, **fields: Any) -> BackfillRequest:
 # -- backfill ------------------------------------------------------------------------------
 
 
-async def test_backfill_runs_each_past_due_time_once_one_at_a_time(
-    engine: Engine, fake: FakeRunnerType
-) -> None:
-    fake.script("slow", [sleep(0.15)] * 20)
-    now = datetime.now(UTC)
-    schedule = await engine.create(
-        spec(
-            fake.config("slow"),
-            {"every_seconds": 3600, "start_at": (now - 6 * HOUR + MINUTE).isoformat()},
-        )
-    )
-    plan = await engine.schedules.backfill(
-        schedule.id, request(now - 7 * HOUR, now), None, by="alice"
-    )
-    assert len(plan.due_times) == 6 and plan.kept == 0
-
-    def all_done(runs: list[Run]) -> bool:
-        return len(runs) == 6 and all(run.status == "succeeded" for run in runs)
-
-    runs = await wait_for(runs_where(engine.db, schedule.id, all_done), within=20, what="backfill")
-    assert [run.due_at for run in runs] == plan.due_times
-    assert {(run.origin, run.started_by) for run in runs} == {("backfill", "alice")}
-    for earlier, later in zip(runs, runs[1:], strict=False):
-        assert earlier.finished_at is not None and later.started_at is not None
-        assert later.started_at >= earlier.finished_at, "two backfill runs overlapped"
-
-    again = await engine.schedules.backfill(schedule.id, request(now - 7 * HOUR, now), None)
-    assert again.due_times == [] and again.kept == 6
-    assert len(await runs_of(engine.db, schedule.id)) == 6
-
-
 async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
     db: Database, tmp_path: Path
 ) -> None:
@@ -124,6 +92,9 @@ async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
     # One at a time: the oldest is claimable now, the others wait for it.
     assert queued[0].reason is None and queued[0].available_at == clock.now
     assert {(r.reason, r.available_at) for r in queued[1:]} == {(QUEUED, NEVER)}
+    # Backfilled again, the range has nothing left to run.
+    again = await service.backfill(schedule_id, request(T0 + S, T0 + 9 * MINUTE), None)
+    assert (again.due_times, again.kept) == ([], 8)
 
 
 async def test_the_queue_moves_when_its_head_ends_however_it_ends(

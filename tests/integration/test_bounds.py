@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from sqlalchemy import insert
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
@@ -21,7 +20,7 @@ from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Schedule
 from agentcron.core.timeline import jitter_delay
-from tests.factories import schedule_values
+from tests.factories import insert_schedule
 from tests.integration.engine_kit import fetch_schedule
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
@@ -47,20 +46,19 @@ async def test_a_bounded_timetable_ends_at_the_claim_and_a_raised_bound_restarts
     db: Database, tmp_path: Path
 ) -> None:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    values = schedule_values(T0, trigger=trigger, next_run=T0 + 60 * S, max_runs=3)
-    values["misfire_grace_seconds"] = 3600
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
+    schedule_id = await insert_schedule(
+        db, T0, trigger=trigger, next_run=T0 + 60 * S, max_runs=3, misfire_grace_seconds=3600
+    )
     ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
     claim = await ledger.claim_due_jobs(T0 + 300 * S)  # five due times, room for three
     assert [run.due_at for run in claim.runs] == [T0 + k * 60 * S for k in (1, 2, 3)]
-    ended = await fetch_schedule(db, values["id"])
+    ended = await fetch_schedule(db, schedule_id)
     assert (ended.next_run, ended.scheduled_runs, ended.enabled) == (None, 3, True)  # not paused
     assert (await ledger.claim_due_jobs(T0 + 600 * S)).runs == []
 
     # Raising the bound restarts the timetable from now.
     service = ScheduleService(db)
-    patched = await service.update(values["id"], ScheduleUpdate(max_runs=5), None)
+    patched = await service.update(schedule_id, ScheduleUpdate(max_runs=5), None)
     assert patched.next_run is not None and patched.next_run > datetime.now(UTC)
 
 
@@ -82,13 +80,13 @@ async def test_a_jittered_run_is_claimed_on_time_and_starts_at_its_offset(
     db: Database, tmp_path: Path
 ) -> None:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    values = schedule_values(T0, trigger=trigger, next_run=T0 + 60 * S, jitter_seconds=30)
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
+    schedule_id = await insert_schedule(
+        db, T0, trigger=trigger, next_run=T0 + 60 * S, jitter_seconds=30
+    )
     ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
     claim = await ledger.claim_due_jobs(T0 + 60 * S)
     [run] = claim.runs
-    assert run.available_at == T0 + 60 * S + jitter_delay(values["id"], T0 + 60 * S, 30)
+    assert run.available_at == T0 + 60 * S + jitter_delay(schedule_id, T0 + 60 * S, 30)
 
 
 async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:

@@ -13,20 +13,20 @@ import httpx
 import pytest
 import structlog.testing
 from fastapi import FastAPI
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Engine, update
 
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.runners.fake import FakeRunnerType, succeed
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.models import Run
 from agentcron.web.app import create_app
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.metrics import EngineMetrics
 from tests.conftest import app_client
-from tests.factories import schedule_values
+from tests.factories import insert_schedule
 from tests.integration.engine_kit import fetch_run, runs_of, statements, wait_for
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
@@ -48,10 +48,9 @@ async def measured(db: Database, local: Clock) -> DatabaseClock:
 async def add_schedule(db: Database, due: datetime, **overrides: Any) -> uuid.UUID:
     """An hourly interval schedule whose next due time is ``due``."""
     trigger = {"every_seconds": 3600, "start_at": due.isoformat()}
-    values = schedule_values(due - timedelta(hours=1), trigger=trigger, next_run=due, **overrides)
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
-    return uuid.UUID(str(values["id"]))
+    return await insert_schedule(
+        db, due - timedelta(hours=1), trigger=trigger, next_run=due, **overrides
+    )
 
 
 # -- due times --------------------------------------------------------------------------------

@@ -32,10 +32,9 @@ from agentcron.core.storage.models import Task
 from agentcron.core.workdirs import TaskDirectories, adopt_legacy_directory
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
-from tests.integration.test_secrets import finished, run_now
+from tests.integration.engine_kit import API, run_to_end
 from tests.sandbox import HOST_PYTHON
 
-API = "/api/v1"
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
 INSTANCE = "containment-replica"
 SERVICE_SECRETS = {
@@ -159,10 +158,6 @@ async def create(http: httpx.AsyncClient, argv: list[str], **fields: Any) -> str
     assert response.status_code == 201, response.text
     schedule_id: str = response.json()["id"]
     return schedule_id
-
-
-async def run_to_end(http: httpx.AsyncClient, schedule_id: str) -> Any:
-    return await finished(http, (await run_now(http, schedule_id))["id"])
 
 
 async def workdir_of(http: httpx.AsyncClient, task_id: str) -> str:

@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from tests.factories import schedule_values
+from tests.factories import insert_schedule
 
 API = "/api/v1/schedules"
 RUNNER = {"type": "command", "argv": ["true"]}
@@ -29,15 +29,12 @@ SPRING = datetime(2025, 3, 9, 7, tzinfo=UTC)  # 03:00 EDT, the first instant aft
 
 
 async def add_schedule(db: Database, trigger: triggers.Trigger, next_run: datetime) -> uuid.UUID:
-    values = schedule_values(
+    return await insert_schedule(
+        db,
         next_run - timedelta(days=1),
         trigger=triggers.trigger_to_dict(trigger),
         next_run=next_run,
     )
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
-    schedule_id: uuid.UUID = values["id"]
-    return schedule_id
 
 
 async def runs_of(db: Database, schedule_id: uuid.UUID) -> list[tuple[datetime | None, Any]]:

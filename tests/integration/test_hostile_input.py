@@ -538,6 +538,7 @@ async def test_hostile_pagination_is_refused_naming_the_field(
     await left_alone(client, db, existing)
 
 
+UNKNOWN_ID = str(uuid.uuid4())
 BAD_IDS = [
     "-1",
     "0",
@@ -549,7 +550,7 @@ BAD_IDS = [
     "not-a-uuid",
     "00000000-0000-0000-0000-000000000000",
     "ffffffff-ffff-ffff-ffff-ffffffffffff",
-    str(uuid.uuid4()),
+    UNKNOWN_ID,
     str(uuid.uuid4()).upper(),
     "{" + str(uuid.uuid4()) + "}",
     "urn:uuid:" + str(uuid.uuid4()),
@@ -563,6 +564,10 @@ BAD_IDS = [
     "%2E%2E%2Fruns",
     "a" * 10_000,
 ]
+
+
+# Ids a person could mistype or copy from elsewhere: the 404 names them.
+NAMED_IN_THE_404 = ("not-a-uuid", "1.5", "00000000-0000-0000-0000-000000000000", UNKNOWN_ID)
 
 
 def id_routes(some_id: str) -> list[tuple[str, str]]:
@@ -593,6 +598,9 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
                 continue
             error = assert_error(response, (404, 422), None)
             assert error["type"] in ("NotFound", "ValidationError"), (method, path, error)
+            if bad in NAMED_IN_THE_404:
+                assert (response.status_code, error["type"]) == (404, "NotFound"), (method, path)
+                assert bad in error["message"], (method, path, error)
     await left_alone(client, db, existing)
     # An id of another kind: a run's on the schedule paths, a schedule's on the others.
     run = await client.post(f"{API}/{existing['id']}/run")

@@ -22,17 +22,14 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.tasks import delete_task
 from tests.contract.conftest import DUE, NOW, T0
-from tests.factories import schedule_values
+from tests.factories import insert_schedule
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
 
 
 async def add(db: Database, **overrides: Any) -> uuid.UUID:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    row = schedule_values(T0, **{"trigger": trigger, "next_run": DUE, **overrides})
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [row])
-    return uuid.UUID(str(row["id"]))
+    return await insert_schedule(db, T0, **{"trigger": trigger, "next_run": DUE, **overrides})
 
 
 async def add_pending(db: Database, like: Run, owner: str, run_id: uuid.UUID | None = None) -> Run:

@@ -13,7 +13,7 @@ from agentcron.core.retention import RetentionPolicy, prune_runs
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from agentcron.web.app import create_app
-from tests.factories import schedule_values
+from tests.factories import insert_schedule, schedule_values
 from tests.integration.engine_kit import wait_for
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -40,11 +40,7 @@ def run_row(schedule_id: uuid.UUID, created: datetime, **overrides: Any) -> dict
 
 
 async def add_schedule(db: Database, **overrides: Any) -> uuid.UUID:
-    values = schedule_values(NOW, **overrides)
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
-    schedule_id: uuid.UUID = values["id"]
-    return schedule_id
+    return await insert_schedule(db, NOW, **overrides)
 
 
 async def add_runs(db: Database, rows: list[dict[str, Any]]) -> None:

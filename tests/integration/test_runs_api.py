@@ -13,17 +13,9 @@ from sqlalchemy import update
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from tests.integration.engine_kit import API, assert_error, run_now
 from tests.integration.test_schedules_api import RUNNER, paged
 from tests.integration.test_schedules_api import create as create_schedule
-
-API = "/api/v1"
-
-
-async def run_now(client: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:
-    response = await client.post(f"{API}/schedules/{schedule_id}/run")
-    assert response.status_code == 202, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 async def stored_run(db: Database, run_id: str) -> Run:
@@ -31,16 +23,6 @@ async def stored_run(db: Database, run_id: str) -> Run:
         run = await session.get(Run, uuid.UUID(run_id))
     assert run is not None
     return run
-
-
-def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert set(body) == {"error"}
-    assert body["error"]["type"] == type_
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    assert "Traceback" not in body["error"]["message"]
-    return body
 
 
 async def test_run_now_queues_a_manual_run_and_keeps_the_timetable(

@@ -15,7 +15,6 @@ import json
 import secrets as random
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,14 +39,13 @@ from agentcron.web.app import create_app
 from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion
 from tests.conftest import app_client, issue_key
+from tests.integration.engine_kit import API, finished, run_now, run_to_end
 from tests.integration.test_edit_keeps_fields import _AppTransport
 from tests.integration.test_webhook import Receiver, new_secret
 from tests.network import SSH_BANNER, listening
 
-API = "/api/v1"
 KEY = Fernet.generate_key().decode()
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from run now
-TERMINAL = ("succeeded", "failed", "timed_out", "cancelled")
 ORIGIN = "http://agentcron.test"
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: `python -m web.cli` runs from there
 
@@ -116,30 +114,6 @@ async def created(http: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, An
     assert response.status_code == 201, response.text
     schedule: dict[str, Any] = response.json()
     return schedule
-
-
-async def run_now(http: httpx.AsyncClient, schedule_id: str) -> dict[str, Any]:
-    response = await http.post(f"{API}/schedules/{schedule_id}/run")
-    assert response.status_code == 202, response.text
-    run: dict[str, Any] = response.json()
-    return run
-
-
-async def finished(http: httpx.AsyncClient, run_id: str, *, delivered: bool = False) -> Any:
-    """The run once it finished (and, with ``delivered``, once a delivery to each of its
-    schedule's channels did: the channels are delivered at once, each row made as it starts)."""
-    deadline = time.monotonic() + 20
-    while True:
-        run = (await http.get(f"{API}/runs/{run_id}")).json()
-        done = run["status"] in TERMINAL
-        if delivered and done:
-            schedule = (await http.get(f"{API}/schedules/{run['schedule_id']}")).json()
-            done = len(run["deliveries"]) == len(schedule["notify"])
-            done = done and all(d["status"] != "pending" for d in run["deliveries"])
-        if done:
-            return run
-        assert time.monotonic() < deadline, f"run did not finish: {run}"
-        await asyncio.sleep(0.05)
 
 
 def assert_absent(value: str, *texts: Any) -> None:
@@ -440,7 +414,7 @@ async def test_a_secret_deleted_since_fails_the_run_naming_it(engine_app: FastAP
         runner = command('echo "$TOKEN"', {"TOKEN": {"secret": "agent-token"}})
         schedule = await created(http, schedule_body(runner))
         assert (await http.delete(f"{API}/secrets/agent-token")).status_code == 204
-        run = await finished(http, (await run_now(http, schedule["id"]))["id"])
+        run = await run_to_end(http, schedule["id"])
         assert run["status"] == "failed" and run["attempt"] == 1
         assert "secret 'agent-token' no longer exists" in run["error"]
         # As any runner that can no longer work: the schedule pauses, saying why.
@@ -463,7 +437,7 @@ async def test_openai_runner_sends_the_stored_key_and_its_echo_is_redacted(
                 "api_key_secret": "llm",
             }
             schedule = await created(http, schedule_body(runner, mode="persistent"))
-            run = await finished(http, (await run_now(http, schedule["id"]))["id"])
+            run = await run_to_end(http, schedule["id"])
             task = (await http.get(f"{API}/tasks/{run['task_id']}")).json()
     assert run["status"] == "succeeded", run
     (request,) = server.requests
@@ -489,7 +463,7 @@ async def test_a_webhook_signed_with_a_stored_secret_verifies(
             assert (await put(http, "hook", secret)).status_code == 200
             assert (await put(http, "not-a-hook", fresh_value("plain"))).status_code == 200
             schedule = await created(http, schedule_body(command("echo done", {}), notify=notify))
-            run = await finished(http, (await run_now(http, schedule["id"]))["id"], delivered=True)
+            run = await run_to_end(http, schedule["id"], delivered=True)
             shown = (await http.get(f"{API}/schedules/{schedule['id']}")).json()
     assert [d["status"] for d in run["deliveries"]] == ["delivered", "failed"]
     (got,) = receiver.requests  # the second channel never connected
@@ -524,7 +498,7 @@ async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconne
             "smtp_url_secret": "smtp",
         }
         schedule = await created(http, schedule_body(command("echo done", {}), notify=[email]))
-        run = await finished(http, (await run_now(http, schedule["id"]))["id"], delivered=True)
+        run = await run_to_end(http, schedule["id"], delivered=True)
     [delivery] = run["deliveries"]
     assert (delivery["status"], delivery["attempts"]) == ("failed", 1), delivery
     assert "127.0.0.1 is a loopback address" in delivery["error"], delivery["error"]

@@ -24,7 +24,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
 from agentcron.core.storage.wakeups import announce_change, listen
 from agentcron.web.api.hosting import ConfigurationError
-from tests.conftest import _dsn, pg_url_for
+from tests.conftest import _dsn, pg_url_for, run_sql
 from tests.integration.engine_kit import wait_for
 from tests.integration.test_library import OWNER, engine_for, finished
 
@@ -43,14 +43,6 @@ async def host_url(empty_pg: str) -> str:
     url = pg_url_for(empty_pg)
     await run_sql(url, HOST_TABLES)
     return url
-
-
-async def run_sql(url: str, statement: str) -> None:
-    conn = await asyncpg.connect(_dsn(url), timeout=10)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
 
 
 async def tables(url: str, schema: str) -> set[str]:

@@ -1,6 +1,6 @@
 """Tasks and self-healing orphans: the task API, persistent re-binding, pausing a schedule
-whose command or channel can no longer work (a runner type that is gone:
-tests/unit/test_engine_logic.py)."""
+whose channel can no longer work (a runner that can no longer work: tests/unit/
+test_engine_logic.py, the runners' own tests and the run store's contract)."""
 
 from __future__ import annotations
 
@@ -56,22 +56,6 @@ async def test_task_shows_its_lock_and_survives_deletion(
     done = await wait_status(engine.db, second.id, "succeeded")
     assert done.task_id is not None and done.task_id != running.task_id
     assert (await fetch_schedule(engine.db, schedule.id)).task_id == done.task_id
-
-
-async def test_missing_command_pauses_the_schedule(engine: Engine) -> None:
-    runner = {"type": "command", "argv": ["/nonexistent/agent-binary"]}
-    schedule = await engine.create(spec(runner, HOURLY))
-    run = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "failed")
-    assert run.attempt == 1  # permanent: not retried
-    assert run.error is not None and "cannot start" in run.error
-
-    async def paused() -> Schedule | None:
-        s = await fetch_schedule(engine.db, schedule.id)
-        return s if not s.enabled else None
-
-    stopped = await wait_for(paused, what="schedule paused")
-    assert stopped.next_run is None
-    assert stopped.paused_note is not None and "cannot start" in stopped.paused_note
 
 
 async def test_vanished_channel_type_pauses_the_schedule(

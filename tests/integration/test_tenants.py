@@ -25,8 +25,8 @@ from agentcron.testing.kit import SettableClock
 from agentcron.web.app import create_app
 from tests.chat_server import ChatServer
 from tests.conftest import app_client, issue_key
+from tests.integration.engine_kit import run_to_end
 from tests.integration.test_secrets import created as created_schedule
-from tests.integration.test_secrets import finished, run_now
 
 AGENTS = """
 [agents.echo-topic]
@@ -198,7 +198,7 @@ async def test_a_declared_agent_runs_with_the_tenants_parameters(
 ) -> None:
     runner = {"type": "command", "agent": "echo-topic", "params": {"topic": "ai news"}}
     created = await created_schedule(tenant, schedule(runner))
-    ended = await finished(tenant, (await run_now(tenant, created["id"]))["id"])
+    ended = await run_to_end(tenant, created["id"])
     assert ended["status"] == "succeeded", ended["error"]
     assert ended["output"] == "topic=ai news set-by-operator\nhello from the tenant"
 
@@ -270,6 +270,6 @@ async def test_a_tenants_model_host_resolving_to_a_private_address_is_refused_at
         runner = {**OPENAI, "base_url": base_url, "api_key_env": "SHARED_MODEL_KEY"}
         created = await created_schedule(tenant, schedule(runner))
         assert created["runner"]["private_endpoints"] is False  # confined, and says so
-        ended = await finished(tenant, (await run_now(tenant, created["id"]))["id"])
+        ended = await run_to_end(tenant, created["id"])
         assert ended["status"] == "failed" and "loopback" in ended["error"], ended["error"]
         assert resolved == ["models.example"] and server.requests == []

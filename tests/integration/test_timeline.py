@@ -1,5 +1,6 @@
-"""Every due time is accounted for (issue 8, part 1), on both databases: due times that do not
-run get a ``skipped`` row with a reason, and unbounded gaps are summarised in bounded rows."""
+"""Every due time is accounted for (issue 8, part 1), on both databases: a gap written once,
+paused rows, skipped occurrences. Which rows a claim writes for a gap (``missed``,
+``coalesced``, a counted summary) is the run store's contract (tests/contract)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict, InvalidSchedule
@@ -18,8 +19,7 @@ from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
-from tests.factories import schedule_values
+from tests.factories import insert_schedule
 from tests.integration.test_backfill import Clock, minutely
 from tests.integration.test_schedules_api import create
 
@@ -30,11 +30,7 @@ MINUTE = 60 * S
 
 async def add_due_schedule(db: Database, next_run: datetime, **overrides: Any) -> uuid.UUID:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    values = schedule_values(T0, trigger=trigger, next_run=next_run, **overrides)
-    async with db.session() as session:
-        await session.execute(insert(Schedule), [values])
-    schedule_id: uuid.UUID = values["id"]
-    return schedule_id
+    return await insert_schedule(db, T0, trigger=trigger, next_run=next_run, **overrides)
 
 
 async def timeline(db: Database, schedule_id: uuid.UUID) -> list[Run]:
@@ -47,66 +43,6 @@ async def timeline(db: Database, schedule_id: uuid.UUID) -> list[Run]:
 
 def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
     return SqlRunStore(db, owner="timeline", lease_seconds=30, data_dir=tmp_path)
-
-
-async def test_missed_due_times_get_skipped_rows_beside_the_run(
-    db: Database, tmp_path: Path
-) -> None:
-    # Down from 00:01 to 00:06:30; grace 60 s: 00:06 runs, 00:01-00:05 were missed.
-    schedule_id = await add_due_schedule(db, T0 + MINUTE)
-    claim = await ledger(db, tmp_path).claim_due_jobs(T0 + 6 * MINUTE + 30 * S)
-
-    assert [run.due_at for run in claim.runs] == [T0 + 6 * MINUTE]
-    rows = await timeline(db, schedule_id)
-    skipped = [
-        (r.due_at, r.status, r.reason) for r in rows if r.id not in {c.id for c in claim.runs}
-    ]
-    assert skipped == [(T0 + k * MINUTE, "skipped", "missed") for k in range(1, 6)]
-    assert all(r.lease_owner is None and r.finished_at is not None for r in rows if r.reason)
-    # Each row says what started it: the timetable, nobody.
-    assert {(r.origin, r.started_by) for r in rows} == {("schedule", None)}
-
-
-async def test_catchup_latest_marks_the_others_coalesced(db: Database, tmp_path: Path) -> None:
-    schedule_id = await add_due_schedule(db, T0 + MINUTE, catchup="latest", misfire_grace_seconds=1)
-    now = T0 + 4 * MINUTE + 30 * S
-    claim = await ledger(db, tmp_path).claim_due_jobs(now)
-
-    assert [run.due_at for run in claim.runs] == [T0 + 4 * MINUTE]  # the latest missed one
-    assert claim.runs[0].origin == "catchup"
-    rows = await timeline(db, schedule_id)
-    assert [(r.due_at, r.status, r.reason) for r in rows] == [
-        (T0 + MINUTE, "skipped", "coalesced"),
-        (T0 + 2 * MINUTE, "skipped", "coalesced"),
-        (T0 + 3 * MINUTE, "skipped", "coalesced"),
-        (T0 + 4 * MINUTE, "pending", None),
-    ]
-
-
-async def test_a_year_long_outage_writes_a_bounded_summary(db: Database, tmp_path: Path) -> None:
-    schedule_id = await add_due_schedule(db, T0 + MINUTE)
-    now = T0 + timedelta(days=365, seconds=30)
-    await ledger(db, tmp_path).claim_due_jobs(now)
-
-    rows = [r for r in await timeline(db, schedule_id) if r.status == "skipped"]
-    assert len(rows) == MAX_ROWS + 1  # a year of minutes, in eleven rows
-    assert [r.due_at for r in rows[:MAX_ROWS]] == [T0 + k * MINUTE for k in range(1, MAX_ROWS + 1)]
-    summary = rows[-1]
-    assert summary.due_at == T0 + (MAX_ROWS + 1) * MINUTE
-    assert summary.covers is None  # more than COUNT_CAP: it stopped counting
-    # The last due time before the grace boundary (now - 60 s), minute-aligned.
-    assert summary.covers_until == T0 + timedelta(days=365) - MINUTE
-
-
-async def test_a_counted_summary_says_how_many(db: Database, tmp_path: Path) -> None:
-    missed = MAX_ROWS + COUNT_CAP - 5
-    schedule_id = await add_due_schedule(db, T0 + MINUTE)
-    await ledger(db, tmp_path).claim_due_jobs(T0 + (missed + 2) * MINUTE)
-
-    rows = [r for r in await timeline(db, schedule_id) if r.status == "skipped"]
-    assert len(rows) == MAX_ROWS + 1
-    assert rows[-1].covers == missed - MAX_ROWS
-    assert rows[-1].covers_until == T0 + missed * MINUTE
 
 
 async def test_a_second_claim_never_doubles_an_accounted_due_time(
