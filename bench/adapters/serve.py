@@ -5,7 +5,7 @@ schedule list while the burst runs.
 - ``populate``: ``agentcron migrate`` (a deployment's schema path, in its own process), then
   the burst's one-shots exactly as the in-process adapter writes them.
 - ``fire``: an API key of owner ``local`` made by ``core.keys.create_key`` (what ``agentcron
-  keys create`` calls); ``agentcron serve`` on a free loopback port with info logging (JSON,
+  keys create`` calls); each schedule's task directory, as a create through the API makes it; ``agentcron serve`` on a free loopback port with info logging (JSON,
   to a file in a temporary data directory), the harness's ``AGENTCRON_*`` settings and the
   ``bench`` modules admitted for the ``python`` runner; once ``/readyz`` answers 200, one
   schedule created through the API whose target imports ``bench.inside`` in the service
@@ -47,11 +47,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
 from agentcron.core.config import Settings
 from agentcron.core.keys import LOCAL_OWNER, create_key
 from agentcron.core.logging import configure_logging
 from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Schedule
+from agentcron.core.workdirs import make_workdir, task_workdir
 from bench import inside
 from bench.adapters.agentcron import (
     POLL_SECONDS,
@@ -275,6 +278,15 @@ def max_lag_ms(beats: list[list[float]], until: float) -> float | None:
     return round(max(lags) * 1000, 1) if lags else None
 
 
+async def made_as_created(db: Database, data_dir: Path) -> None:
+    """Each schedule's task directory, as creating it through the API makes it (``populate``
+    writes the rows directly): the burst's runs find their directories, as a user's do."""
+    async with db.session(write=False) as session:
+        rows = (await session.execute(select(Schedule.owner, Schedule.id))).all()
+    for owner, schedule_id in rows:
+        make_workdir(str(task_workdir(data_dir, owner, schedule_id)))
+
+
 async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict[str, Any]:
     """Serve from before ``t0`` until every run succeeded (or ``t0 + give_up_after``), reading
     the schedule list all along."""
@@ -285,6 +297,7 @@ async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict
         with tempfile.TemporaryDirectory() as tmp:
             token, _ = await create_key(probe, LOCAL_OWNER)
             own += 1
+            await made_as_created(probe, Path(tmp))
             service = Service(url, Path(tmp))
             await service.start()
             headers = {"Authorization": f"Bearer {token}"}

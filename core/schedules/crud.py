@@ -153,6 +153,7 @@ class ScheduleCrud:
         if enabled:
             await self.context.check_capacity(session)
         session.add(schedule)
+        self.context.make_workdir(owner, schedule_id)
         return schedule
 
     async def get(self, schedule_id: str | uuid.UUID, owner: str | None) -> Schedule:

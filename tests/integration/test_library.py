@@ -75,14 +75,20 @@ async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_r
     # A data directory nobody made: the engine creates it, as it does for a command agent.
     engine = engine_for(db_url, tmp_path, handler)
     assert not (tmp_path / "data").exists()
+    spec = {"name": "n", "prompt": "note", "mode": "persistent", "runner": {"type": "handler"}}
     async with engine:
-        first = await run_once(engine, prompt="note", mode="persistent")
-        await engine.runs.run_now(first.schedule_id, OWNER)
-        runs = await finished(engine, first.schedule_id, count=2)
+        made = await engine.schedules.create(
+            ScheduleCreate.model_validate(spec | {"trigger": {"every_seconds": 3600}}), OWNER
+        )
+        workdir = (tmp_path / "data" / "tasks" / OWNER / str(made.id)).resolve()
+        assert workdir.is_dir()  # made with the schedule, before any run
+        workdir.rmdir()  # gone again (another replica's disk): the first run makes it
+        for count in (1, 2):
+            await engine.runs.run_now(made.id, OWNER)
+            runs = await finished(engine, made.id, count=count)
     assert [run.status for run in runs] == ["succeeded", "succeeded"], [r.error for r in runs]
     assert found == [[], ["attempt-1.txt"]]  # the second run sees what the first one kept
-    workdir = Path(first.output or "")
-    assert workdir == (tmp_path / "data" / "tasks" / OWNER / str(first.schedule_id)).resolve()
+    assert {Path(run.output or "") for run in runs} == {workdir}
     assert (workdir / "attempt-2.txt").read_text() == "note"
 
 
