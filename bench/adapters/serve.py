@@ -5,8 +5,9 @@ schedule list while the burst runs.
 - ``populate``: ``agentcron migrate`` (a deployment's schema path, in its own process), then
   the burst's one-shots exactly as the in-process adapter writes them.
 - ``fire``: an API key of owner ``local`` made by ``core.keys.create_key`` (what ``agentcron
-  keys create`` calls); each schedule's task directory, as a create through the API makes it; ``agentcron serve`` on a free loopback port with info logging (JSON,
-  to a file in a temporary data directory), the harness's ``AGENTCRON_*`` settings and the
+  keys create`` calls); each schedule's task directory, as a create through the API makes
+  it; ``agentcron serve`` on a free loopback port with info logging (JSON, to a file in a
+  temporary data directory), the harness's ``AGENTCRON_*`` settings and the
   ``bench`` modules admitted for the ``python`` runner; once ``/readyz`` answers 200, one
   schedule created through the API whose target imports ``bench.inside`` in the service
   (the loop-lag heartbeat there, and the no-op's spans written at exit). From T0 until the

@@ -21,6 +21,15 @@ def _diff(connection: Connection) -> list[Any]:
     return list(compare_metadata(context, Base.metadata))
 
 
+def _partial(connection: Connection) -> dict[str, str]:
+    """The runs table's partial indexes, by name, with their condition as reflected."""
+    return {
+        index["name"]: str(index["dialect_options"]["postgresql_where"])
+        for index in inspect(connection).get_indexes("runs")
+        if "postgresql_where" in index.get("dialect_options", {})
+    }
+
+
 def _tables(connection: Connection) -> set[str]:
     return set(inspect(connection).get_table_names())
 
@@ -58,6 +67,15 @@ async def test_upgrade_into_a_schema_matches_models_and_keeps_its_stamp_there(
             assert {"schedules", "runs", "tasks", "deliveries", "alembic_version"} <= (
                 await conn.run_sync(_tables)
             )
+            # Only the rows their queries look for (0011): a finished run leaves the first.
+            partial = await conn.run_sync(_partial)
+            assert sorted(partial) == [
+                "ix_runs_deliver_until",
+                "ix_runs_replay_of",
+                "ix_runs_status_available",
+            ]
+            assert "pending" in partial["ix_runs_status_available"]
+            assert "running" in partial["ix_runs_status_available"]
         assert await current_revision(db) == head_revision()
         async with plain.engine.connect() as conn:  # the connection's own search_path: nothing
             assert await conn.run_sync(_tables) == set()

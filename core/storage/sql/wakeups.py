@@ -40,8 +40,11 @@ def next_wakeup(owner: str | None, schema: str | None) -> Select[*tuple[Any, ...
         .where(Run.status.in_(ACTIVE), Run.lease_owner.is_not(None))
         .scalar_subquery()
     )
-    # An index on deliver_until makes this a look at the first index entry (NULLs excluded).
-    first_delivery = select(func.min(Run.deliver_until)).scalar_subquery()
+    # The deliver_until index (of owed deliveries alone, on PostgreSQL) makes this a look at
+    # its first entry; the condition, which min() implies anyway, lets the planner use it.
+    first_delivery = (
+        select(func.min(Run.deliver_until)).where(Run.deliver_until.is_not(None)).scalar_subquery()
+    )
     if owner is None:
         return select(first_due, first_queued, first_expiry, first_delivery)
     # Owners of active runs, and engines making deliveries (the deliver_until index finds
