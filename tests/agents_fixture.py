@@ -10,11 +10,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.base import RunContext, RunOutcome, TransientRunError
+from agentcron.core.runners.threads import AgentThreads
 
 CALLS: list[dict[str, Any]] = []
 SYNC_STOPPED = threading.Event()  # set by ``polls_cancel`` once it returns
@@ -49,18 +49,20 @@ def returns_then(ctx: RunContext) -> str:
 
 
 def then_after_return(
-    threads: ThreadPoolExecutor, then: Callable[[uuid.UUID], object]
+    threads: AgentThreads, then: Callable[[uuid.UUID], object]
 ) -> Callable[[uuid.UUID], None]:
     """A ``BEFORE_RETURN`` hook: the loop calls ``then(run_id)`` in the same turn as the
     target's return reaches it, as a process stalled past that moment sees both. The hook
-    holds the loop (as a stall does) until the worker of ``threads`` has finished the call: the
-    pool marks a worker idle only once the call's result is on its way to the loop, so ``then``
+    holds the loop (as a stall does) until the worker of ``threads`` has finished the call: a
+    worker is idle again only once the call's result is on its way to the loop, so ``then``
     is queued after it."""
     loop = asyncio.get_running_loop()
 
     def stalled(run_id: uuid.UUID) -> None:
-        assert threads._idle_semaphore.acquire(timeout=5)
-        threads._idle_semaphore.release()
+        deadline = time.monotonic() + 5
+        while not threads.idle():
+            assert time.monotonic() < deadline, "the worker never finished the call"
+            time.sleep(0.001)
         loop.call_soon(then, run_id)
 
     return lambda run_id: loop.call_soon_threadsafe(stalled, run_id)

@@ -6,7 +6,6 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentcron.core.errors import RunPermanentError
 from agentcron.core.runners.containment import Containment
+from agentcron.core.runners.threads import AgentThreads
 from agentcron.core.workdirs import make_workdir
 
 if TYPE_CHECKING:
@@ -179,9 +179,10 @@ class RunRequest:
     payload: Mapping[str, Any] = field(default_factory=dict)
     replay_of: uuid.UUID | None = None
     # The engine's threads for blocking work (a sync ``python`` or ``handler`` target runs in
-    # one): as many as the engine's concurrency, so every slot can block at once. None outside
-    # an engine: the event loop's default executor, which has a handful of threads.
-    threads: Executor | None = field(default=None, repr=False, compare=False)
+    # one): up to the engine's concurrency, so every slot can block at once
+    # (``core.runners.threads``). None outside an engine: the event loop's default executor,
+    # which has a handful of threads.
+    threads: AgentThreads | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(
@@ -193,7 +194,7 @@ class RunRequest:
         secrets: Mapping[str, str],
         instance_id: str,
         containment: Containment,
-        threads: Executor | None = None,
+        threads: AgentThreads | None = None,
     ) -> RunRequest:
         """The attempt of ``run`` in ``task`` as its runner sees it, from what the run saved
         (``run.payload``). Its task directory exists once this returns, the data directory

@@ -49,7 +49,6 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import Executor
 from typing import Any
 
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
@@ -62,6 +61,7 @@ from agentcron.core.runners.base import (
     RunRequest,
     TransientRunError,
 )
+from agentcron.core.runners.threads import AgentThreads
 
 log = get_logger(__name__)
 
@@ -222,7 +222,7 @@ async def call_target(
     target: Callable[[Any], Any],
     context: Any,
     cancel: CancelToken,
-    threads: Executor | None = None,
+    threads: AgentThreads | None = None,
 ) -> RunOutcome:
     """Call a host's callable with ``context`` as a runner would: sync in a worker thread (of
     ``threads``, the request's), async on the loop, stopped when ``cancel`` is set. Returns its
@@ -240,7 +240,7 @@ async def call_target(
 
 
 async def _in_thread(
-    target: Callable[[Any], Any], context: Any, cancel: CancelToken, threads: Executor | None
+    target: Callable[[Any], Any], context: Any, cancel: CancelToken, threads: AgentThreads | None
 ) -> Any:
     """What a sync target returned, called in one of ``threads`` (the loop's default executor
     when None: as ``asyncio.to_thread`` does, which has min(32, cores + 4) threads, fewer than
@@ -251,7 +251,10 @@ async def _in_thread(
     if cancel.cancelled:
         raise RunPermanentError(f"cancelled ({cancel.reason})")
     call = functools.partial(contextvars.copy_context().run, target, context)
-    future = asyncio.get_running_loop().run_in_executor(threads, call)
+    if threads is None:
+        future = asyncio.get_running_loop().run_in_executor(None, call)
+    else:
+        future = threads.call(call)
     forget = cancel.on_cancel(future.cancel)
     try:
         return await future

@@ -201,7 +201,7 @@ async def test_every_slot_can_block_in_a_sync_python_agent_at_once(bench: Bench)
         done = await bench.until(run.id, "succeeded", "failed", within=15)
         assert (done.status, done.output) == ("succeeded", "met"), done.error
     # Stopped, the engine lets its idle threads go rather than keep them until collected.
-    threads = list(loop.engine.threads._threads)
+    threads = list(loop.engine.threads.threads)
     assert len(threads) == 40
     await loop.stop()
     await until(lambda: [t for t in threads if t.is_alive()], lambda alive: not alive, 5)

@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ import pytest
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
 from agentcron.core.runners import build_runner, validate_runner
 from agentcron.core.runners import python as python_runner
+from agentcron.core.runners import threads as threads_module
 from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
+from agentcron.core.runners.threads import AgentThreads
 from tests import agents_fixture
 from tests.factories import run_request
 
@@ -200,7 +201,7 @@ async def test_a_sync_target_that_returned_before_the_cancel_keeps_its_outcome(
     """A stalled loop sees the thread's return and a cancel in one turn: the target's work is
     done, so its outcome is returned (the engine decides what the cancel means), not dropped
     as if the cancel had stopped it."""
-    threads = ThreadPoolExecutor(1)
+    threads = AgentThreads(1)
     token = CancelToken()
     cancelled = agents_fixture.then_after_return(
         threads, lambda _: token.cancel("lease_unconfirmed")
@@ -337,3 +338,24 @@ async def test_cancelling_the_callers_task_cancels_an_async_target() -> None:
     with pytest.raises(asyncio.CancelledError):
         await job
     assert stopped.is_set() and not token.cancelled
+
+
+async def test_quick_calls_share_a_thread_and_blocked_ones_get_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads_module, "GROW_AFTER", 0.5)  # a loaded machine stays under it
+    threads = AgentThreads(8)
+    try:
+        assert await asyncio.gather(*(threads.call(lambda i=i: i) for i in range(200))) == list(
+            range(200)
+        )
+        assert len(threads.threads) == 1  # the queue kept moving: no thread more
+        gate = threading.Barrier(8, timeout=10)  # returns once eight calls block at once
+        assert await asyncio.gather(*(threads.call(gate.wait) for _ in range(8))) != []
+        assert len(threads.threads) == 8
+        with pytest.raises(ZeroDivisionError):
+            await threads.call(lambda: 1 / 0)
+    finally:
+        threads.shutdown()
+    with pytest.raises(RuntimeError):
+        threads.call(lambda: None)

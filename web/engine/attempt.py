@@ -16,7 +16,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -37,6 +36,7 @@ from agentcron.core.runners.base import (
 )
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
+from agentcron.core.runners.threads import AgentThreads
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.secrets.redaction import redact, redact_json
 from agentcron.core.secrets.resolution import load, referenced_secrets
@@ -174,7 +174,7 @@ class Attempts:
         suspendable: set[uuid.UUID],
         recent: deque[bool],
         wake: Callable[[], None],
-        threads: Executor,
+        threads: AgentThreads,
         retry_base: float = 1.0,
         keyring: Keyring | None = None,
         containment: Containment | None = None,

@@ -183,7 +183,7 @@ class SchedulerLoop:
         # The agents' idle threads end now, not when the engine is collected (a host that
         # starts engine after engine would gather them); a sync agent still running past the
         # drain keeps its thread until it returns.
-        self.engine.threads.shutdown(wait=False, cancel_futures=True)
+        self.engine.threads.shutdown()
         self.engine.attempts.lines.flush()  # what was counted since the last summary
         self.running = False
 

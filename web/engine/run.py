@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from agentcron.core.clock import Clock
 from agentcron.core.errors import AgentcronError
@@ -30,6 +29,7 @@ from agentcron.core.notify.delivery import DEFAULT_POLICY
 from agentcron.core.retry import RetryPolicy
 from agentcron.core.runners.containment import Containment
 from agentcron.core.runners.handler import Handler
+from agentcron.core.runners.threads import AgentThreads
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.storage.models import Run
 from agentcron.web.engine.attempt import Attempts, Verdict
@@ -69,9 +69,9 @@ class RunEngine(Slots):
         self.ledger = ledger
         self.clock = clock
         self.metrics = metrics
-        # A thread per slot for sync agents (made as needed, kept while idle): every slot can
-        # block at once, as a ``command`` agent's process can.
-        self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="agentcron-agent")
+        # Threads for sync agents, up to one per slot: every slot can block at once, as a
+        # ``command`` agent's process can; quick ones share a few (core.runners.threads).
+        self.threads = AgentThreads(concurrency)
         self._stop = stopping
         self.wake = wake
         self.delivering: set[uuid.UUID] = set()  # runs whose deliveries are being made here
