@@ -74,13 +74,6 @@ def greet(ctx: RunContext) -> str:
     return f"hello from python: {ctx.request.prompt}"
 
 
-def keeps_notes(ctx: RunContext) -> str:
-    """A sync target that adds a file to its task directory and returns the names there."""
-    workdir = ctx.request.workdir
-    (workdir / f"{ctx.request.run_id}.txt").write_text(ctx.request.prompt)
-    return " ".join(sorted(path.name for path in workdir.iterdir()))
-
-
 async def greet_async(ctx: RunContext) -> str:
     """An async target: runs on the event loop."""
     _record(ctx, kind="async")

@@ -343,8 +343,6 @@ def test_run_now_history_replay_and_cancel(server: Server) -> None:
     assert ok_json(env, "runs", "list", schedule_id, "--status", "failed")["items"] == []
     shown_ids = ok(env, "runs", "list", schedule_id, "--hide-skipped", "--origin", "manual")
     assert run["id"] in shown_ids and replay["id"] not in shown_ids
-    bad = failed(env, "runs", "list", schedule_id, "--status", "exploded")
-    assert "HTTP 422" in bad and "status" in bad
 
     conflict = failed(env, "runs", "cancel", run["id"])
     assert "HTTP 409 Conflict" in conflict and f"run {run['id']} already finished" in conflict
@@ -388,8 +386,6 @@ def test_skip_backfill_and_resume_with_catch_up(server: Server) -> None:
     skipped = ok_json(env, "schedules", "skip", schedule_id, upcoming)
     assert (skipped["status"], skipped["reason"]) == ("skipped", "occurrence_skipped")
     assert "will run" in ok(env, "schedules", "skip", schedule_id, upcoming, "--undo")
-    wrong = failed(env, "schedules", "skip", schedule_id, "2030-01-01T09:30:00+08:00")
-    assert "HTTP 422" in wrong and "(field: due_at)" in wrong
 
     hourly = ok_json(
         env, "schedules", "add", "--name", "hourly", "--prompt", "p",
@@ -400,8 +396,6 @@ def test_skip_backfill_and_resume_with_catch_up(server: Server) -> None:
     assert dry["dry_run"] is True and len(dry["due_times"]) == 3
     text = ok(env, "schedules", "backfill", hourly["id"], *window)
     assert "queued 3 run(s)" in text
-    again = ok_json(env, "schedules", "backfill", hourly["id"], *window)
-    assert (again["due_times"], again["kept"]) == ([], 3)  # nothing runs twice
 
     ok(env, "schedules", "pause", schedule_id)
     plan = ok_json(env, "schedules", "resume", schedule_id, "--catchup", "latest", "--dry-run")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -15,9 +14,7 @@ import pytest
 from tests.conftest import pg_url_for, run_sql
 from tests.e2e.conftest import AGENTCRON, Fleet, Server, free_port, json_events, make_key
 from tests.integration.test_shared_database import (
-    HOST_ROWS,
     HOST_TABLES,
-    host_rows,
     tables,
 )
 
@@ -117,15 +114,9 @@ async def test_a_hosts_database_is_refused_then_served_from_a_schema_of_agentcro
     async with httpx.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {key}"}) as http:
         created = await http.post(f"{server.url}/api/v1/schedules", json=body)
         assert created.status_code == 201, created.text
-        history = f"{server.url}/api/v1/schedules/{created.json()['id']}/runs"
-        deadline, runs = time.monotonic() + 60, []
-        while not any(run["status"] == "succeeded" for run in runs):
-            assert time.monotonic() < deadline, runs
-            await asyncio.sleep(0.2)
-            runs = (await http.get(history)).json()["items"]
+    # Its runs there, the host's rows untouched: test_shared_database.py's, with the library.
     assert {"schedules", "runs", "tasks", "alembic_version"} <= await tables(url, "agentcron")
     assert await tables(url, "public") == {"runs", "tasks"}
-    assert await host_rows(url) == HOST_ROWS
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ from tests.e2e.conftest import (
 )
 from tests.faults.conftest import through
 from tests.faults.proxy import ThreadedProxy
+from tests.integration.engine_kit import assert_error
 
 OUTAGE_SECONDS = 20.0  # issue 6: the database is gone for 20 s
 STALL_SECONDS = 10.0
@@ -110,11 +111,7 @@ def ticking(start_at: datetime, log: Path, **fields: Any) -> dict[str, Any]:
 
 def assert_unavailable_body(response: httpx.Response) -> None:
     """A 503 with the documented error body and nothing of the driver in it."""
-    assert response.status_code == 503, (response.status_code, response.text)
-    body = response.json()
-    assert set(body) == {"error"}, body
-    assert body["error"]["type"] == "SchedulerUnavailable", body
-    assert set(body["error"]) == {"type", "message", "field"}, body
+    assert_error(response, 503, "SchedulerUnavailable")
     lowered = response.text.lower()
     assert not [leak for leak in LEAKS if leak in lowered], response.text
     assert response.headers.get("retry-after"), dict(response.headers)

@@ -163,17 +163,6 @@ async def test_the_api_key_appears_in_no_response_and_no_log(
     assert KEY not in captured.out and KEY not in captured.err
 
 
-async def test_a_missing_key_variable_fails_the_run_naming_it(
-    client: httpx.AsyncClient, engine: Engine, llm: ChatServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(KEY_ENV)
-    schedule_id = await create(client, openai_runner(llm), max_attempts=3)
-    run = await run_to_end(client, schedule_id)
-    assert run["status"] == "failed" and run["attempt"] == 1  # permanent: not retried
-    assert KEY_ENV in run["error"] and "not set" in run["error"]
-    assert llm.requests == []
-
-
 # -- python ------------------------------------------------------------------------------
 
 

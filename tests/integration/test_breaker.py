@@ -31,14 +31,11 @@ async def test_failures_in_a_row_pause_the_schedule_and_notify(
         spec(fake.config("flaky"), HOURLY, pause_after_failures=2, notify=notify)
     )
     first = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "failed")
-    assert first.reason is None
-    assert (await fetch_schedule(engine.db, schedule.id)).enabled
     tripped = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "failed")
-    assert tripped.reason == "circuit_breaker"
-    after = await fetch_schedule(engine.db, schedule.id)
-    assert not after.enabled and after.next_run is None and after.paused_at is not None
-    assert after.paused_note is not None and "2 failed runs in a row" in after.paused_note
-    assert "upstream 502" in after.paused_note  # the last error
+    assert (first.reason, tripped.reason) == (None, "circuit_breaker")
+    # The pause itself: contract::test_the_breaker_trips_from_the_schedule_row. Its note also
+    # names the last error.
+    assert "upstream 502" in ((await fetch_schedule(engine.db, schedule.id)).paused_note or "")
 
     # The failed run that paused the schedule reaches the channel although it only asks for
     # successes: a pause nobody hears about is a silent outage.

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from agentcron.core.config import Settings
+from tests.integration.engine_kit import assert_error
 from tests.integration.test_schedules_api import body, create
 
 
@@ -154,9 +155,7 @@ async def test_a_zone_in_the_wrong_case_gets_a_suggestion(
     # The preview answers the same.
     preview = await client.post("/api/v1/schedules/preview", json={"trigger": trigger})
     for response in (refused, preview):
-        assert response.status_code == 422
-        error = response.json()["error"]
-        assert error["field"] == "trigger.timezone"
+        error = assert_error(response, 422, field="trigger.timezone")["error"]
         if meant is None:
             assert "did you mean" not in error["message"]
             assert "IANA zone name" in error["message"]

@@ -45,6 +45,7 @@ from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
+from tests.e2e.conftest import free_port
 from tests.integration.engine_kit import deliveries_of
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 
@@ -190,14 +191,6 @@ def authenticator(
     ok = isinstance(data, LoginPassword) and data == (USER.encode(), PASSWORD.encode())
     # handled=False: aiosmtpd itself answers 535 to a refusal (True would leave it silent).
     return AuthResult(success=ok, handled=False, auth_data=data if ok else None)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 # -- requests and rows --------------------------------------------------------------------

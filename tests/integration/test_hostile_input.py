@@ -27,51 +27,12 @@ from sqlalchemy import func, select
 
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
+from tests.integration.engine_kit import assert_error
 from tests.integration.test_api_doc import openapi
+from tests.integration.test_schedules_api import body, create
 
 API = "/api/v1/schedules"
-RUNNER = {"type": "command", "argv": ["cat"]}
-DOCUMENTED_TYPES = {
-    "InvalidSchedule",
-    "ValidationError",
-    "NotFound",
-    "Conflict",
-    "Unauthorized",
-    "SchedulerUnavailable",
-    "ScheduleCapacityExceeded",
-}
-DRIVER_WORDS = ("sqlalchemy", "asyncpg", "sqlite3", "aiosqlite", "psycopg", "traceback", "select ")
 JSON = {"content-type": "application/json"}
-
-
-def body(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "name": "hostile",
-        "prompt": "p",
-        "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London"},
-        "runner": RUNNER,
-    }
-    data.update(overrides)
-    return data
-
-
-def assert_error(
-    response: httpx.Response, status: int | tuple[int, ...], field: str | None = None
-) -> dict[str, Any]:
-    """A documented error: the status, the exact body shape, a known type, the field."""
-    statuses = (status,) if isinstance(status, int) else status
-    assert response.status_code in statuses, (response.status_code, response.text[:500])
-    data = response.json()
-    assert set(data) == {"error"}, data
-    error: dict[str, Any] = data["error"]
-    assert set(error) == {"type", "message", "field"}, error
-    assert error["type"] in DOCUMENTED_TYPES, error
-    assert isinstance(error["message"], str) and error["message"], error
-    lowered = error["message"].lower()
-    assert not any(word in lowered for word in DRIVER_WORDS), error
-    if field is not None:
-        assert error["field"] == field, error
-    return error
 
 
 async def rows(db: Database) -> dict[str, int]:
@@ -87,13 +48,6 @@ async def rows(db: Database) -> dict[str, int]:
 
 EMPTY = {"schedules": 0, "runs": 0, "tasks": 0, "deliveries": 0}
 ONE_SCHEDULE = {**EMPTY, "schedules": 1}
-
-
-async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
-    response = await client.post(API, json=body(**overrides))
-    assert response.status_code == 201, response.text
-    created: dict[str, Any] = response.json()
-    return created
 
 
 async def left_alone(client: httpx.AsyncClient, db: Database, schedule: dict[str, Any]) -> None:
@@ -115,12 +69,12 @@ async def test_one_megabyte_of_any_field_is_refused(
     megabyte = "x" * 1_000_000
     emoji_megabyte = "\U0001f916" * 250_000  # 1 MB of UTF-8 in 4-byte characters
     for prompt in (megabyte, emoji_megabyte):
-        assert_error(await client.post(API, json=body(prompt=prompt)), 422, "prompt")
+        assert_error(await client.post(API, json=body(prompt=prompt)), 422, field="prompt")
         response = await client.patch(f"{API}/{existing['id']}", json={"prompt": prompt})
-        assert_error(response, 422, "prompt")
-    assert_error(await client.post(API, json=body(name=megabyte)), 422, "name")
+        assert_error(response, 422, field="prompt")
+    assert_error(await client.post(API, json=body(name=megabyte)), 422, field="name")
     response = await client.post(f"{API}/{existing['id']}/pause", json={"note": megabyte})
-    assert_error(response, 422, "note")
+    assert_error(response, 422, field="note")
     # These are copied into every run's payload: a megabyte here would be a megabyte per run.
     oversized = {
         "runner": {"type": "command", "argv": ["cat", megabyte]},
@@ -128,12 +82,12 @@ async def test_one_megabyte_of_any_field_is_refused(
         "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London", "x": megabyte},
     }
     for field, value in oversized.items():
-        refused = assert_error(await client.post(API, json=body(**{field: value})), 422, field)
-        assert "bytes as JSON" in refused["message"], refused
+        refused = assert_error(await client.post(API, json=body(**{field: value})), 422)["error"]
+        assert refused["field"] == field and "bytes as JSON" in refused["message"], refused
         response = await client.patch(f"{API}/{existing['id']}", json={field: value})
-        assert_error(response, 422, field)
+        assert_error(response, 422, field=field)
     env = {"type": "command", "argv": ["cat"], "env": {f"K{i}": "v" * 100 for i in range(1000)}}
-    assert_error(await client.post(API, json=body(runner=env)), 422, "runner")
+    assert_error(await client.post(API, json=body(runner=env)), 422, field="runner")
     await left_alone(client, db, existing)
 
 
@@ -160,17 +114,17 @@ async def test_nested_values_the_parser_accepts_are_refused_by_field(
         deep = nested(depth, kind)
         for key in ("name", "trigger", "runner", "notify", "max_attempts"):
             response = await client.post(API, content=with_value(key, deep), headers=JSON)
-            error = assert_error(response, 422)
+            error = assert_error(response, 422)["error"]
             assert error["field"].split(".")[0] == key, error
         runner = f'{{"type": "command", "argv": ["cat"], "env": {deep}}}'
         response = await client.patch(
             f"{API}/{existing['id']}", content=f'{{"runner": {runner}}}'.encode(), headers=JSON
         )
-        assert assert_error(response, 422)["field"].startswith("runner.env")
+        assert assert_error(response, 422)["error"]["field"].startswith("runner.env")
         response = await client.post(
             f"{API}/preview", content=f'{{"trigger": {{"cron": {deep}}}}}'.encode(), headers=JSON
         )
-        assert_error(response, 422, "trigger.cron")
+        assert_error(response, 422, field="trigger.cron")
     await left_alone(client, db, existing)
 
 
@@ -203,8 +157,7 @@ async def test_body_that_is_not_a_json_object_or_is_too_deep_is_a_400(
         ):
             with subtests.test(content=content, method=method, path=path):
                 response = await client.request(method, path, content=content, headers=JSON)
-                error = assert_error(response, 400)
-                assert error["type"] == "ValidationError"
+                assert_error(response, 400, "ValidationError")
         # Pause takes an optional body: none (or null) is fine, anything but an object is not.
         if content not in (b"", b"null"):
             with subtests.test(content=content, method="POST", path="pause"):
@@ -225,7 +178,7 @@ async def test_body_that_is_not_a_json_object_or_is_too_deep_is_a_400(
         for method, path, content in requests:
             with subtests.test(kind=kind, method=method, path=path):
                 response = await client.request(method, path, content=content, headers=JSON)
-                assert assert_error(response, 400)["type"] == "ValidationError"
+                assert_error(response, 400, "ValidationError")
     await left_alone(client, db, existing)
 
 
@@ -264,8 +217,7 @@ async def test_a_body_without_a_json_content_type_is_a_415_naming_it(
         for method, path in operations:
             with subtests.test(content_type=content_type, method=method, path=path):
                 response = await client.request(method, path, content=valid, headers=headers)
-                error = assert_error(response, 415)
-                assert error["type"] == "ValidationError"
+                error = assert_error(response, 415, "ValidationError")["error"]
                 assert error["message"] == (
                     "the request body must be JSON sent with Content-Type: application/json "
                     f"(the Content-Type was {said})"
@@ -297,23 +249,23 @@ async def test_nul_characters_are_refused_naming_the_field(
 ) -> None:
     for overrides, field in NUL_CREATE:
         with subtests.test(field=field):
-            assert_error(await client.post(API, json=body(**overrides)), 422, field)
+            assert_error(await client.post(API, json=body(**overrides)), 422, field=field)
     existing = await create(client)
     sid = existing["id"]
-    assert_error(await client.patch(f"{API}/{sid}", json={"name": "\x00"}), 422, "name")
+    assert_error(await client.patch(f"{API}/{sid}", json={"name": "\x00"}), 422, field="name")
     response = await client.patch(f"{API}/{sid}", json={"trigger": {"cron": "\x00"}})
-    assert_error(response, 422, "trigger.cron")
-    assert_error(await client.post(f"{API}/{sid}/pause", json={"note": "\x00"}), 422, "note")
+    assert_error(response, 422, field="trigger.cron")
+    assert_error(await client.post(f"{API}/{sid}/pause", json={"note": "\x00"}), 422, field="note")
     response = await client.post(
         f"{API}/preview", json={"trigger": {"cron": "0 8 * * *", "timezone": "\x00"}}
     )
-    assert_error(response, 422, "trigger.timezone")
+    assert_error(response, 422, field="trigger.timezone")
     response = await client.post(
         f"{API}/preview", json={"trigger": {"cron": "* * * * *"}, "after": "2030-01-01\x00"}
     )
-    assert_error(response, 422, "after")
-    assert_error(await client.get(API, params={"cursor": "\x00"}), 422, "cursor")
-    assert_error(await client.get(API, params={"limit": "\x00"}), 422, "limit")
+    assert_error(response, 422, field="after")
+    assert_error(await client.get(API, params={"cursor": "\x00"}), 422, field="cursor")
+    assert_error(await client.get(API, params={"limit": "\x00"}), 422, field="limit")
     assert_error(await client.get(f"{API}/%00"), 404)
     assert_error(await client.get(f"{API}/{sid}%00"), 404)
     await left_alone(client, db, existing)
@@ -367,51 +319,17 @@ async def test_metacharacters_and_any_unicode_are_stored_verbatim(
     patched = await client.patch(f"{API}/{first}", json={"name": SQL_METACHARACTERS[1]})
     assert patched.status_code == 200 and patched.json()["name"] == SQL_METACHARACTERS[1]
     for text in SQL_METACHARACTERS:
-        assert_error(await client.get(API, params={"cursor": text}), 422, "cursor")
+        assert_error(await client.get(API, params={"cursor": text}), 422, field="cursor")
         zone = {"cron": "0 8 * * *", "timezone": text}
-        assert_error(await client.post(API, json=body(trigger=zone)), 422, "trigger.timezone")
+        assert_error(await client.post(API, json=body(trigger=zone)), 422, field="trigger.timezone")
         cron = {"cron": text}
-        assert_error(await client.post(API, json=body(trigger=cron)), 422, "trigger.cron")
+        assert_error(await client.post(API, json=body(trigger=cron)), 422, field="trigger.cron")
         assert_error(await client.get(f"/api/v1/runs/{text}"), 404)
-    assert_error(await client.post(API, json=body(name="\U0001f916" * 201)), 422, "name")
+    assert_error(await client.post(API, json=body(name="\U0001f916" * 201)), 422, field="name")
     # A lone surrogate is not a character: refused, not stored as mojibake.
     raw = with_value("name", '"bad \\ud800 surrogate"')
-    assert_error(await client.post(API, content=raw, headers=JSON), 422, "name")
+    assert_error(await client.post(API, content=raw, headers=JSON), 422, field="name")
     assert await rows(db) == {**EMPTY, "schedules": len(texts) + 1}
-
-
-BOGUS_ZONES = [
-    "Europe/Zürich",
-    "Asia/東京",
-    "\uff21\uff53\uff49\uff41/\uff34\uff4f\uff4b\uff59\uff4f",  # full-width Asia/Tokyo
-    "America/New_York\u200b",
-    "Europe/London\n",
-    " Europe/London",
-    "UTC\u22121",
-    "\u0663",  # Arabic-Indic digit three
-    "\U0001f550",
-    "Europe/Kyiv/../../../etc/passwd",
-    "/usr/share/zoneinfo/UTC",
-    "Mars/Olympus_Mons",
-    "A" * 5_000,
-]
-
-
-@pytest.mark.parametrize("backend", ["sqlite"])  # the app refuses it before any storage
-async def test_bogus_zones_are_refused_naming_the_field(
-    client: httpx.AsyncClient, db: Database, subtests: pytest.Subtests
-) -> None:
-    existing = await create(client)
-    for zone in BOGUS_ZONES:
-        with subtests.test(zone=zone[:40]):
-            trigger = {"cron": "0 8 * * *", "timezone": zone}
-            response = await client.post(API, json=body(trigger=trigger))
-            assert_error(response, 422, "trigger.timezone")
-            response = await client.post(f"{API}/preview", json={"trigger": trigger})
-            assert_error(response, 422, "trigger.timezone")
-            response = await client.patch(f"{API}/{existing['id']}", json={"trigger": trigger})
-            assert_error(response, 422, "trigger.timezone")
-    await left_alone(client, db, existing)
 
 
 # -- Numbers, pagination, ids -----------------------------------------------------------------
@@ -426,24 +344,22 @@ async def test_hostile_numbers_are_refused_naming_the_field(
     for raw in BAD_NUMBERS:
         for key in ("max_attempts", "timeout_seconds", "catchup_window_seconds"):
             response = await client.post(API, content=with_value(key, raw), headers=JSON)
-            assert_error(response, 422, key)
-        trigger = json.dumps(body()).replace(
-            '{"cron": "0 8 * * *", "timezone": "Europe/London"}', f'{{"every_seconds": {raw}}}'
-        )
+            assert_error(response, 422, field=key)
+        trigger = json.dumps(body(trigger="@@")).replace('"@@"', f'{{"every_seconds": {raw}}}')
         response = await client.post(API, content=trigger.encode(), headers=JSON)
-        assert_error(response, 422, "trigger.every_seconds")
+        assert_error(response, 422, field="trigger.every_seconds")
         preview = f'{{"trigger": {{"cron": "* * * * *"}}, "count": {raw}}}'
         response = await client.post(f"{API}/preview", content=preview.encode(), headers=JSON)
-        assert_error(response, 422, "count")
+        assert_error(response, 422, field="count")
     # Python's parser takes NaN and Infinity; PostgreSQL's JSON refuses them, so in a handler's
     # data they are refused where they are given, as they would be on any database.
     for raw in ("NaN", "Infinity", "-Infinity"):
         runner = f'{{"type": "handler", "data": {{"n": 1, "deep": [{{"x": {raw}}}]}}}}'
         response = await client.post(API, content=with_value("runner", runner), headers=JSON)
-        assert_error(response, 422, "runner.data")
+        assert_error(response, 422, field="runner.data")
         patch = f'{{"runner": {runner}}}'.encode()
         response = await client.patch(f"{API}/{existing['id']}", content=patch, headers=JSON)
-        assert_error(response, 422, "runner.data")
+        assert_error(response, 422, field="runner.data")
     await left_alone(client, db, existing)
 
 
@@ -472,12 +388,12 @@ async def test_instants_at_the_ends_of_time_never_500(
                 if response.status_code == 201:
                     stored += 1
                 else:
-                    assert_error(response, 422, field)
+                    assert_error(response, 422, field=field)
                 response = await client.post(
                     f"{API}/preview", json={"trigger": trigger, "count": 3}
                 )
                 if response.status_code != 200:
-                    assert_error(response, 422, field)
+                    assert_error(response, 422, field=field)
         for trigger in (
             {"cron": "* * * * *", "timezone": "Pacific/Kiritimati"},
             {"cron": "0 0 29 2 1", "timezone": "Etc/GMT+12"},
@@ -496,7 +412,7 @@ async def test_instants_at_the_ends_of_time_never_500(
                     if due:
                         assert due[0] > datetime.fromisoformat(instant)
                 else:
-                    assert_error(response, 422, "after")
+                    assert_error(response, 422, field="after")
     assert await rows(db) == {**EMPTY, "schedules": stored}
 
 
@@ -528,11 +444,11 @@ async def test_hostile_pagination_is_refused_naming_the_field(
     existing = await create(client)
     for path in (API, f"{API}/{existing['id']}/runs"):
         for limit in BAD_LIMITS:
-            assert_error(await client.get(path, params={"limit": limit}), 422, "limit")
+            assert_error(await client.get(path, params={"limit": limit}), 422, field="limit")
         for cursor in BAD_CURSORS:
             # A malformed query parameter, as a limit out of range is: not a refused schedule.
-            error = assert_error(await client.get(path, params={"cursor": cursor}), 422, "cursor")
-            assert error["type"] == "ValidationError", (cursor, error)
+            response = await client.get(path, params={"cursor": cursor})
+            error = assert_error(response, 422, "ValidationError", field="cursor")["error"]
             assert error["message"].startswith("cursor: "), error
         assert (await client.get(path, params={"limit": 500})).status_code == 200
     await left_alone(client, db, existing)
@@ -596,7 +512,7 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
             if response.status_code == 405:  # ".." can resolve onto another route
                 assert bad in ("..", "%2E%2E%2Fruns"), (method, path)
                 continue
-            error = assert_error(response, (404, 422), None)
+            error = assert_error(response, (404, 422))["error"]
             assert error["type"] in ("NotFound", "ValidationError"), (method, path, error)
             if bad in NAMED_IN_THE_404:
                 assert (response.status_code, error["type"]) == (404, "NotFound"), (method, path)
@@ -608,8 +524,7 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
     before = await rows(db)
     for method, path in id_routes(run.json()["id"])[:7] + id_routes(existing["id"])[7:]:
         kwargs = {"json": {"name": "x"}} if method == "PATCH" else {}
-        error = assert_error(await client.request(method, path, **kwargs), 404)
-        assert error["type"] == "NotFound"
+        assert_error(await client.request(method, path, **kwargs), 404, "NotFound")
     assert await rows(db) == before
 
 

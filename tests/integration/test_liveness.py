@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,25 @@ async def holder_pid(db: Database, owner: str) -> int | None:
     return int(pid) if pid is not None else None
 
 
+@asynccontextmanager
+async def holding(
+    db: Database, owner: str, lock_db: Database | None = None
+) -> AsyncIterator[tuple[SqlRunStore, asyncio.Task[None]]]:
+    """A ledger of ``owner`` (lease 30 s, on the database's clock) whose liveness lock is held
+    on ``lock_db`` (else ``db``), and the task keeping it: cancelled, its session is gone."""
+    clock = DatabaseClock()
+    await clock.measure(db)
+    holder = SqlRunStore(db, owner=owner, lease_seconds=30, clock=clock)
+    liveness = Liveness(lock_db or db, owner)
+    keeping = asyncio.create_task(liveness.keep())
+    try:
+        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+        yield holder, keeping
+    finally:
+        keeping.cancel()
+        await asyncio.gather(keeping, return_exceptions=True)
+
+
 @pg_only
 async def test_the_same_owners_lock_in_another_database_does_not_vouch_for_its_runs(
     db: Database, fake: FakeRunnerType, pg_server: PgServer | None
@@ -75,19 +96,13 @@ async def test_the_same_owners_lock_in_another_database_does_not_vouch_for_its_r
     # Two installations on one server, one database each, whose engines share an instance id
     # (replica-0 in both): pg_locks shows both databases' locks, an advisory lock is one's.
     elsewhere = Database(await clone_pg(pg_server))
-    clock = DatabaseClock()
-    await clock.measure(db)
-    holder = SqlRunStore(db, owner=f"replica-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
-    other = SqlRunStore(db, owner="other", lease_seconds=30, clock=clock)
-    liveness = Liveness(elsewhere, holder.owner)
-    keeping = asyncio.create_task(liveness.keep())
+    owner = f"replica-{uuid.uuid4().hex[:6]}"
     try:
-        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
-        await running_under(db, holder, fake.config())  # its engine here is gone
-        assert (await other.next_wakeup(liveness=True)).lockless == {holder.owner}
+        async with holding(db, owner, lock_db=elsewhere) as (holder, _):
+            other = SqlRunStore(db, owner="other", lease_seconds=30, clock=holder.clock)
+            await running_under(db, holder, fake.config())  # its engine here is gone
+            assert (await other.next_wakeup(liveness=True)).lockless == {holder.owner}
     finally:
-        keeping.cancel()
-        await asyncio.gather(keeping, return_exceptions=True)
         await elsewhere.dispose()
         assert pg_server is not None
         await pg_server.give_back(elsewhere.url)
@@ -97,14 +112,9 @@ async def test_the_same_owners_lock_in_another_database_does_not_vouch_for_its_r
 async def test_a_vanished_session_makes_its_owner_dead_and_its_runs_taken_at_once(
     db: Database, fake: FakeRunnerType
 ) -> None:
-    clock = DatabaseClock()
-    await clock.measure(db)
-    holder = SqlRunStore(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
-    other = SqlRunStore(db, owner="other", lease_seconds=30, clock=clock)
-    liveness = Liveness(db, holder.owner)
-    keeping = asyncio.create_task(liveness.keep())
-    try:
-        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+    async with holding(db, f"holder-{uuid.uuid4().hex[:6]}") as (holder, keeping):
+        clock = holder.clock
+        other = SqlRunStore(db, owner="other", lease_seconds=30, clock=clock)
         run = await running_under(db, holder, fake.config())
         alive = await other.next_wakeup(liveness=True)
         assert alive.watching and alive.lockless == frozenset()
@@ -134,9 +144,6 @@ async def test_a_vanished_session_makes_its_owner_dead_and_its_runs_taken_at_onc
         assert decision.run.task_id == run.task_id
         assert (await fetch_run(db, run.id)).lease_owner == "other"
         print(f"\nliveness: owner dead and run taken {time.monotonic() - gone:.2f} s after")
-    finally:
-        keeping.cancel()
-        await asyncio.gather(keeping, return_exceptions=True)
 
 
 async def finished_with_a_delivery_owed(
@@ -163,13 +170,7 @@ async def delivered(db: Database, receiver: Receiver, run: Run) -> bool:
 async def test_a_vanished_deliverers_deliveries_are_taken_at_once(
     db: Database, make_engine: MakeEngine, receiver: Receiver, secret: str
 ) -> None:
-    clock = DatabaseClock()
-    await clock.measure(db)
-    holder = SqlRunStore(db, owner=f"holder-{uuid.uuid4().hex[:6]}", lease_seconds=30, clock=clock)
-    liveness = Liveness(db, holder.owner)
-    keeping = asyncio.create_task(liveness.keep())
-    try:
-        await wait_for(lambda: asyncio.sleep(0, liveness.held), within=5, what="the lock")
+    async with holding(db, f"holder-{uuid.uuid4().hex[:6]}") as (holder, keeping):
         run = await finished_with_a_delivery_owed(db, holder, receiver.url(), secret)
         with structlog.testing.capture_logs() as logs:
             make_engine("other", lease=30, liveness=True, allow_private=True)
@@ -181,9 +182,6 @@ async def test_a_vanished_deliverers_deliveries_are_taken_at_once(
             gone = time.monotonic()
             await wait_for(lambda: delivered(db, receiver, run), within=20, what="the delivery")
         took = time.monotonic() - gone
-    finally:
-        keeping.cancel()
-        await asyncio.gather(keeping, return_exceptions=True)
     print(f"\nliveness: a dead deliverer's delivery made {took:.2f} s after it vanished")
     # Well inside its 30-s delivery lease: taken because the session was gone, not the lease.
     assert took < 10

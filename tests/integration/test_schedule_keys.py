@@ -20,6 +20,7 @@ from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.testing.kit import SettableClock
 from tests.conftest import app_client, issue_key
+from tests.integration.engine_kit import assert_error
 from tests.integration.test_schedules_api import API
 from tests.integration.test_schedules_api import body as record
 
@@ -65,8 +66,7 @@ async def test_an_invalid_record_leaves_the_stored_definition_in_force(
     bad = await client.put(
         f"{API}/by-key/k2", json=record(enabled=False, trigger={"cron": "61 8 * * *"})
     )
-    assert bad.status_code == 422, bad.text
-    assert bad.json()["error"]["field"] == "trigger.cron"
+    assert_error(bad, 422, field="trigger.cron")
     kept = (await client.get(f"{API}/by-key/k2")).json()
     assert kept["enabled"] is True and kept["trigger"] == first["trigger"]
     assert kept["updated_at"] == first["updated_at"]
@@ -77,11 +77,8 @@ async def test_an_invalid_record_leaves_the_stored_definition_in_force(
 
 
 async def test_a_bad_key_is_refused_naming_the_field(client: httpx.AsyncClient) -> None:
-    response = await client.put(f"{API}/by-key/{'x' * 201}", json=record())
-    assert response.status_code == 422, response.text
-    assert response.json()["error"]["field"] == "key"
-    spaced = await client.put(f"{API}/by-key/a%20b", json=record())
-    assert spaced.status_code == 422 and spaced.json()["error"]["field"] == "key"
+    for key in ("x" * 201, "a%20b"):
+        assert_error(await client.put(f"{API}/by-key/{key}", json=record()), 422, field="key")
     assert (await client.get(API)).json()["items"] == []
 
 

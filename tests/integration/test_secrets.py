@@ -39,7 +39,7 @@ from agentcron.web.app import create_app
 from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion
 from tests.conftest import app_client, issue_key
-from tests.integration.engine_kit import API, finished, run_now, run_to_end
+from tests.integration.engine_kit import API, assert_error, finished, run_now, run_to_end
 from tests.integration.test_edit_keeps_fields import _AppTransport
 from tests.integration.test_webhook import Receiver, new_secret
 from tests.network import SSH_BANNER, listening
@@ -196,9 +196,7 @@ async def test_bad_input_is_refused_by_field_replace_keeps_created_at_delete_is_
         ("ok", {"value": 5}, "value"),
         ("ok", {"value": "v", "extra": 1}, "extra"),
     ]:
-        response = await client.put(f"{API}/secrets/{name}", json=body)
-        assert response.status_code == 422, response.text
-        assert response.json()["error"]["field"] == field
+        assert_error(await client.put(f"{API}/secrets/{name}", json=body), 422, field=field)
     assert (await client.get(f"{API}/secrets")).json() == {"items": []}
 
     first = (await put(client, "llm", fresh_value())).json()
@@ -210,13 +208,8 @@ async def test_bad_input_is_refused_by_field_replace_keeps_created_at_delete_is_
 
     gone = await client.delete(f"{API}/secrets/llm")
     assert gone.status_code == 204 and gone.content == b""
-    again = await client.delete(f"{API}/secrets/llm")
-    assert again.status_code == 404
-    assert again.json()["error"] == {
-        "type": "NotFound",
-        "message": "secret llm not found",
-        "field": None,
-    }
+    again = assert_error(await client.delete(f"{API}/secrets/llm"), 404, "NotFound")
+    assert again["error"] == {"type": "NotFound", "message": "secret llm not found", "field": None}
     assert (await client.get(f"{API}/secrets")).json() == {"items": []}
 
 
@@ -236,9 +229,7 @@ async def test_another_owner_cannot_see_use_or_delete_a_secret(live_app: FastAPI
         assert (await bob.delete(f"{API}/secrets/shared")).status_code == 404
 
         refused = await bob.post(f"{API}/schedules", json=schedule_body(runner))
-        assert refused.status_code == 422
-        error = refused.json()["error"]
-        assert error["type"] == "InvalidSchedule" and error["field"] == "runner.env.TOKEN"
+        error = assert_error(refused, 422, "InvalidSchedule", field="runner.env.TOKEN")["error"]
         assert "'shared'" in error["message"]
 
         # Bob's own secret of the same name is his, apart from Alice's.
@@ -277,9 +268,8 @@ async def test_references_are_checked_at_create_and_update(client: httpx.AsyncCl
     ]
     for body, field, name in cases:
         response = await client.post(f"{API}/schedules", json=body)
-        assert response.status_code == 422, response.text
-        error = response.json()["error"]
-        assert error["field"] == field and repr(name) in error["message"]
+        error = assert_error(response, 422, field=field)["error"]
+        assert repr(name) in error["message"]
         assert f"agentcron secrets set {name}" in error["message"]
     assert (await client.get(f"{API}/schedules")).json()["items"] == []
 
@@ -292,9 +282,7 @@ async def test_references_are_checked_at_create_and_update(client: httpx.AsyncCl
 
     patch = {"runner": {**openai, "api_key_secret": "missing"}}
     response = await client.patch(f"{API}/schedules/{ids[0]}", json=patch)
-    assert response.status_code == 422 and response.json()["error"]["field"] == (
-        "runner.api_key_secret"
-    )
+    assert_error(response, 422, field="runner.api_key_secret")
     # Deleted since: an edit that does not touch the reference still works.
     assert (await client.delete(f"{API}/secrets/llm")).status_code == 204
     renamed = await client.patch(f"{API}/schedules/{ids[0]}", json={"name": "renamed"})
@@ -382,10 +370,8 @@ async def test_replicas_storing_one_new_secret_at_once_store_one(db: Database, d
 async def test_without_a_key_storing_is_refused_naming_the_setting(settings: Settings) -> None:
     app = create_app(settings.model_copy(update={"secrets_key": None}))
     async with app.router.lifespan_context(app), app_client(app, await issue_key(app)) as http:
-        response = await put(http, "llm", "v")
-        assert response.status_code == 409
-        error = response.json()["error"]
-        assert error["type"] == "Conflict" and "AGENTCRON_SECRETS_KEY" in error["message"]
+        error = assert_error(await put(http, "llm", "v"), 409, "Conflict")["error"]
+        assert "AGENTCRON_SECRETS_KEY" in error["message"]
         assert "agentcron secrets-key" in error["message"]
         assert (await http.get(f"{API}/secrets")).json() == {"items": []}
 

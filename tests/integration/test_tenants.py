@@ -25,7 +25,7 @@ from agentcron.testing.kit import SettableClock
 from agentcron.web.app import create_app
 from tests.chat_server import ChatServer
 from tests.conftest import app_client, issue_key
-from tests.integration.engine_kit import run_to_end
+from tests.integration.engine_kit import assert_error, run_to_end
 from tests.integration.test_secrets import created as created_schedule
 
 AGENTS = """
@@ -86,9 +86,7 @@ OPENAI = {"type": "openai", "base_url": "https://api.openai.com/v1", "model": "g
 
 
 def refused(response: httpx.Response, field: str, *words: str) -> None:
-    assert response.status_code == 422, response.text
-    error = response.json()["error"]
-    assert error["type"] == "InvalidSchedule" and error["field"] == field, error
+    error = assert_error(response, 422, "InvalidSchedule", field=field)["error"]
     for word in words:
         assert word in error["message"], error["message"]
 

@@ -43,7 +43,7 @@ from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
-from tests.integration.engine_kit import deliveries_of
+from tests.integration.engine_kit import assert_error, deliveries_of
 from tests.network import BANNERS, MARK, listening, resolving
 
 API = "/api/v1"
@@ -333,9 +333,7 @@ async def test_private_urls_are_refused_at_creation(client: httpx.AsyncClient) -
     for url in PRIVATE_URLS + MALFORMED_URLS:
         notify = [{"type": "webhook", "url": url, "secret": new_secret()}]
         response = await client.post(f"{API}/schedules", json=schedule_body(notify))
-        assert response.status_code == 422, (url, response.text)
-        error = response.json()["error"]
-        assert (error["type"], error["field"]) == ("InvalidSchedule", "notify.0.url"), url
+        error = assert_error(response, 422, "InvalidSchedule", field="notify.0.url")["error"]
         hint = "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in error["message"]
         assert hint is (url in PRIVATE_URLS), error
     # A name is judged when it is resolved, at delivery, not at creation.

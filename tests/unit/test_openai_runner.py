@@ -272,15 +272,19 @@ async def test_a_token_already_set_cancels_at_once(server: ChatServer) -> None:
 @pytest.mark.parametrize(
     ("value", "says"),
     [
+        (None, "is not set"),
         ("", "is not set"),
         ("   ", "is not set"),
         ("sk-é-secret", "cannot be sent in an HTTP header"),
     ],
 )
 async def test_a_key_that_is_blank_or_cannot_be_a_header_is_permanent_and_not_echoed(
-    server: ChatServer, monkeypatch: pytest.MonkeyPatch, value: str, says: str
+    server: ChatServer, monkeypatch: pytest.MonkeyPatch, value: str | None, says: str
 ) -> None:
-    monkeypatch.setenv(KEY_ENV, value)
+    if value is None:
+        monkeypatch.delenv(KEY_ENV, raising=False)
+    else:
+        monkeypatch.setenv(KEY_ENV, value)
     with pytest.raises(RunPermanentError) as caught:
         await run(server)
     assert KEY_ENV in str(caught.value) and says in str(caught.value)

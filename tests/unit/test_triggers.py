@@ -215,7 +215,27 @@ def test_offsets_are_not_zones(zone: str) -> None:
     assert "offset" in caught.value.message
 
 
-@pytest.mark.parametrize("zone", ["", "Mars/Olympus_Mons", "../../etc/passwd", 8])
+BAD_ZONES = [
+    "",
+    8,
+    "Mars/Olympus_Mons",
+    "../../etc/passwd",
+    "Europe/Kyiv/../../../etc/passwd",
+    "/usr/share/zoneinfo/UTC",
+    "Europe/Zürich",
+    "Asia/東京",
+    "\uff21\uff53\uff49\uff41/\uff34\uff4f\uff4b\uff59\uff4f",  # full-width Asia/Tokyo
+    "America/New_York\u200b",
+    "Europe/London\n",
+    " Europe/London",
+    "UTC\u22121",
+    "\u0663",  # Arabic-Indic digit three
+    "\U0001f550",
+    "A" * 5_000,
+]
+
+
+@pytest.mark.parametrize("zone", BAD_ZONES)
 def test_bad_zones(zone: object) -> None:
     with pytest.raises(InvalidSchedule) as caught:
         parse_trigger({"cron": "0 8 * * *", "timezone": zone}, NOW)
