@@ -220,7 +220,11 @@ class Attempts:
         if run.due_at is not None and run.attempt == 1:
             delay = (self.clock() - run.due_at).total_seconds()
             self.metrics.start_delay.observe(max(0.0, delay))
-        self.lines.run_started(lambda: verdict.bound, run)
+        if not self.lines.each:
+            self.lines.count_start()
+        elif self.lines.kept():
+            due_at = run.due_at.isoformat() if run.due_at else None
+            verdict.bound.info("run_started", trigger=run.trigger, due_at=due_at)
         began = time.monotonic()
         secrets: dict[str, str] = {}
         try:
@@ -314,7 +318,12 @@ class Attempts:
         if recorded is None:
             verdict.bound.warning("run_lease_lost")
             return
-        self.lines.run_finished(lambda: verdict.bound, recorded.status, recorded.error)
+        status = recorded.status
+        if not self.lines.each:
+            self.lines.count_end(status)
+        # Under ``summary`` a success is only counted; any other end keeps its own line.
+        if (self.lines.each or status != RunStatus.SUCCEEDED) and self.lines.kept():
+            verdict.bound.info("run_finished", status=status, error=recorded.error)
         if recorded.reason == TRIPPED:
             verdict.bound.warning(
                 "circuit_breaker_tripped", paused="schedule", error=recorded.error

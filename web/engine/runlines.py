@@ -19,12 +19,8 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 from agentcron.core.logging import get_logger, logs_at
-from agentcron.core.states import RunStatus
-from agentcron.core.storage.models import Run
 
 SUMMARY_SECONDS = 10.0
 
@@ -49,23 +45,13 @@ class RunLines:
         """Whether the engine's info lines are kept at all (``core.logging.logs_at``)."""
         return logs_at(LINES, logging.INFO)
 
-    def run_started(self, bound: Callable[[], Any], run: Run) -> None:
-        """An attempt starts: its line (``bound()``: the run's logger), or a count."""
-        if not self.each:
-            self.started += 1
-            self._arm()
-        elif self.kept():
-            due_at = run.due_at.isoformat() if run.due_at else None
-            bound().info("run_started", trigger=run.trigger, due_at=due_at)
+    def count_start(self) -> None:
+        self.started += 1
+        self._arm()
 
-    def run_finished(self, bound: Callable[[], Any], status: str, error: str | None) -> None:
-        """A run was recorded ended in ``status``: counted, and its own line unless it
-        succeeded under ``summary``."""
-        if not self.each:
-            self.ended[status] += 1
-            self._arm()
-        if (self.each or status != RunStatus.SUCCEEDED) and self.kept():
-            bound().info("run_finished", status=status, error=error)
+    def count_end(self, status: str) -> None:
+        self.ended[status] += 1
+        self._arm()
 
     def _arm(self) -> None:
         if self._timer is None:
