@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -29,7 +29,7 @@ from agentcron.core.ledger.tasks import SqlTasks
 from agentcron.core.planning import ClaimPlan, plan_claim
 from agentcron.core.states import ACTIVE, QUEUED_ORIGINS, RunStatus
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run, built
+from agentcron.core.storage.models import Run, Schedule, built
 from agentcron.core.storage.sql import leases as lease_sql
 from agentcron.core.storage.sql import runs as sql
 from agentcron.core.storage.sql import schedules as schedule_sql
@@ -145,9 +145,9 @@ class SqlRunStore:
     ) -> Claim:
         until = self._until(now)
         async with self.db.session() as session:
-            schedules = list(
-                (await session.execute(schedule_sql.due_schedules(now, limit))).scalars()
-            )
+            # Rows, read as the ``Schedule`` they are (``schedule_sql.due_schedules``).
+            due = await session.execute(schedule_sql.due_schedules(now, limit))
+            schedules = cast(list[Schedule], list(due))
             plan = ClaimPlan()
             for first in range(0, len(schedules), PLAN_EVERY):
                 if first:
