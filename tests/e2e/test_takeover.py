@@ -174,9 +174,12 @@ async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
     assert ordered[-1] <= TAKEOVER_WITHIN, ordered
 
 
+# Paired: it mostly waits (for the lease, then for the agent; two servers, a quarter of a
+# core), so it runs beside the database cut of tests/faults/test_outage.py, which waits too.
 @pytest.mark.pg
 @pytest.mark.slow
 @pytest.mark.solo
+@pytest.mark.solo_pair
 async def test_a_frozen_replica_keeps_its_session_so_only_its_lease_frees_its_run(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
 ) -> None:
