@@ -154,8 +154,11 @@ async def wait_ready(server: Server, within: float) -> float:
 
 
 # Solo: the due time just before the cut must be claimed within its second, which a machine
-# busy with other tests' servers does not always give.
+# busy with other tests' servers does not always give. Paired: it mostly waits (the cut, then
+# the timetable after it: one idle server, under a tenth of a core), so it runs beside the
+# frozen replica's test (tests/e2e/test_takeover.py), which mostly waits too.
 @pytest.mark.solo
+@pytest.mark.solo_pair
 @pytest.mark.pg
 @pytest.mark.slow
 @pytest.mark.timeout(360)
