@@ -61,9 +61,10 @@ async def test_a_relative_path_is_judged_where_the_runs_start(
     [warning] = schedule["warnings"]
     assert warning["code"] == "command_not_found"
     assert "where runs start" in warning["message"]
-    # Put it there, as the warning says, and edit the runner: the warning is recomputed.
+    # Put it there, as the warning says (the directory was made with the schedule), and edit
+    # the runner: the warning is recomputed.
     workdir = (settings.data_dir / "tasks").resolve() / "local" / schedule["id"]
-    workdir.mkdir(parents=True)
+    assert workdir.is_dir()
     agent = workdir / "agent.sh"
     agent.write_text("#!/bin/sh\ncat\n")
     agent.chmod(agent.stat().st_mode | stat.S_IXUSR)
