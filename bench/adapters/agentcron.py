@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, insert, text
+from sqlalchemy import event, insert, select, text
 
 from agentcron.core import triggers
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
@@ -58,6 +58,7 @@ from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
 from agentcron.core.storage.models import Schedule
+from agentcron.core.workdirs import make_workdir, task_workdir
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.heap import settle_heap
 from agentcron.web.engine.loop import SchedulerLoop
@@ -323,6 +324,15 @@ async def ledger(probe: Database) -> dict[str, Any]:
     }
 
 
+async def made_as_created(db: Database, data_dir: Path) -> None:
+    """Each schedule's task directory, as creating it through the API makes it (``populate``
+    writes the rows directly): the burst's runs find their directories, as a user's do."""
+    async with db.session(write=False) as session:
+        rows = (await session.execute(select(Schedule.owner, Schedule.id))).all()
+    for owner, schedule_id in rows:
+        make_workdir(str(task_workdir(data_dir, owner, schedule_id)))
+
+
 async def fire(
     url: str, count: int, t0: datetime, give_up_after: float, replicas: int
 ) -> dict[str, Any]:
@@ -330,6 +340,7 @@ async def fire(
     own = 0
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(url, Path(tmp))
+        await made_as_created(engine.probe, Path(tmp))
         await engine.start()
         await sleep_until(t0)
         cpu = cpu_seconds()  # from T0: the burst's CPU, not the wait before it

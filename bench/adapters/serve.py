@@ -48,19 +48,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import select
 
 from agentcron.core.config import Settings
 from agentcron.core.keys import LOCAL_OWNER, create_key
 from agentcron.core.logging import configure_logging
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Schedule
-from agentcron.core.workdirs import make_workdir, task_workdir
 from bench import inside
 from bench.adapters.agentcron import (
     POLL_SECONDS,
     engine_url,
     ledger,
+    made_as_created,
     populate,
     shaped_rows,
     succeeded,
@@ -277,15 +275,6 @@ def max_lag_ms(beats: list[list[float]], until: float) -> float | None:
     in-process adapters probe, from before T0 to the end of the burst."""
     lags = [lag for at, lag in beats if at <= until]
     return round(max(lags) * 1000, 1) if lags else None
-
-
-async def made_as_created(db: Database, data_dir: Path) -> None:
-    """Each schedule's task directory, as creating it through the API makes it (``populate``
-    writes the rows directly): the burst's runs find their directories, as a user's do."""
-    async with db.session(write=False) as session:
-        rows = (await session.execute(select(Schedule.owner, Schedule.id))).all()
-    for owner, schedule_id in rows:
-        make_workdir(str(task_workdir(data_dir, owner, schedule_id)))
 
 
 async def fire(url: str, count: int, t0: datetime, give_up_after: float) -> dict[str, Any]:
