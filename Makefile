@@ -8,12 +8,12 @@ PORT ?= 8000
 # server processes and agents mostly wait too (windows, drains, kills), so one run of both
 # with five workers on two cores keeps the machine busy: 5 min 12 s, against 6 min 1 s for
 # the two kinds one after the other (four workers, then three). Those with margins of a
-# fraction of a second, or that demand a throughput (marked solo), run alone at the end:
-# first the two of them that mostly wait (marked solo_pair: a database cut of 20 s, a frozen
-# replica waiting out its lease; together under half a core), side by side on two workers,
-# which takes the longer one's time instead of both (52-59 s, this pytest's start included,
-# against 66-68 s one after the other, on a two-core machine shared with other work); then
-# the other three one at a time.
+# fraction of a second, or that demand a throughput (marked solo), run at the end with no
+# other test beside them: first the three that mostly wait (marked solo_pair: a database cut
+# of 20 s, a frozen replica waiting out its lease, replicas SIGKILLed while their agents sleep),
+# side by side on three workers, which takes the longest one's time instead of all three
+# (58-62 s on an idle two-core machine, with the take-over's p50 0.77 s and max 1.2-1.6 s as
+# alone); then the soak and the benchmark smoke test, which use the cores, one at a time.
 # --dist loadgroup: the tests of a module that shares one server (marked xdist_group) run on
 # one worker, so it starts once; the others are handed out in the order given, so the long
 # ones (real servers, faults) go first and the short ones fill in behind them: 316 s on an
@@ -58,7 +58,7 @@ test: install ## run the whole test suite (PostgreSQL tests too when it is reach
 	sh scripts/install-chromium
 	sh scripts/install-bubblewrap
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not solo" tests/e2e tests/faults tests/test_bench_smoke.py tests/integration tests/contract tests/unit
-	$(BIN)/pytest -n 2 -m "solo and solo_pair" tests/e2e tests/faults
+	$(BIN)/pytest -n 3 -m "solo and solo_pair" tests/e2e tests/faults
 	$(BIN)/pytest -m "solo and not solo_pair" tests/e2e tests/faults tests/test_bench_smoke.py
 
 lint: install ## ruff and mypy (strict)

@@ -91,6 +91,7 @@ async def create_schedules(server: Server, key: str, marker: str, log: Path) -> 
 @pytest.mark.pg
 @pytest.mark.slow
 @pytest.mark.solo
+@pytest.mark.solo_pair
 @pytest.mark.timeout(300)  # 44 to 75 s alone; past the default 120 s on a loaded machine
 async def test_sigkilled_replicas_runs_go_on_within_two_seconds(
     pg_url: str, fleet: Fleet, tmp_path: Path, probe_factory: Callable[[str], RunProbe]
