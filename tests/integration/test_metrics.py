@@ -109,26 +109,3 @@ async def test_every_log_line_of_a_run_names_run_schedule_attempt_and_instance(
         assert line["schedule_id"] == str(schedule.id)
         assert line["instance_id"] == engine.ledger.owner
         assert line["attempt"] == 1
-
-
-async def test_runs_that_went_well_are_summarised_and_the_others_logged_each(
-    engine: Engine, fake: FakeRunnerType
-) -> None:
-    fake.script("well", [succeed("done")] * 3)
-    fake.script("badly", [permanent("no")])
-    well = await engine.create(spec(fake.config("well"), HOURLY))
-    badly = await engine.create(spec(fake.config("badly"), HOURLY))
-    with structlog.testing.capture_logs() as lines:
-        ran = [await engine.run_now(well.id) for _ in range(3)]
-        failed = await engine.run_now(badly.id)
-        for run in ran:
-            await wait_status(engine.db, run.id, "succeeded")
-        await wait_status(engine.db, failed.id, "failed")
-        await engine.loop.stop()  # the summary of what was counted is written at stop
-    of_runs = [line for line in lines if line["event"] in ("run_started", "run_finished")]
-    assert [(line["event"], line["run_id"], line["status"]) for line in of_runs] == [
-        ("run_finished", str(failed.id), "failed")
-    ]
-    (summary,) = [line for line in lines if line["event"] == "runs_summary"]
-    assert summary["started"] == 4 and summary["succeeded"] == 3 and summary["failed"] == 1
-    assert summary["instance_id"] == engine.ledger.owner

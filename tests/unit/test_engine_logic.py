@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.ledger.memory import MemoryRunStore
@@ -40,13 +41,16 @@ class Bench:
         self.store = MemoryRunStore(owner="engine-a", lease_seconds=LEASE, data_dir=tmp_path)
         self.loops: list[SchedulerLoop] = []
 
-    def loop(self, *, concurrency: int = 4, drain_timeout: float = 0.5) -> SchedulerLoop:
+    def loop(
+        self, *, concurrency: int = 4, drain_timeout: float = 0.5, log_runs: str = "summary"
+    ) -> SchedulerLoop:
         loop = SchedulerLoop(
             self.store,
             concurrency=concurrency,
             tick_seconds=0.05,
             drain_timeout=drain_timeout,
             retry_base=0.01,
+            log_runs=log_runs,
         )
         self.store.on_change = loop.wake
         self.loops.append(loop)
@@ -458,3 +462,25 @@ async def test_a_heartbeat_stopped_as_it_is_prompted_stops(bench: Bench, turns: 
     for _ in range(turns):
         await asyncio.sleep(0)
     await asyncio.wait_for(loop.supervisor.stop("heartbeat"), 5)
+
+
+async def test_runs_that_went_well_are_summarised_and_the_others_logged_each(bench: Bench) -> None:
+    bench.fake.script("well", [succeed("done")] * 3)
+    bench.fake.script("badly", [permanent("no")])
+    well = bench.store.add_schedule(bench.fake.config("well"))
+    badly = bench.store.add_schedule(bench.fake.config("badly"))
+    with structlog.testing.capture_logs() as lines:
+        loop = bench.loop()
+        ran = [bench.store.queue(well) for _ in range(3)]
+        failed = bench.store.queue(badly)
+        for run in ran:
+            await bench.until(run.id, "succeeded")
+        await bench.until(failed.id, "failed")
+        await loop.stop()  # the summary of what was counted is written at stop
+    of_runs = [line for line in lines if line["event"] in ("run_started", "run_finished")]
+    assert [(line["event"], line["run_id"], line["status"]) for line in of_runs] == [
+        ("run_finished", str(failed.id), "failed")
+    ]
+    (summary,) = [line for line in lines if line["event"] == "runs_summary"]
+    assert summary["started"] == 4 and summary["succeeded"] == 3 and summary["failed"] == 1
+    assert summary["instance_id"] == bench.store.owner

@@ -106,10 +106,10 @@ class Verdict:
 
     @cached_property
     def bound(self) -> Any:
-        """The logger of every line about this attempt, bound at the first line: with the
-        engine's info lines off (``AGENTCRON_LOG_LEVEL=WARNING``) a run that goes well binds
-        none (binding it and building its two info lines were about a sixth of the engine's
-        own work per run)."""
+        """The logger of every line about this attempt, bound at the first line: a run that goes
+        well binds none when its lines are summarised (``AGENTCRON_LOG_RUNS=summary``) or the
+        engine's info lines are off (binding it and building its two info lines were about a
+        sixth of the engine's own work per run)."""
         return run_log(self.run, self.owner, attempt=self.run.attempt, task_id=str(self.task_id))
 
     def redact(self, secrets: Mapping[str, str]) -> None:
