@@ -20,6 +20,7 @@ from agentcron.core.runners.command.runner import OUTPUT_LIMIT
 from agentcron.core.runners.containment import Containment, Sandbox
 from tests.e2e.conftest import processes_with
 from tests.factories import run_request
+from tests.integration.engine_kit import process_alive, wait_dead
 
 PY = sys.executable
 
@@ -64,25 +65,6 @@ async def none_left(text: str, within: float = 5.0) -> bool:
     return not processes_with(text)
 
 
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` from /proc (``Z`` for a zombie), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` still runs. A zombie has already died: it only waits to be reaped,
-    which is up to its new parent (PID 1 here may never do it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return process_state(pid) not in (None, "Z")
-
-
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is ``pgid``."""
     members = []
@@ -91,7 +73,7 @@ def group_members(pgid: int) -> list[int]:
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
+        except OSError:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
@@ -104,15 +86,6 @@ def real(path: Path) -> str:
 
 def read_text(path: Path) -> str:
     return path.read_text().strip() if path.exists() else ""
-
-
-async def eventually_dead(pid: int, within: float = 5.0) -> bool:
-    """True once ``pid`` no longer runs; False if it still runs after ``within`` seconds."""
-    for _ in range(int(within / 0.05)):
-        if not alive(pid):
-            return True
-        await asyncio.sleep(0.05)
-    return not alive(pid)
 
 
 async def wait_for_file(path: Path, within: float = 10.0) -> str:
@@ -183,12 +156,12 @@ async def test_cancel_terminates_the_whole_process_group(tmp_path: Path) -> None
     job = asyncio.ensure_future(run(["sh", "-c", script], tmp_path, token=token))
     child = int(await wait_for_file(tmp_path / "child.pid"))
     leader = int(await wait_for_file(tmp_path / "leader.pid"))
-    assert alive(child)
+    assert process_alive(child)
     token.cancel("cancel")
     with pytest.raises(RunPermanentError, match=r"cancelled \(cancel\)"):
         await asyncio.wait_for(job, 10)
-    assert await eventually_dead(child)
-    assert await eventually_dead(leader)
+    await wait_dead(child, 5)
+    await wait_dead(leader, 5)
     assert group_members(leader) == []
 
 
@@ -222,4 +195,4 @@ async def test_background_child_does_not_outlive_a_finished_run(tmp_path: Path) 
     )
     assert outcome.output == "started\n"
     child = int(read_text(tmp_path / "child.pid"))
-    assert await eventually_dead(child)
+    await wait_dead(child, 5)

@@ -18,6 +18,7 @@ import pytest
 
 from agentcron.core.runners.command.reaper import GO, Reaper, gated
 from tests.integration.engine_kit import process_alive
+from tests.unit.test_command_runner import group_members
 
 
 def gone_within(pid: int, seconds: float) -> bool:
@@ -46,23 +47,9 @@ def group() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def members(pgid: int) -> list[int]:
-    """The live processes of group ``pgid``, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and process_alive(int(entry.name)):
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                found.append(int(entry.name))
-    return found
-
-
 def wait_for_members(pgid: int, count: int) -> list[int]:
     deadline = time.monotonic() + 5
-    while len(found := members(pgid)) < count:
+    while len(found := group_members(pgid)) < count:
         assert time.monotonic() < deadline, f"group {pgid} has {found}"
         time.sleep(0.01)
     return found

@@ -17,7 +17,7 @@ from agentcron.core.errors import InvalidSchedule, StartupError
 from agentcron.core.logging import configure_logging, get_logger
 from agentcron.core.notify import masked_channels, validate_channels
 from agentcron.core.runners import validate_runner
-from agentcron.core.runners.base import RunOutcome, RunRequest
+from agentcron.core.runners.base import RunOutcome
 from agentcron.core.runners.command.config import CommandRunnerType
 from agentcron.core.secrets.keyring import Keyring, SecretUnreadable
 from agentcron.core.secrets.redaction import redact, redact_json
@@ -25,6 +25,7 @@ from agentcron.core.secrets.references import check_name, check_value
 from agentcron.core.secrets.resolution import referenced_secrets, secret_references
 from agentcron.core.storage.models import Run
 from agentcron.web.engine.attempt import Verdict
+from tests.factories import run_request
 
 K1, K2 = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 VALUE = "sk-live-4f9a1c0e8b7d6a5f"
@@ -153,18 +154,7 @@ def test_the_command_runner_puts_the_resolved_value_in_the_environment(tmp_path:
     runner = CommandRunnerType().build(
         {"type": "command", "argv": ["a"], "env": {"K": {"secret": "k"}, "P": "plain"}}
     )
-    request = RunRequest(
-        run_id=uuid.uuid4(),
-        schedule_id=uuid.uuid4(),
-        task_id=uuid.uuid4(),
-        attempt=1,
-        trigger="manual",
-        due_at=None,
-        prompt="p",
-        workdir=tmp_path,
-        timeout_seconds=5,
-        secrets={"k": VALUE},
-    )
+    request = run_request(workdir=tmp_path, secrets={"k": VALUE})
     env = runner._environment(request, tmp_path, str(tmp_path))  # type: ignore[attr-defined]
     assert env["K"] == VALUE and env["P"] == "plain"
     assert VALUE not in repr(request)
@@ -175,7 +165,6 @@ def test_openai_takes_exactly_one_key_source() -> None:
     assert validate_runner({**base, "api_key_secret": "llm"})["api_key_secret"] == "llm"
     for extra, field in (
         ({"api_key_secret": "llm", "api_key_env": "K"}, "runner.api_key_secret"),
-        ({}, "runner.api_key_env"),
         ({"api_key_secret": "no such/name"}, "runner.api_key_secret"),
         ({"api_key_secret": {"secret": "llm"}}, "runner.api_key_secret"),
     ):
