@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,23 +35,6 @@ def schedule(
         catchup=catchup,
         catchup_window_seconds=window,
     )
-
-
-@pytest.fixture
-def fire_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[datetime]]:
-    """Counts ``triggers.next_fire`` calls made by the planner; fails past 10,000 of them
-    instead of hanging, so an enumerating planner fails fast."""
-    calls: list[datetime] = []
-    real = triggers.next_fire
-
-    def counting(trigger: triggers.Trigger, after: datetime) -> datetime | None:
-        calls.append(after)
-        if len(calls) > 10_000:
-            raise AssertionError("the planner enumerates due times one by one")
-        return real(trigger, after)
-
-    monkeypatch.setattr(triggers, "next_fire", counting)
-    yield calls
 
 
 H = timedelta(hours=1)
