@@ -61,12 +61,22 @@ class Crash:
         monkeypatch.setattr(owner, name, body)
 
 
-def counting(calls: list[object], real: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[object]:
+    """The calls of ``owner.name`` from now on (their arguments), each passed on to it."""
+    calls: list[object] = []
+    real = getattr(owner, name)
+
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
         return await real(*args, **kwargs)
 
-    return wrapper
+    monkeypatch.setattr(owner, name, wrapper)
+    return calls
+
+
+async def until(holds: Callable[[], bool], within: float = 10, what: str = "condition") -> None:
+    """Wait until ``holds()`` is true; fail after ``within`` seconds."""
+    await wait_for(lambda: asyncio.sleep(0, holds()), within, what)
 
 
 async def proves_work(
@@ -87,34 +97,20 @@ async def proves_work(
         schedule = await app.state.schedules.create(spec(fake.config("long"), HOURLY), "local")
         run = await app.state.runs.run_now(schedule.id, None)
         await wait_status(app.state.db, run.id, "running")
-        renewals: list[object] = []
-        monkeypatch.setattr(
-            app.state.ledger, "renew_leases", counting(renewals, app.state.ledger.renew_leases)
-        )
+        renewals = counting(monkeypatch, app.state.ledger, "renew_leases")
 
         async def leases_are_renewed() -> None:
             before = len(renewals)
 
-            async def renewed() -> bool:
-                return len(renewals) >= before + 2
-
-            await wait_for(renewed, 10, "renewals after the restart")
+            await until(lambda: len(renewals) >= before + 2, 10, "renewals after the restart")
             loop.cancel_local(run.id)
 
         return leases_are_renewed
     if task == "retention":
-        passes: list[object] = []
-        monkeypatch.setattr(
-            agentcron.web.engine.loop,
-            "prune_runs",
-            counting(passes, agentcron.web.engine.loop.prune_runs),
-        )
+        passes = counting(monkeypatch, agentcron.web.engine.loop, "prune_runs")
 
         async def prunes_again() -> None:
-            async def pruned() -> bool:
-                return len(passes) >= 2
-
-            await wait_for(pruned, 10, "retention passes after the restart")
+            await until(lambda: len(passes) >= 2, 10, "retention passes after the restart")
 
         return prunes_again
     if task == "listen":
@@ -129,10 +125,7 @@ async def proves_work(
             finally:
                 await conn.close()
 
-            async def woke() -> bool:
-                return loop.iterations > before
-
-            await wait_for(woke, 5, "a wake-up by NOTIFY")
+            await until(lambda: loop.iterations > before, 5, "a wake-up by NOTIFY")
 
         return a_notify_wakes_the_loop
     watch: ClockWatch = app.state.clock_watch
@@ -141,10 +134,7 @@ async def proves_work(
     async def measures_again() -> None:
         before = watch.measurements
 
-        async def measured() -> bool:
-            return watch.measurements >= before + 2
-
-        await wait_for(measured, 10, "measurements after the restart")
+        await until(lambda: watch.measurements >= before + 2, 10, "measurements after the restart")
 
     return measures_again
 
@@ -176,19 +166,13 @@ async def crash_and_recover(
         with structlog.testing.capture_logs() as lines:
             crash.now.set()
 
-            async def is_down() -> bool:
-                return supervisor.down == [task]
-
-            await wait_for(is_down, 5, f"{task} down")
+            await until(lambda: supervisor.down == [task], 5, f"{task} down")
             ready = await http.get("/readyz")
             assert ready.status_code == 503, ready.text
             assert ready.json()["down"] == [task]
             assert ready.json()["checks"]["tasks"] == "unavailable"
 
-            async def is_back() -> bool:
-                return not supervisor.down and crash.runs >= 2
-
-            await wait_for(is_back, 5, f"{task} restarted")
+            await until(lambda: not supervisor.down and crash.runs >= 2, 5, f"{task} restarted")
             await check()
 
         crashed = [line for line in lines if line["event"] == "task_crashed"]
