@@ -154,13 +154,20 @@ def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) 
     return key
 
 
+def keyed_server(env: dict[str, str], log_path: Path) -> Server:
+    """``agentcron migrate``, ``make_key`` and ``start_server`` on the database of ``env``:
+    ``key`` is an API key of owner "local"."""
+    migrate(env)
+    key = make_key(env)
+    running = start_server(env, log_path)
+    running.key = key
+    return running
+
+
 @pytest.fixture
 def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
     """A served, migrated SQLite database; ``server.key`` is an API key of owner "local"."""
-    migrate(server_env)
-    key = make_key(server_env)
-    running = start_server(server_env, tmp_path / "server.log")
-    running.key = key
+    running = keyed_server(server_env, tmp_path / "server.log")
     yield running
     running.stop()
 
@@ -338,6 +345,19 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up after {within:g} s waiting for {what}; last: {value!r}")
         await asyncio.sleep(interval)
+
+
+def wait_until(check: Callable[[], T], what: str, within: float = 30, interval: float = 0.3) -> T:
+    """``wait_for`` for a test without an event loop: poll ``check`` until it returns a truthy
+    value (returned); fail after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {within:g} s waiting for {what}; last: {value!r}")
+        time.sleep(interval)
 
 
 def json_events(log_text: str, event: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from tests.e2e.browser import LAUNCH_ARGS, chromium_path, missing_browser
-from tests.e2e.conftest import Server, make_key, migrate, sqlite_env, start_server
+from tests.e2e.conftest import Server, keyed_server, sqlite_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -135,11 +135,7 @@ def main() -> None:
         sys.exit(f"cannot take screenshots: {reason}")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        env = sqlite_env(Path(tmp), "screenshots")
-        migrate(env)
-        key = make_key(env)
-        server = start_server(env, Path(tmp) / "server.log")
-        server.key = key
+        server = keyed_server(sqlite_env(Path(tmp), "screenshots"), Path(tmp) / "server.log")
         try:
             ids = populate(server)
             shots = asyncio.run(photograph(server, ids, args.out.resolve()))

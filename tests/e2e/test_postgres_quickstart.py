@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.conftest import PG_URL, PgServer, clone_pg, run_sql
-from tests.e2e.conftest import AGENTCRON, free_port, processes_with
+from tests.e2e.conftest import AGENTCRON, free_port, processes_with, wait_until
 from tests.e2e.test_serve import REPO, readme_block
 
 pytestmark = pytest.mark.slow
@@ -104,17 +104,6 @@ def ready(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
-
-
-def wait_until(check: Any, what: str, within: float) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {within:g} s waiting for {what}; last: {value!r}")
-        time.sleep(0.3)
 
 
 def test_the_postgresql_quickstart_runs_as_written(

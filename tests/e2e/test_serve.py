@@ -8,7 +8,7 @@ import re
 import shlex
 import signal
 import subprocess
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from agentcron.web.engine.heap import YOUNG_THRESHOLD
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, keyed_server, sqlite_env, wait_until
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 REPO = README.parent
@@ -29,16 +29,26 @@ def readme_block(marker: str, language: str = "(?:sh|bash)?") -> str:
     return block.group(1)
 
 
+@pytest.fixture(scope="module")
+def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the README's examples, which make schedules of their own and read only
+    those: a server start each cost seconds on a loaded machine."""
+    root = tmp_path_factory.mktemp("readme")
+    running = keyed_server(sqlite_env(root), root / "server.log")
+    yield running
+    running.stop()
+
+
 def readme_curl_commands(marker: str = "quickstart") -> list[str]:
     """The curl commands of a marked README block, in order."""
     lines = readme_block(marker).replace("\\\n", " ").splitlines()
     return [line.strip() for line in lines if line.strip().startswith("curl ")]
 
 
-def test_readme_curl_example_works_verbatim(server: Server) -> None:
+def test_readme_curl_example_works_verbatim(readme_server: Server) -> None:
     commands = readme_curl_commands()
     assert commands, "no curl command in the quickstart"
-    outputs = [run_curl(command, server) for command in commands]
+    outputs = [run_curl(command, readme_server) for command in commands]
     created = json.loads(outputs[0])
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
     assert created["next_run"]
@@ -63,18 +73,15 @@ def run_curl(command: str, server: Server, **substitutions: str) -> str:
     return done.stdout
 
 
-def test_readme_firing_example_runs_the_agent(server: Server) -> None:
+def test_readme_firing_example_runs_the_agent(readme_server: Server) -> None:
     create, history = readme_curl_commands("firing")
-    schedule = json.loads(run_curl(create, server))
-    deadline = time.monotonic() + 25
-    runs: list[dict[str, object]] = []
-    while time.monotonic() < deadline:
-        runs = json.loads(run_curl(history, server, SCHEDULE_ID=schedule["id"]))["items"]
-        if any(run["status"] == "succeeded" for run in runs):
-            break
-        time.sleep(0.5)
-    done = [run for run in runs if run["status"] == "succeeded"]
-    assert done, f"no run succeeded: {runs}\n{server.log()[-3000:]}"
+    schedule = json.loads(run_curl(create, readme_server))
+
+    def succeeded() -> list[dict[str, Any]]:
+        runs = json.loads(run_curl(history, readme_server, SCHEDULE_ID=schedule["id"]))["items"]
+        return [run for run in runs if run["status"] == "succeeded"]
+
+    done = wait_until(succeeded, "a run to succeed", within=25, interval=0.5)
     assert done[0]["trigger"] == "schedule"
     assert done[0]["output"] == "agent got: hello agent\n"
 
@@ -101,39 +108,36 @@ def finished_run(server: Server, schedule_id: str, within: float = 30) -> dict[s
     )
     assert started.status_code == 202, started.text
     run_url = f"{server.url}/api/v1/runs/{started.json()['id']}"
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+
+    def ended() -> dict[str, Any] | None:
         run: dict[str, Any] = httpx.get(run_url, headers=server.headers, timeout=10).json()
-        if run["status"] not in ("pending", "running"):
-            return run
-        time.sleep(0.3)
-    raise AssertionError(f"the run did not finish in {within} s:\n{server.log()[-3000:]}")
+        return run if run["status"] not in ("pending", "running") else None
+
+    return wait_until(ended, "the run to finish", within)
 
 
-def test_readme_digest_example_runs_as_written(server: Server, tmp_path: Path) -> None:
-    created = run_readme_block("digest", server)
+def test_readme_digest_example_runs_as_written(readme_server: Server) -> None:
+    created = run_readme_block("digest", readme_server)
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
     assert created["warnings"] == []  # the agent's path is absolute, and it is there
     assert all("secret" not in c or c["secret"].startswith("whsec_…") for c in created["notify"])
     # As the README says: run it now, and it succeeds with five bullets; the log file in the
     # schedule's working directory gets the run.
-    run = finished_run(server, created["id"])
+    run = finished_run(readme_server, created["id"])
     assert run["status"] == "succeeded", run
     assert run["output"].count("\n- item") == 5, run["output"]
     assert "asked: Summarise the news in five bullets." in run["output"]
-    workdir = tmp_path / "data" / "tasks" / "local" / created["id"]
+    workdir = readme_server.log_path.parent / "data" / "tasks" / "local" / created["id"]
     log = workdir / "digests.jsonl"
-    deadline = time.monotonic() + 15
-    while not log.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(log.exists, "the digest's log file", 15, interval=0.2)
     [line] = log.read_text().splitlines()
     assert json.loads(line)["run"]["id"] == run["id"]
 
 
 def test_readme_chat_digest_example_is_accepted_and_says_what_its_runs_need(
-    server: Server,
+    readme_server: Server,
 ) -> None:
-    created = run_readme_block("digest-chat", server)
+    created = run_readme_block("digest-chat", readme_server)
     assert created["description"] == "At 08:00, Monday through Friday, Asia/Shanghai"
     assert created["mode"] == "persistent"
     # The `export` in the block sets the reader's shell, not the service's environment: a run
@@ -143,7 +147,7 @@ def test_readme_chat_digest_example_is_accepted_and_says_what_its_runs_need(
     assert [(w["code"], w["field"]) for w in created["warnings"]] == [
         ("variable_not_set", "runner.api_key_env")
     ]
-    run = finished_run(server, created["id"])
+    run = finished_run(readme_server, created["id"])
     assert run["status"] == "failed", run
     assert "environment variable DIGEST_API_KEY (runner.api_key_env) is not set" in run["error"]
 
