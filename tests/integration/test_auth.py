@@ -34,6 +34,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import ApiKey, Task
 from tests.conftest import app_client, bearer, issue_key
 from tests.integration.engine_kit import API, assert_error
+from tests.integration.test_schedules_api import paged
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 SCHEDULE = {
@@ -336,19 +337,11 @@ async def test_lists_hold_only_the_callers_schedules_and_an_admin_sees_all(world
     await world.bob.post(f"{API}/schedules/{world.bob_schedule}/run")
     bobs = (await world.bob.get(f"{API}/schedules/{world.bob_schedule}/runs")).json()["items"]
     assert len(bobs) == 1 and bobs[0]["id"] != world.ids["run_id"]
-    # Page by page, the cursors do not cross owners either.
-    for index in range(3):
-        await create_schedule(world.bob, name=f"bob {index}")
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params: dict[str, Any] = {"limit": 1, **({"cursor": cursor} if cursor else {})}
-        page = (await world.bob.get(f"{API}/schedules", params=params)).json()
-        seen.extend(item["owner"] for item in page["items"])
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert seen == ["bob"] * 4
+    # Page by page, newest first, the cursors do not cross owners either.
+    bobs_ids = [world.bob_schedule]
+    bobs_ids += [(await create_schedule(world.bob, name=f"bob {i}"))["id"] for i in range(3)]
+    pages = await paged(world.bob, f"{API}/schedules", 1)
+    assert [item["id"] for page in pages for item in page] == bobs_ids[::-1]
 
 
 # -- secrets ---------------------------------------------------------------------------------
@@ -413,12 +406,17 @@ async def test_notify_secrets_are_masked_for_owners_and_admins(world: World) -> 
         (await world.alice.get(f"{API}/schedules/{created['id']}")).json(),
         (await world.admin.get(f"{API}/schedules/{created['id']}")).json(),
         (await world.admin.get(f"{API}/schedules")).json(),
-        (await world.admin.patch(f"{API}/schedules/{created['id']}", json={"name": "n"})).json(),
     ]
+    # The channels sent back as shown (masked) keep the secret.
+    patch = {"name": "n", "notify": created["notify"]}
+    patched = await world.admin.patch(f"{API}/schedules/{created['id']}", json=patch)
+    assert patched.status_code == 200, patched.text
+    answers.append(patched.json())
     key = secret.removeprefix("whsec_")
     for answer in answers:
         assert key not in json.dumps(answer)
     assert created["notify"][0]["secret"] == "whsec_…" + secret[-4:]
+    assert patched.json()["notify"] == created["notify"]
     # Email channels hold no credentials: the SMTP URL stays in the service's environment, and
     # a password-bearing field is refused without being repeated.
     leaky = {**notify[1], "smtp_url": "smtp+starttls://me:hunter2hunter2@mail.example.org"}
@@ -467,6 +465,17 @@ async def test_owner_names_are_checked(db: Database, owner: str) -> None:
 # -- the command line ------------------------------------------------------------------------
 
 
+@pytest.fixture
+def env(db_url: str, tmp_path: Path) -> dict[str, str]:
+    """The command line's environment: this test's database, data directory, JSON logs."""
+    return dict(
+        os.environ,
+        AGENTCRON_DATABASE_URL=db_url,
+        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
+        AGENTCRON_LOG_FORMAT="json",
+    )
+
+
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AGENTCRON, *args], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -474,13 +483,7 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
-async def test_cli_keys_create_list_revoke(live_app: FastAPI, db_url: str, tmp_path: Path) -> None:
-    env = dict(
-        os.environ,
-        AGENTCRON_DATABASE_URL=db_url,
-        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
-        AGENTCRON_LOG_FORMAT="json",
-    )
+async def test_cli_keys_create_list_revoke(live_app: FastAPI, env: dict[str, str]) -> None:
     created = cli(env, "keys", "create", "--owner", "grace")
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip().splitlines()[-1]
@@ -510,15 +513,7 @@ async def test_cli_keys_create_list_revoke(live_app: FastAPI, db_url: str, tmp_p
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
-async def test_cli_example_prints_a_local_key_once(
-    live_app: FastAPI, db_url: str, tmp_path: Path
-) -> None:
-    env = dict(
-        os.environ,
-        AGENTCRON_DATABASE_URL=db_url,
-        AGENTCRON_DATA_DIR=str(tmp_path / "data"),
-        AGENTCRON_LOG_FORMAT="json",
-    )
+async def test_cli_example_prints_a_local_key_once(live_app: FastAPI, env: dict[str, str]) -> None:
     first = cli(env, "example")
     assert first.returncode == 0, first.stderr
     export = first.stdout.strip().splitlines()[-1]

@@ -29,6 +29,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import assert_error
 from tests.integration.test_api_doc import openapi
+from tests.integration.test_dashboard import ORIGIN, browser
 from tests.integration.test_schedules_api import body, create
 
 API = "/api/v1/schedules"
@@ -37,13 +38,11 @@ JSON = {"content-type": "application/json"}
 
 async def rows(db: Database) -> dict[str, int]:
     """Row counts of every table a request could write (deleted schedules included)."""
-    counts: dict[str, int] = {}
     async with db.session(write=False) as session:
-        for model in (Schedule, Run, Task, Delivery):
-            counts[model.__tablename__] = (
-                await session.scalar(select(func.count()).select_from(model)) or 0
-            )
-    return counts
+        return {
+            model.__tablename__: await session.scalar(select(func.count()).select_from(model)) or 0
+            for model in (Schedule, Run, Task, Delivery)
+        }
 
 
 EMPTY = {"schedules": 0, "runs": 0, "tasks": 0, "deliveries": 0}
@@ -528,7 +527,7 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
     assert await rows(db) == before
 
 
-async def _send_and_hang_up(app: Any, method: str, path: str, headers: dict[str, str]) -> int:
+async def _send_and_hang_up(app: Any, path: str, headers: dict[str, str]) -> int:
     """Send half a body to ``app`` over raw ASGI, then disconnect: what a browser does when it
     aborts a superseded request. Returns the status the app answered (nobody would read it)."""
     chunks: list[dict[str, Any]] = [
@@ -547,7 +546,7 @@ async def _send_and_hang_up(app: Any, method: str, path: str, headers: dict[str,
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": method,
+        "method": "POST",
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -570,15 +569,7 @@ async def test_a_client_that_hangs_up_mid_body_is_no_error_and_writes_nothing(
 
     key = client.headers["authorization"]
     # The dashboard's preview is signed in by cookie: take one from the sign-in form.
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=live_app), base_url="http://testserver"
-    ) as web:
-        signed_in = await web.post(
-            "/login",
-            data={"key": key.removeprefix("Bearer "), "next": "/"},
-            headers={"origin": "http://testserver"},
-        )
-        assert signed_in.status_code == 303, signed_in.text
+    async with browser(live_app, key.removeprefix("Bearer ")) as web:
         cookie = "; ".join(f"{name}={value}" for name, value in web.cookies.items())
     posts = [
         (API, {"authorization": key, "content-type": "application/json"}),
@@ -587,13 +578,13 @@ async def test_a_client_that_hangs_up_mid_body_is_no_error_and_writes_nothing(
             {
                 "cookie": cookie,
                 "content-type": "application/x-www-form-urlencoded",
-                "origin": "http://testserver",
-                "host": "testserver",
+                "origin": ORIGIN,
+                "host": "agentcron",
             },
         ),
     ]
     with capture_logs() as logs:
-        statuses = [await _send_and_hang_up(live_app, "POST", path, h) for path, h in posts]
+        statuses = [await _send_and_hang_up(live_app, path, h) for path, h in posts]
     assert all(status != 500 for status in statuses), statuses
     events = [entry["event"] for entry in logs]
     assert "unhandled_error" not in events, logs

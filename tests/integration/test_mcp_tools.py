@@ -17,7 +17,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from agentcron.web.mcp.tools import TOOLS, ApiTool
-from tests.integration.test_api_doc import openapi, served
+from tests.integration.test_api_doc import openapi
 
 REF = "#/components/schemas/"
 
@@ -125,8 +125,3 @@ def test_every_tool_names_a_distinct_operation() -> None:
     operations = [(tool.method, tool.path) for tool in TOOLS]
     assert len(set(operations)) == len(operations)
     assert len({tool.name for tool in TOOLS}) == len(TOOLS)
-
-
-def test_mcp_is_served_but_not_part_of_the_openapi_document() -> None:
-    assert served("POST", "/mcp")
-    assert not [path for path in openapi()["paths"] if path.startswith("/mcp")]

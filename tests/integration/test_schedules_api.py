@@ -68,16 +68,6 @@ async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
     assert (await create(client, mode="persistent"))["overlap"] == "skip"
 
 
-async def test_get_list_and_paginate_newest_first(client: httpx.AsyncClient) -> None:
-    ids = [(await create(client, name=f"s{i}"))["id"] for i in range(5)]
-    got = await client.get(f"{API}/{ids[2]}")
-    assert got.status_code == 200 and got.json()["name"] == "s2"
-
-    pages = await paged(client, API, 2)
-    assert [item["id"] for page in pages for item in page] == list(reversed(ids))
-    assert len(pages) == 3
-
-
 async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.AsyncClient) -> None:
     created = await create(client)
     response = await client.patch(
@@ -113,18 +103,6 @@ async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> N
         "2025-11-03T01:30:00-05:00",
         "2025-11-04T01:30:00-05:00",
     ]
-
-
-async def test_masked_secret_round_trip(client: httpx.AsyncClient) -> None:
-    secret = "whsec_" + "A" * 32
-    created = await create(
-        client, notify=[{"type": "webhook", "url": "https://example.org/hook", "secret": secret}]
-    )
-    shown = created["notify"][0]["secret"]
-    assert shown != secret and secret not in str(created)
-    patched = await client.patch(f"{API}/{created['id']}", json={"notify": created["notify"]})
-    assert patched.status_code == 200, patched.text
-    assert patched.json()["notify"][0]["secret"] == shown
 
 
 # What parse_trigger refuses is tested in tests/unit/test_triggers.py: one trigger error here
