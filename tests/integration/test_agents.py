@@ -10,9 +10,7 @@ the tests see the conversation a ``persistent`` schedule carries from run to run
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +18,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.chat_server import ChatServer, Reply
-from tests.integration.engine_kit import API, ROOMY_LEASE, Engine, finished, run_to_end
+from tests.integration.engine_kit import API, Engine, run_to_end
 
 HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
 KEY_ENV = "AGENTCRON_TEST_AGENTS_KEY"
@@ -161,63 +159,3 @@ async def test_the_api_key_appears_in_no_response_and_no_log(
     assert KEY not in caplog.text
     captured = capsys.readouterr()
     assert KEY not in captured.out and KEY not in captured.err
-
-
-# -- python ------------------------------------------------------------------------------
-
-
-async def test_a_crash_after_the_reply_does_not_duplicate_the_turn(
-    client: httpx.AsyncClient, make_engine: Any, llm: ChatServer
-) -> None:
-    """Replica A gets the agent's reply, then dies before recording it; replica B continues
-    the same run after A's lease expires. The agent is asked twice (that cannot be avoided
-    without the reply), but the conversation holds the turn once and the run succeeds once."""
-    from agentcron.core.runners import build_runner
-    from agentcron.core.runners.base import CancelToken, RunRequest
-
-    schedule_id = await create(client, openai_runner(llm), mode="persistent")
-    first: Engine = make_engine("replica-0")
-    await run_to_end(client, schedule_id)  # one earlier turn, so history is non-empty
-    await first.loop.stop()
-    await set_prompt(client, schedule_id, "question 2")
-
-    crashed: Engine = make_engine("replica-a", start=False)
-    queued = await crashed.runs.run_now(uuid.UUID(schedule_id), None)
-    claim = await crashed.ledger.claim_due_jobs(crashed.ledger.clock())
-    assert [run.id for run in claim.runs] == [queued.id]
-    decision = (await crashed.ledger.admit([queued]))[0]
-    assert decision.action == "run" and decision.run and decision.task
-    run, task = decision.run, decision.task
-    request = RunRequest(
-        run_id=run.id,
-        schedule_id=run.schedule_id,
-        task_id=task.id,
-        attempt=run.attempt,
-        trigger=run.trigger,
-        due_at=None,
-        prompt=run.payload["prompt"],
-        workdir=Path(task.workdir),
-        timeout_seconds=10,
-        history=list(task.conversation),
-    )
-    outcome = await build_runner(run.payload["runner"]).run(request, CancelToken())
-    assert outcome.output == "reply 2: question 2"
-    # ... replica A dies here: nothing recorded, its lease runs out.
-
-    # Its own lease roomy: a renewal late on a loaded machine would rightly fence attempt 2
-    # and make it attempt 3, which is not what this test is about.
-    survivor: Engine = make_engine("replica-b", lease=ROOMY_LEASE)
-    done = await finished(client, queued.id, within=15)
-    assert done["status"] == "succeeded" and done["attempt"] == 2
-    assert done["task_id"] == str(task.id)
-
-    second_asks = [r.body["messages"] for r in llm.requests[1:]]
-    assert len(second_asks) == 2 and second_asks[0] == second_asks[1]  # same question twice
-    turns = await conversation(client, str(task.id))
-    assert [t["content"] for t in turns] == [
-        "question 1",
-        "reply 1: question 1",
-        "question 2",
-        "reply 3: question 2",
-    ]
-    assert survivor.loop.running
