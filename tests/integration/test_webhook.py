@@ -20,7 +20,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,13 +42,12 @@ from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
-from tests.integration.engine_kit import assert_error, deliveries_of
+from tests.e2e.conftest import free_port
+from tests.integration.engine_kit import API, HOURLY, assert_error, deliveries_of
 from tests.network import BANNERS, MARK, listening, resolving
 
-API = "/api/v1"
 HANG = "hang"
 FAST = RetryPolicy(max_attempts=3, base=0.01)
-HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from run now
 
 
 def new_secret() -> str:
@@ -150,6 +148,12 @@ class Receiver:
         self._thread.start()
         return self
 
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self.release.set()
         if self._server is not None:
@@ -174,27 +178,15 @@ def request_for(
 # -- one delivery, straight to the notifier (the bytes and headers: test_run_is_delivered_once) --
 
 
-@contextmanager
-def started(receiver: Receiver) -> Iterator[Receiver]:
-    """``receiver`` serving until the block ends."""
-    receiver.start()
-    try:
-        yield receiver
-    finally:
-        receiver.stop()
-
-
 async def test_an_ipv6_receiver_is_reached_through_its_pinned_address(secret: str) -> None:
     try:
         server = Receiver(secret, host="::1").start()
     except OSError:
         pytest.skip("no IPv6 loopback on this machine")
-    try:
+    with server:
         await WebhookNotifier().deliver(request_for(server.url(), secret))
         assert [r.headers["host"] for r in server.requests] == [f"[::1]:{server.port}"]
         assert server.requests[0].verify_error is None
-    finally:
-        server.stop()
 
 
 async def test_the_whole_attempt_has_a_deadline(receiver: Receiver, secret: str) -> None:
@@ -223,11 +215,9 @@ async def test_status_classification(
 async def test_a_closed_port_or_an_unresolvable_name_is_a_transient_connection_error(
     secret: str,
 ) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{free_port()}/"  # a port nobody listens on
     with pytest.raises(ConnectionError, match="cannot connect"):
-        await WebhookNotifier().deliver(request_for(f"http://127.0.0.1:{port}/", secret))
+        await WebhookNotifier().deliver(request_for(url, secret))
     with pytest.raises(ConnectionError, match="cannot resolve no-such-host.invalid"):
         await WebhookNotifier().deliver(request_for("https://no-such-host.invalid/h", secret))
 
@@ -255,7 +245,7 @@ def ca() -> trustme.CA:
 def tls_receiver(ca: trustme.CA, secret: str, name: str) -> Receiver:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(name).configure_cert(context)
-    return Receiver(secret, tls=context)
+    return Receiver(secret, tls=context).start()
 
 
 async def test_https_to_a_vetted_address_sends_sni_and_verifies_the_name(
@@ -264,13 +254,13 @@ async def test_https_to_a_vetted_address_sends_sni_and_verifies_the_name(
     trusting = ssl.create_default_context()
     ca.configure_trust(trusting)
     notifier = WebhookNotifier(verify=trusting, resolver=resolving("127.0.0.1"))
-    with started(tls_receiver(ca, secret, "hooks.example.test")) as server:
+    with tls_receiver(ca, secret, "hooks.example.test") as server:
         await notifier.deliver(request_for(server.url(host="hooks.example.test"), secret))
         assert server.sni == ["hooks.example.test"]
         assert [r.verify_error for r in server.requests] == [None]
         assert server.requests[0].headers["host"] == f"hooks.example.test:{server.port}"
     # A certificate for another name is refused, before any request.
-    with started(tls_receiver(ca, secret, "other.example.test")) as server:
+    with tls_receiver(ca, secret, "other.example.test") as server:
         with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             await notifier.deliver(request_for(server.url(host="hooks.example.test"), secret))
         assert server.requests == []
