@@ -38,7 +38,6 @@ from agentcron.core.notify.delivery import deliver_run, delivery_body
 from agentcron.core.notify.email.notifier import EmailNotifier
 from agentcron.core.notify.email.transport import EmailDeferred
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runners import register_runner_type
 from agentcron.core.runners.fake import FakeRunnerType
 from agentcron.core.runs import RunService, run_view
 from agentcron.core.schedules.service import ScheduleService
@@ -249,10 +248,8 @@ def parts(message: EmailMessage) -> tuple[str, str]:
     )
 
 
-async def persisted_run(db: Database, tmp_path: Path, notify: list[dict[str, Any]]) -> Run:
+async def persisted_run(db: Database, fake: FakeRunnerType, notify: list[dict[str, Any]]) -> Run:
     """A schedule with ``notify`` and a manual run of it, marked succeeded (never executed)."""
-    fake = FakeRunnerType()
-    register_runner_type(fake)
     spec = ScheduleCreate(
         name="digest",
         prompt="summarise",
@@ -579,6 +576,7 @@ RCPT_REPLIES = [
 async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_delivery(
     db: Database,
     tmp_path: Path,
+    fake: FakeRunnerType,
     start_server: StartServer,
     monkeypatch: pytest.MonkeyPatch,
     to: list[str],
@@ -592,7 +590,7 @@ async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_deliv
     for address, script in replies.items():
         server.mailbox.answer(address, *script)
     monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, tmp_path, [channel(*to)])
+    run = await persisted_run(db, fake, [channel(*to)])
 
     await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
 
