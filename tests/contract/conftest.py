@@ -63,21 +63,45 @@ class World(Protocol):
         """The task's working directory, conversation and run lock, or None."""
 
 
-def _run_row(schedule: Schedule | dict[str, Any], **fields: Any) -> dict[str, Any]:
-    payload = run_payload(schedule) if isinstance(schedule, Schedule) else fields.pop("payload")
+def run_values(schedule_id: uuid.UUID, at: datetime = NOW, **fields: Any) -> dict[str, Any]:
+    """Every column of a run of ``schedule_id`` as run now leaves it at ``at``: pending,
+    nobody's, claimable then; ``fields`` win."""
     return {
         "id": uuid.uuid4(),
-        "schedule_id": schedule.id if isinstance(schedule, Schedule) else schedule["id"],
+        "schedule_id": schedule_id,
         "trigger": "manual",
-        "origin": "manual",
         "status": "pending",
         "attempt": 0,
-        "payload": payload,
-        "created_at": NOW,
-        "available_at": NOW,
+        "payload": {},
+        "created_at": at,
+        "available_at": at,
         "cancel_requested": False,
         **fields,
     }
+
+
+async def add_runs(db: Database, rows: list[dict[str, Any]]) -> None:
+    async with db.session() as session:
+        await session.execute(insert(Run), rows)
+
+
+def task_values(task_id: uuid.UUID, schedule_id: uuid.UUID, at: datetime, workdir: str) -> Task:
+    """A task of ``schedule_id`` made at ``at``, with no conversation yet."""
+    return Task(
+        id=task_id,
+        schedule_id=schedule_id,
+        owner="local",
+        workdir=workdir,
+        conversation=[],
+        created_at=at,
+        updated_at=at,
+    )
+
+
+def _queued(schedule: Schedule, **fields: Any) -> dict[str, Any]:
+    return run_values(
+        schedule.id, **{"origin": "manual", "payload": run_payload(schedule), **fields}
+    )
 
 
 class SqlWorld:
@@ -91,10 +115,8 @@ class SqlWorld:
         return await insert_schedule(self.db, T0, **{"trigger": HOURLY, "next_run": DUE, **fields})
 
     async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
-        schedule = await self.schedule_row(schedule_id)
-        row = _run_row(schedule, **fields)
-        async with self.db.session() as session:
-            await session.execute(insert(Run), [row])
+        row = _queued(await self.schedule_row(schedule_id), **fields)
+        await add_runs(self.db, [row])
         return await self.run(row["id"])
 
     async def run(self, run_id: uuid.UUID) -> Run:
@@ -150,7 +172,7 @@ class MemoryWorld:
         return self.memory.add_schedule(runner, **values).id
 
     async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
-        run = Run(**_run_row(self.memory.schedules[schedule_id], **fields))
+        run = Run(**_queued(self.memory.schedules[schedule_id], **fields))
         self.memory.runs[run.id] = run
         return self.memory.run(run.id)
 

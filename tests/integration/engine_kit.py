@@ -93,16 +93,6 @@ async def wait_status(db: Database, run_id: uuid.UUID, *statuses: str, within: f
     return await wait_for(check, within, f"run in {statuses}")
 
 
-def runs_where(
-    db: Database, schedule_id: uuid.UUID, test: Callable[[list[Run]], bool]
-) -> Callable[[], Awaitable[list[Run] | None]]:
-    async def check() -> list[Run] | None:
-        runs = await runs_of(db, schedule_id)
-        return runs if test(runs) else None
-
-    return check
-
-
 def every_second(**overrides: Any) -> dict[str, Any]:
     """An interval trigger whose first due time is 0.1 s from now, then every second."""
     start = datetime.now(UTC) + timedelta(seconds=0.1)

@@ -14,11 +14,9 @@ import httpx
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
-from agentcron.core.planning import plan_due_times
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Schedule
 from agentcron.core.timeline import jitter_delay
 from tests.factories import insert_schedule
 from tests.integration.engine_kit import fetch_schedule
@@ -27,38 +25,29 @@ T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
 
 
-def test_max_runs_cuts_the_plan_and_ends_the_timetable() -> None:
-    schedule = Schedule(
-        trigger={"every_seconds": 10, "start_at": T0.isoformat()},
-        next_run=T0 + 10 * S,
-        misfire_grace_seconds=60,
-        catchup="skip",
-        catchup_window_seconds=3600,
-        max_runs=5,
-        scheduled_runs=4,
-    )
-    plan = plan_due_times(schedule, T0 + 30 * S)  # 10, 20, 30 s are due; room for one
-    assert plan.run_at == [T0 + 10 * S]
-    assert plan.next_run is None
-
-
 async def test_a_bounded_timetable_ends_at_the_claim_and_a_raised_bound_restarts_it(
     db: Database, tmp_path: Path
 ) -> None:
     trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
     schedule_id = await insert_schedule(
-        db, T0, trigger=trigger, next_run=T0 + 60 * S, max_runs=3, misfire_grace_seconds=3600
+        db,
+        T0,
+        trigger=trigger,
+        next_run=T0 + 60 * S,
+        max_runs=4,
+        scheduled_runs=1,  # counted before: room for three more
+        misfire_grace_seconds=3600,
     )
     ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
     claim = await ledger.claim_due_jobs(T0 + 300 * S)  # five due times, room for three
     assert [run.due_at for run in claim.runs] == [T0 + k * 60 * S for k in (1, 2, 3)]
     ended = await fetch_schedule(db, schedule_id)
-    assert (ended.next_run, ended.scheduled_runs, ended.enabled) == (None, 3, True)  # not paused
+    assert (ended.next_run, ended.scheduled_runs, ended.enabled) == (None, 4, True)  # not paused
     assert (await ledger.claim_due_jobs(T0 + 600 * S)).runs == []
 
     # Raising the bound restarts the timetable from now.
     service = ScheduleService(db)
-    patched = await service.update(schedule_id, ScheduleUpdate(max_runs=5), None)
+    patched = await service.update(schedule_id, ScheduleUpdate(max_runs=6), None)
     assert patched.next_run is not None and patched.next_run > datetime.now(UTC)
 
 

@@ -139,6 +139,17 @@ async def wait_pid(path: Path) -> int:
     return await wait_for(written, 10, f"{path.name} written")
 
 
+async def command_started(engine: Engine, script: str) -> tuple[Path, Run, int]:
+    """A command schedule of ``script`` run now on ``engine`` (its loop started): the task
+    directory, the queued run, and the pid attempt 1 wrote."""
+    schedule = await engine.create(spec(command(script), HOURLY, timeout_seconds=300))
+    if not engine.loop.running:
+        engine.loop.start()
+    queued = await engine.run_now(schedule.id)
+    workdir = engine.workdir(schedule)
+    return workdir, queued, await wait_pid(workdir / "pid.1")
+
+
 def process_state(pid: int) -> str:
     """The kernel's one-letter state of ``pid`` (``T``: stopped)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -174,12 +185,8 @@ async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_conf
     (SIGCONT) and the same attempt finishes: an outage costs no work."""
     engine = make_engine(start=False, lease=LEASE)
     renewal = Renewal(engine, monkeypatch, failing=True)
-    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
-    workdir = engine.workdir(schedule)
     with structlog.testing.capture_logs() as lines:
-        engine.loop.start()
-        queued = await engine.run_now(schedule.id)
-        pid = await wait_pid(workdir / "pid.1")
+        workdir, queued, pid = await command_started(engine, STEPS)
         started = await fetch_run(engine.db, queued.id)
         assert started.lease_expires_at is not None
         frozen_at = await wait_state(pid, "T", within=2 * LEASE)
@@ -237,11 +244,7 @@ async def test_a_frozen_attempt_whose_lease_was_taken_over_is_killed(
     thawed."""
     engine = make_engine(start=False, lease=LEASE)
     renewal = Renewal(engine, monkeypatch, failing=True)
-    schedule = await engine.create(spec(command(stepping(120)), HOURLY, timeout_seconds=300))
-    workdir = engine.workdir(schedule)
-    engine.loop.start()
-    queued = await engine.run_now(schedule.id)
-    pid = await wait_pid(workdir / "pid.1")
+    workdir, queued, pid = await command_started(engine, stepping(120))
     await wait_state(pid, "T", within=2 * LEASE)
     steps = read_steps(workdir)
     await take_over(engine, queued.id)
@@ -270,11 +273,8 @@ async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEng
     """Another replica holds the lease now (this process stalled past it): the local attempt
     is killed at once, process group and all, and nothing is recorded by this process."""
     engine = make_engine(lease=LEASE)
-    schedule = await engine.create(spec(command(STUBBORN), HOURLY, timeout_seconds=300))
-    workdir = engine.workdir(schedule)
     with structlog.testing.capture_logs() as lines:
-        queued = await engine.run_now(schedule.id)
-        pid = await wait_pid(workdir / "pid.1")
+        _, queued, pid = await command_started(engine, STUBBORN)
         await take_over(engine, queued.id)
         taken_at = datetime.now(UTC)
         dead_at = await wait_dead(pid, within=LEASE)

@@ -32,16 +32,14 @@ from agentcron.core.storage.models import Run
 from agentcron.web.engine.loop import SchedulerLoop
 from tests.conftest import PgServer, clone_pg
 from tests.integration.engine_kit import (
-    HOURLY,
     MakeEngine,
     deliveries_of,
     fetch_run,
-    spec,
     wait_for,
     wait_status,
 )
 from tests.integration.test_clock import add_schedule
-from tests.integration.test_leases import STEPS, command, read_steps, wait_pid, wait_state
+from tests.integration.test_leases import STEPS, command_started, read_steps, wait_state
 from tests.integration.test_webhook import Receiver
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
@@ -195,39 +193,20 @@ async def test_a_vanished_deliverers_deliveries_are_taken_at_once(
 
 
 @sqlite_only
-async def test_a_restarted_engine_makes_its_predecessors_deliveries_at_its_first_look(
-    db: Database, tmp_path: Path, receiver: Receiver, secret: str
-) -> None:
-    predecessor = SqlRunStore(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
-    run = await finished_with_a_delivery_owed(db, predecessor, receiver.url(), secret)
-    # The predecessor died here (its delivery lease has 30 s to go); its successor starts.
-    successor = SqlRunStore(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
-    loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True, allow_private=True)
-    began = time.monotonic()
-    loop.start()
-    try:
-        await wait_for(lambda: delivered(db, receiver, run), within=5, what="the delivery")
-    finally:
-        await loop.stop()
-    took = time.monotonic() - began
-    print(f"\nsqlite restart: predecessor's delivery made {took:.2f} s after start")
-    assert [request.headers["webhook-id"] for request in receiver.requests] == [f"{run.id}.0"]
-    (delivery,) = await deliveries_of(db, run.id)
-    assert delivery.status == "delivered"
-
-
-@sqlite_only
 async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_claim(
-    db: Database, tmp_path: Path, fake: FakeRunnerType
+    db: Database, tmp_path: Path, fake: FakeRunnerType, receiver: Receiver, secret: str
 ) -> None:
+    """Its attempt left running and a delivery it owed are both taken at the first look."""
     # The predecessor's attempt is only written (admitted), never played: the successor's is
     # the script's first.
     fake.script("long", [succeed("continued")])
     predecessor = SqlRunStore(db, owner="predecessor", lease_seconds=30, data_dir=tmp_path)
     run = await running_under(db, predecessor, fake.config("long"))
-    # The predecessor died here (its lease has 30 s to go); its successor starts.
+    owed = await finished_with_a_delivery_owed(db, predecessor, receiver.url(), secret)
+    # The predecessor died here (its leases have 30 s to go); its successor starts.
     successor = SqlRunStore(db, owner="successor", lease_seconds=30, data_dir=tmp_path)
-    loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True)  # as web/host.py says
+    # predecessors=True as web/host.py says for SQLite.
+    loop = SchedulerLoop(successor, tick_seconds=30, predecessors=True, allow_private=True)
     began = time.monotonic()
     loop.start()
     try:
@@ -237,13 +216,17 @@ async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_c
             return found if found.status == "succeeded" else None
 
         done = await wait_for(succeeded, within=5, what="the successor to continue the run")
+        await wait_for(lambda: delivered(db, receiver, owed), within=5, what="the delivery")
     finally:
         await loop.stop()
     took = time.monotonic() - began
-    print(f"\nsqlite restart: predecessor's run continued and done {took:.2f} s after start")
+    print(f"\nsqlite restart: predecessor's run and delivery done {took:.2f} s after start")
     assert done.attempt == 2 and done.task_id == run.task_id and done.output == "continued"
     assert done.started_at == run.started_at  # the first start
     assert done.lease_owner is None or done.lease_owner == "successor"
+    assert [request.headers["webhook-id"] for request in receiver.requests] == [f"{owed.id}.0"]
+    (delivery,) = await deliveries_of(db, owed.id)
+    assert delivery.status == "delivered"
 
 
 @pg_only
@@ -257,12 +240,8 @@ async def test_an_engine_that_loses_its_session_freezes_its_attempts_until_the_l
     engine = make_engine(start=False, lease=30, liveness=True)
     liveness = engine.loop.liveness
     assert liveness is not None
-    schedule = await engine.create(spec(command(STEPS), HOURLY, timeout_seconds=300))
-    workdir = engine.workdir(schedule)
     with structlog.testing.capture_logs() as lines:
-        engine.loop.start()
-        queued = await engine.run_now(schedule.id)
-        pid = await wait_pid(workdir / "pid.1")
+        workdir, queued, pid = await command_started(engine, STEPS)
         backend = await holder_pid(engine.db, engine.ledger.owner)
         assert backend is not None
         async with engine.db.session() as session:

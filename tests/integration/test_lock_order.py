@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import select, text, update
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
@@ -21,8 +21,9 @@ from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.tasks import delete_task
-from tests.contract.conftest import DUE, NOW, T0
+from tests.contract.conftest import DUE, NOW, T0, add_runs, run_values, task_values
 from tests.factories import insert_schedule
+from tests.integration.engine_kit import fetch_run
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
 
@@ -34,22 +35,10 @@ async def add(db: Database, **overrides: Any) -> uuid.UUID:
 
 async def add_pending(db: Database, like: Run, owner: str, run_id: uuid.UUID | None = None) -> Run:
     """A manual run of ``like``'s schedule, pending and leased to ``owner``."""
-    row = {
-        "id": run_id or uuid.uuid4(),
-        "schedule_id": like.schedule_id,
-        "trigger": "manual",
-        "status": "pending",
-        "attempt": 0,
-        "payload": like.payload,
-        "created_at": NOW,
-        "available_at": NOW,
-        "lease_owner": owner,
-        "lease_expires_at": NOW + timedelta(seconds=30),
-        "cancel_requested": False,
-    }
-    async with db.session() as session:
-        await session.execute(insert(Run), [row])
-        return await session.get(Run, row["id"])  # type: ignore[return-value]
+    leased: dict[str, Any] = {"lease_owner": owner, "lease_expires_at": NOW + timedelta(seconds=30)}
+    row = run_values(like.schedule_id, id=run_id or uuid.uuid4(), payload=like.payload, **leased)
+    await add_runs(db, [row])
+    return await fetch_run(db, row["id"])
 
 
 def store(db: Database, tmp_path: Path) -> SqlRunStore:
@@ -169,17 +158,7 @@ async def test_a_task_deletion_locks_its_schedule_before_the_task(
     schedule_id = await add(db, mode="persistent", overlap="skip")
     task_id = uuid.uuid4()
     async with db.session() as session:
-        session.add(
-            Task(
-                id=task_id,
-                schedule_id=schedule_id,
-                owner="local",
-                workdir=str(tmp_path),
-                conversation=[],
-                created_at=NOW,
-                updated_at=NOW,
-            )
-        )
+        session.add(task_values(task_id, schedule_id, NOW, str(tmp_path)))
         await session.execute(
             update(Schedule).where(Schedule.id == schedule_id).values(task_id=task_id)
         )

@@ -13,6 +13,7 @@ from agentcron.core.retention import RetentionPolicy, prune_runs
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from agentcron.web.app import create_app
+from tests.contract.conftest import add_runs, run_values, task_values
 from tests.factories import insert_schedule, schedule_values
 from tests.integration.engine_kit import wait_for
 
@@ -21,31 +22,14 @@ DAY = timedelta(days=1)
 
 
 def run_row(schedule_id: uuid.UUID, created: datetime, **overrides: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "id": uuid.uuid4(),
-        "schedule_id": schedule_id,
-        "trigger": "schedule",
-        "due_at": created,
-        "status": "succeeded",
-        "attempt": 1,
-        "payload": {},
-        "created_at": created,
-        "available_at": created,
-        "started_at": created,
-        "finished_at": created,
-        "cancel_requested": False,
-    }
-    values.update(overrides)
-    return values
+    """A scheduled run of ``schedule_id`` due, started and ``succeeded`` at ``created``."""
+    at = {"due_at": created, "started_at": created, "finished_at": created}
+    values = {"trigger": "schedule", "status": "succeeded", "attempt": 1, **at, **overrides}
+    return run_values(schedule_id, created, **values)
 
 
 async def add_schedule(db: Database, **overrides: Any) -> uuid.UUID:
     return await insert_schedule(db, NOW, **overrides)
-
-
-async def add_runs(db: Database, rows: list[dict[str, Any]]) -> None:
-    async with db.session() as session:
-        await session.execute(insert(Run), rows)
 
 
 async def run_ids(db: Database, schedule_id: uuid.UUID) -> set[uuid.UUID]:
@@ -145,20 +129,8 @@ async def test_pruned_runs_take_deliveries_and_orphan_tasks_not_shared_ones(db: 
     schedule_id = await add_schedule(db, mode="persistent", task_id=shared_task)
     old = NOW - 90 * DAY
     async with db.session() as session:
-        await session.execute(
-            insert(Task),
-            [
-                {
-                    "id": task_id,
-                    "schedule_id": schedule_id,
-                    "owner": "local",
-                    "workdir": "/tmp/x",
-                    "conversation": [],
-                    "created_at": old,
-                    "updated_at": old,
-                }
-                for task_id in (shared_task, own_task)
-            ],
+        session.add_all(
+            task_values(id, schedule_id, old, "/tmp/x") for id in (shared_task, own_task)
         )
     with_own = run_row(schedule_id, old, task_id=own_task)
     with_shared = run_row(schedule_id, old + DAY, task_id=shared_task)

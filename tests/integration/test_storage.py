@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from agentcron.core.errors import SchedulerUnavailable
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from tests.contract.conftest import run_values
 from tests.factories import schedule_values
 
 
@@ -22,19 +23,7 @@ def schedule_row(**overrides: Any) -> Schedule:
 
 
 def run_row(schedule_id: uuid.UUID, due_at: datetime | None) -> Run:
-    now = datetime.now(UTC)
-    return Run(
-        id=uuid.uuid4(),
-        schedule_id=schedule_id,
-        trigger="schedule",
-        due_at=due_at,
-        status="pending",
-        attempt=0,
-        payload={},
-        created_at=now,
-        available_at=now,
-        cancel_requested=False,
-    )
+    return Run(**run_values(schedule_id, datetime.now(UTC), trigger="schedule", due_at=due_at))
 
 
 def logged_with_its_traceback(logs: list[dict[str, Any]], error: str) -> bool:

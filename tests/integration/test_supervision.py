@@ -139,12 +139,17 @@ async def proves_work(
     return measures_again
 
 
-async def crash_and_recover(
-    task: str,
-    db_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    fake: FakeRunnerType,
+# The listener and the clock watch exist on PostgreSQL only.
+CASES = [
+    (db, task) for db in ("sqlite", "postgresql") for task in ("loop", "heartbeat", "retention")
+]
+
+
+@pytest.mark.parametrize(
+    ("backend", "task"), [*CASES, ("postgresql", "listen"), ("postgresql", "clock")]
+)
+async def test_a_crashed_engine_task_is_logged_counted_reported_and_restarted(
+    task: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeRunnerType
 ) -> None:
     crash = Crash(monkeypatch, task)
     settings = Settings(
@@ -184,21 +189,6 @@ async def crash_and_recover(
         assert samples("agentcron_task_restarts_total", {"task": task}) == 1
         ready = await http.get("/readyz")
         assert ready.status_code == 200 and ready.json()["down"] == [], ready.text
-
-
-@pytest.mark.parametrize("task", ["loop", "heartbeat", "retention"])
-async def test_a_crashed_engine_task_is_logged_counted_reported_and_restarted(
-    task: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeRunnerType
-) -> None:
-    await crash_and_recover(task, db_url, tmp_path, monkeypatch, fake)
-
-
-@pytest.mark.parametrize("backend", ["postgresql"])
-@pytest.mark.parametrize("task", ["listen", "clock"])
-async def test_a_crashed_postgresql_task_is_logged_counted_reported_and_restarted(
-    task: str, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeRunnerType
-) -> None:
-    await crash_and_recover(task, db_url, tmp_path, monkeypatch, fake)
 
 
 async def test_a_task_failing_at_every_start_backs_off_and_stays_reported() -> None:
