@@ -37,75 +37,35 @@ def schedule(
     )
 
 
-H = timedelta(hours=1)
-HOURLY_FROM_1H = (interval(3600), T0 + H)  # an hourly schedule, first due at T0 + 1 h
-AT = T0 + H
-ONE_SHOT = triggers.trigger_to_dict(triggers.OneShotTrigger(at=AT))
-SHANGHAI_9AM = {"cron": "0 9 * * *", "timezone": "Asia/Shanghai"}  # 01:00 UTC
-JAN_6_1AM = datetime(2025, 1, 6, 1, 0, tzinfo=UTC)
+H = 3600  # seconds
+ONE_SHOT = triggers.trigger_to_dict(triggers.OneShotTrigger(at=T0 + H * S))
+SHANGHAI_9AM = {"cron": "0 9 * * *", "timezone": "Asia/Shanghai"}  # 01:00 UTC: T0 + 1 h
 
 
+# Every instant is in seconds after T0.
 @pytest.mark.parametrize(
     ("trigger", "next_run", "now", "options", "run_at", "gap", "after"),
     [
         # Lateness is judged at claim time: a due time inside the misfire grace runs ...
-        (interval(60), T0 + 60 * S, T0 + 90 * S, {}, [T0 + 60 * S], None, T0 + 120 * S),
+        (interval(60), 60, 90, {}, [60], None, 120),
         # ... each one inside it gets its own run ...
-        (
-            interval(10),
-            T0 + 10 * S,
-            T0 + 35 * S,
-            {},
-            [T0 + 10 * S, T0 + 20 * S, T0 + 30 * S],
-            None,
-            T0 + 40 * S,
-        ),
+        (interval(10), 10, 35, {}, [10, 20, 30], None, 40),
         # ... older ones are missed, never merged into a later run (catch-up ``skip``) ...
-        (interval(60), T0 + 60 * S, T0 + 181 * S, {}, [T0 + 180 * S], "missed", T0 + 240 * S),
-        (*HOURLY_FROM_1H, T0 + H + 120 * S, {}, [], "missed", T0 + 2 * H),
+        (interval(60), 60, 181, {}, [180], "missed", 240),
+        (interval(H), H, H + 120, {}, [], "missed", 2 * H),
         # ... and a grace of zero runs only an exactly due time.
-        (interval(60), T0 + 60 * S, T0 + 60 * S, {"grace": 0}, [T0 + 60 * S], None, T0 + 120 * S),
-        (
-            interval(60),
-            T0 + 60 * S,
-            T0 + 60 * S + timedelta(microseconds=1),
-            {"grace": 0},
-            [],
-            "missed",
-            T0 + 120 * S,
-        ),
+        (interval(60), 60, 60, {"grace": 0}, [60], None, 120),
+        (interval(60), 60, 60.000001, {"grace": 0}, [], "missed", 120),
         # Catch-up ``latest`` runs only the most recent missed due time, inside its window ...
-        (
-            *HOURLY_FROM_1H,
-            T0 + 3 * H + 120 * S,
-            {"catchup": "latest"},
-            [T0 + 3 * H],
-            "coalesced",
-            T0 + 4 * H,
-        ),
-        (
-            *HOURLY_FROM_1H,
-            T0 + 3 * H + 120 * S,
-            {"catchup": "latest", "window": 100},
-            [],
-            "missed",
-            T0 + 4 * H,
-        ),
+        (interval(H), H, 3 * H + 120, {"catchup": "latest"}, [3 * H], "coalesced", 4 * H),
+        (interval(H), H, 3 * H + 120, {"catchup": "latest", "window": 100}, [], "missed", 4 * H),
         # ... and nothing when a due time is on time.
-        (
-            interval(60),
-            T0 + 60 * S,
-            T0 + 181 * S,
-            {"catchup": "latest"},
-            [T0 + 180 * S],
-            "coalesced",
-            T0 + 240 * S,
-        ),
+        (interval(60), 60, 181, {"catchup": "latest"}, [180], "coalesced", 240),
         # A one-shot fires once, or is missed, and is never due again.
-        (ONE_SHOT, AT, AT + 5 * S, {}, [AT], None, None),
-        (ONE_SHOT, AT, AT + 2 * H, {}, [], "missed", None),
+        (ONE_SHOT, H, H + 5, {}, [H], None, None),
+        (ONE_SHOT, H, 3 * H, {}, [], "missed", None),
         # A cron in a zone advances in UTC.
-        (SHANGHAI_9AM, JAN_6_1AM, JAN_6_1AM + 30 * S, {}, [JAN_6_1AM], None, JAN_6_1AM + 24 * H),
+        (SHANGHAI_9AM, H, H + 30, {}, [H], None, 25 * H),
     ],
     ids=[
         "inside-misfire-grace",
@@ -124,21 +84,23 @@ JAN_6_1AM = datetime(2025, 1, 6, 1, 0, tzinfo=UTC)
 )
 def test_a_claim_runs_the_due_times_its_lateness_allows(
     trigger: dict[str, Any],
-    next_run: datetime,
-    now: datetime,
+    next_run: int,
+    now: float,
     options: dict[str, Any],
-    run_at: list[datetime],
+    run_at: list[int],
     gap: str | None,
-    after: datetime | None,
+    after: int | None,
 ) -> None:
-    s = schedule(trigger, next_run, **options)
-    plan = plan_due_times(s, now)
-    assert (plan.run_at, plan.next_run) == (run_at, after)
+    s = schedule(trigger, T0 + next_run * S, **options)
+    plan = plan_due_times(s, T0 + timedelta(seconds=now))
+    expected_after = None if after is None else T0 + after * S
+    assert (plan.run_at, plan.next_run) == ([T0 + t * S for t in run_at], expected_after)
     # The due times that did not run are a gap: missed (and counted), or coalesced.
     assert (plan.gap_reason if plan.gap else None) == gap
     assert bool(plan.missed) or gap != "missed"
     assert plan.next_run is None or plan.next_run.utcoffset() == timedelta(0)
-    assert s.next_run == next_run and plan_due_times(s, now) == plan  # a pure function
+    assert s.next_run == T0 + next_run * S  # a pure function: the schedule is untouched
+    assert plan_due_times(s, T0 + timedelta(seconds=now)) == plan
 
 
 def test_year_long_gap_with_catchup_skip_is_bounded(fire_calls: list[datetime]) -> None:
