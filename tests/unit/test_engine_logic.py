@@ -57,6 +57,10 @@ class Bench:
         loop.start()
         return loop
 
+    def scripted(self, name: str, steps: list[Any]) -> tuple[Any, Any]:
+        """A fake runner playing ``steps``, and a schedule of it."""
+        return self.fake.script(name, steps), self.store.add_schedule(self.fake.config(name))
+
     async def until(self, run_id: uuid.UUID, *statuses: str, within: float = 5.0) -> Run:
         return await until(lambda: self.store.run(run_id), lambda r: r.status in statuses, within)
 
@@ -183,8 +187,7 @@ async def test_a_runner_type_that_is_gone_fails_the_run_and_pauses_the_schedule(
 async def test_concurrency_bounds_the_attempts_and_the_claim_admits_only_free_slots(
     bench: Bench,
 ) -> None:
-    runner = bench.fake.script("work", [sleep(0.15)])
-    schedule = bench.store.add_schedule(bench.fake.config("work"))
+    runner, schedule = bench.scripted("work", [sleep(0.15)])
     queued = [bench.store.queue(schedule) for _ in range(12)]
     bench.loop(concurrency=3)
     for run in queued:
@@ -214,8 +217,7 @@ async def test_every_slot_can_block_in_a_sync_python_agent_at_once(bench: Bench)
 async def test_a_busy_engine_leaves_due_runs_it_has_no_room_for_unleased(bench: Bench) -> None:
     # Concurrency 2: the engine takes in hand the two runs it can start and a short queue
     # (``QUEUE_AHEAD``), never the whole backlog, so another replica could start the rest.
-    runner = bench.fake.script("work", [sleep(0.4)])
-    schedule = bench.store.add_schedule(bench.fake.config("work"))
+    runner, schedule = bench.scripted("work", [sleep(0.4)])
     queued = [bench.store.queue(schedule) for _ in range(QUEUE_AHEAD + 20)]
     loop = bench.loop(concurrency=2)
     await asyncio.wait_for(runner.wait_calls(2), 5)
@@ -261,8 +263,7 @@ async def test_a_stop_while_outcomes_are_being_recorded_keeps_them(bench: Bench)
 
 @pytest.mark.parametrize("local", [True, False], ids=["this-replica", "another-replica"])
 async def test_a_cancel_stops_a_running_attempt(bench: Bench, local: bool) -> None:
-    runner = bench.fake.script("long", [sleep(30)])
-    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    runner, schedule = bench.scripted("long", [sleep(30)])
     loop = bench.loop()
     queued = bench.store.queue(schedule)
     await asyncio.wait_for(runner.wait_calls(1), 5)
@@ -276,8 +277,7 @@ async def test_a_cancel_stops_a_running_attempt(bench: Bench, local: bool) -> No
 
 
 async def test_a_lease_taken_over_stops_the_attempt_and_records_nothing(bench: Bench) -> None:
-    runner = bench.fake.script("long", [sleep(30)])
-    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    runner, schedule = bench.scripted("long", [sleep(30)])
     loop = bench.loop()
     queued = bench.store.queue(schedule)
     await asyncio.wait_for(runner.wait_calls(1), 5)
@@ -319,8 +319,7 @@ async def test_an_agent_that_returned_when_its_fence_fired_is_recorded_not_run_a
 
 
 async def test_stop_lets_a_short_attempt_finish(bench: Bench) -> None:
-    runner = bench.fake.script("short", [sleep(0.2, "done")])
-    schedule = bench.store.add_schedule(bench.fake.config("short"))
+    runner, schedule = bench.scripted("short", [sleep(0.2, "done")])
     loop = bench.loop(drain_timeout=5)
     queued = bench.store.queue(schedule)
     await asyncio.wait_for(runner.wait_calls(1), 5)
@@ -332,8 +331,7 @@ async def test_stop_lets_a_short_attempt_finish(bench: Bench) -> None:
 async def test_stop_releases_a_long_attempt_and_the_queue_for_another_replica(
     bench: Bench,
 ) -> None:
-    runner = bench.fake.script("long", [sleep(30)])
-    schedule = bench.store.add_schedule(bench.fake.config("long"))
+    runner, schedule = bench.scripted("long", [sleep(30)])
     loop = bench.loop(concurrency=1, drain_timeout=0.2)
     running = bench.store.queue(schedule)
     await asyncio.wait_for(runner.wait_calls(1), 5)
@@ -415,8 +413,7 @@ async def test_runs_waiting_behind_slow_attempts_stay_pending(bench: Bench) -> N
     # Attempts of 60 ms, over the quick bound: a run waiting for a slot is not admitted
     # ahead. Shown ``running`` before its runner was called: only a run the claim admitted
     # into a free slot, for the instant before it starts.
-    runner = bench.fake.script("slow", [sleep(0.06)])
-    schedule = bench.store.add_schedule(bench.fake.config("slow"))
+    runner, schedule = bench.scripted("slow", [sleep(0.06)])
     queued = [bench.store.queue(schedule) for _ in range(40)]
     loop = bench.loop(concurrency=2)
     most, held = 0, 0
