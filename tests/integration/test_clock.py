@@ -13,7 +13,7 @@ import httpx
 import pytest
 import structlog.testing
 from fastapi import FastAPI
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
@@ -122,8 +122,16 @@ async def test_a_fast_replica_does_not_take_over_a_live_lease(db: Database) -> N
     claim = await fast.claim_due_jobs(fast_clock())
     assert claim.runs == [] and claim.recovered == 0
     assert (await fetch_run(db, run.id)).lease_owner == "holder"
-    # Once the lease has run out by the database's clock it is taken: the run store's contract
-    # (test_run_store.py::test_a_claim_takes_queued_runs_and_lapsed_leases_not_live_ones).
+
+    # Once the lease has run out by the database's clock (the holder died 31 s ago), it does.
+    async with db.session() as session:
+        await session.execute(
+            update(Run)
+            .where(Run.id == run.id)
+            .values(lease_expires_at=holder_clock() - timedelta(seconds=1))
+        )
+    claim = await fast.claim_due_jobs(fast_clock())
+    assert run.id in [taken.id for taken in claim.runs] and claim.recovered == 1
 
 
 # -- the warning ------------------------------------------------------------------------------
