@@ -23,17 +23,33 @@ from agentcron.core.runners.containment import Containment, Sandbox, check_sandb
 # /tmp, so a checkout (and its .venv) under /tmp is not there inside it. Stdlib only.
 HOST_PYTHON = os.path.realpath(sys.executable)
 
-REQUIRE_SANDBOX = os.environ.get("AGENTCRON_REQUIRE_SANDBOX", "").lower() in ("1", "true", "yes")
+
+def installed(variable: str, default: str, name: str) -> str | None:
+    """The executable named by the environment ``variable``, else ``default`` (Debian's
+    path), else ``name`` on the PATH; None when none of them exists."""
+    configured = os.environ.get(variable)
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    if os.access(default, os.X_OK):
+        return default
+    return shutil.which(name)
+
+
+def require(reason: str | None, flag: str, path: str | None) -> str:
+    """``path``, when ``reason`` (why the tests cannot run here) is None; else skips the test
+    with the reason, or fails it when the environment variable ``flag`` is set (CI, so it
+    cannot pass without running the test)."""
+    if reason is not None:
+        if os.environ.get(flag, "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{reason} ({flag}=1)", pytrace=False)
+        pytest.skip(reason)
+    assert path is not None
+    return path
 
 
 def bwrap_path() -> str | None:
     """``AGENTCRON_SANDBOX_BINARY``, else Debian's ``/usr/bin/bwrap``, else ``bwrap`` on PATH."""
-    configured = os.environ.get("AGENTCRON_SANDBOX_BINARY")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    if os.access("/usr/bin/bwrap", os.X_OK):
-        return "/usr/bin/bwrap"
-    return shutil.which("bwrap")
+    return installed("AGENTCRON_SANDBOX_BINARY", "/usr/bin/bwrap", "bwrap")
 
 
 @functools.cache
@@ -55,12 +71,5 @@ def missing_sandbox() -> str | None:
 
 def require_bwrap() -> str:
     """The bwrap executable; skips the test with the reason when it cannot sandbox here, or
-    fails it under ``AGENTCRON_REQUIRE_SANDBOX=1`` so CI cannot pass without running it."""
-    reason = missing_sandbox()
-    if reason is not None:
-        if REQUIRE_SANDBOX:
-            pytest.fail(f"{reason} (AGENTCRON_REQUIRE_SANDBOX=1)", pytrace=False)
-        pytest.skip(reason)
-    path = bwrap_path()
-    assert path is not None
-    return path
+    fails it under ``AGENTCRON_REQUIRE_SANDBOX=1``."""
+    return require(missing_sandbox(), "AGENTCRON_REQUIRE_SANDBOX", bwrap_path())

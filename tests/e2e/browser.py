@@ -8,13 +8,9 @@ else (``scripts/install-chromium`` installs it; ``make test`` runs that first).
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 
-import pytest
+from tests.sandbox import installed, require
 
-# CI (.ci/run) sets this: a missing browser must fail the browser tests, not skip them.
-REQUIRE_BROWSER = os.environ.get("AGENTCRON_REQUIRE_BROWSER", "").lower() in ("1", "true", "yes")
 # Quiet and offline: no sandbox (containers often forbid its namespaces), no GPU, no QUIC, and
 # none of the background traffic (updates, sync) a desktop browser makes.
 LAUNCH_ARGS = [
@@ -31,12 +27,7 @@ LAUNCH_ARGS = [
 def chromium_path() -> str | None:
     """The browser to drive: ``AGENTCRON_CHROMIUM``, else Debian's ``/usr/bin/chromium``, else
     ``chromium`` on the PATH; None when none of them exists."""
-    configured = os.environ.get("AGENTCRON_CHROMIUM")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    if os.access("/usr/bin/chromium", os.X_OK):
-        return "/usr/bin/chromium"
-    return shutil.which("chromium")
+    return installed("AGENTCRON_CHROMIUM", "/usr/bin/chromium", "chromium")
 
 
 def missing_browser() -> str | None:
@@ -53,12 +44,5 @@ def missing_browser() -> str | None:
 
 def require_browser() -> str:
     """The Chromium executable; skips the test with the reason when there is none, or fails
-    it under ``AGENTCRON_REQUIRE_BROWSER=1`` so CI cannot pass without running it."""
-    reason = missing_browser()
-    if reason is not None:
-        if REQUIRE_BROWSER:
-            pytest.fail(f"{reason} (AGENTCRON_REQUIRE_BROWSER=1)", pytrace=False)
-        pytest.skip(reason)
-    path = chromium_path()
-    assert path is not None
-    return path
+    it under ``AGENTCRON_REQUIRE_BROWSER=1`` (CI, .ci/run) so CI cannot pass without it."""
+    return require(missing_browser(), "AGENTCRON_REQUIRE_BROWSER", chromium_path())

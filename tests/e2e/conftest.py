@@ -360,6 +360,11 @@ def wait_until(check: Callable[[], T], what: str, within: float = 30, interval: 
         time.sleep(interval)
 
 
+def log_lines(path: Path) -> list[tuple[str, ...]]:
+    """The words of each line an agent appended to ``path`` (none before it made the file)."""
+    return [tuple(line.split()) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def json_events(log_text: str, event: str) -> list[dict[str, Any]]:
     """The JSON log lines of one ``event`` (non-JSON lines are ignored)."""
     found = []

@@ -31,6 +31,7 @@ from tests.e2e.conftest import (
     finished,
     json_events,
     kill_processes_with,
+    log_lines,
     make_key,
     migrate,
     one_shot,
@@ -48,15 +49,10 @@ echo "$AGENTCRON_INSTANCE_ID $AGENTCRON_RUN_ID $AGENTCRON_ATTEMPT end" >> "$1"
 """
 
 
-def attempt_lines(log: Path) -> list[tuple[str, ...]]:
-    """(instance, run id, attempt, start|end) for each line the agent wrote."""
-    return [tuple(line.split()) for line in log.read_text().splitlines()] if log.exists() else []
-
-
 async def running_on(probe: RunProbe, schedule_id: str, owner: str, log: Path) -> Run | None:
     """The schedule's single run once it is running under ``owner`` and its agent has begun."""
     runs = await probe.runs(schedule_id)
-    started = runs and any(line[1] == str(runs[0].id) for line in attempt_lines(log))
+    started = runs and any(line[1] == str(runs[0].id) for line in log_lines(log))
     running = len(runs) == 1 and runs[0].status == "running" and runs[0].lease_owner == owner
     return runs[0] if running and started else None
 
@@ -114,7 +110,7 @@ async def test_sigterm_drains_a_short_run_and_releases_a_long_one_to_another_rep
         assert continued.status == "succeeded", (continued.status, continued.error)
         assert continued.attempt == 2 and continued.task_id == long.task_id
         assert b.stop() in (0, -signal.SIGTERM)
-        lines = attempt_lines(log)
+        lines = log_lines(log)
         assert ("drain-a", str(short.id), "1", "end") in lines
         assert [line for line in lines if line[:2] == ("drain-b", str(short.id))] == []
         assert ("drain-a", str(long.id), "1", "end") not in lines
@@ -158,7 +154,7 @@ async def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(
         assert "stopped at once" in a.log()
         assert "run_released" not in a.log() and "Traceback" not in a.log()
         await wait_for(lambda: asyncio.sleep(0, not processes_with(marker)), "the agent to die", 5)
-        assert ("ctrl-c-a", str(run.id), "1", "end") not in attempt_lines(log)
+        assert ("ctrl-c-a", str(run.id), "1", "end") not in log_lines(log)
         # Nothing was given back: the lease is the dead one's, which the next start continues
         # at its first claim (tests/integration/test_liveness.py, the SQLite restart).
         kept = await probe.run(run.id)

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, free_port, wait_healthy
+from tests.e2e.conftest import Server, free_port, wait_healthy, wait_until
 from tests.examples import ASTRABOX, EXAMPLES, PROVIDER_GROUP
 
 ZCBOT = EXAMPLES / "zcbot_host"
@@ -75,14 +74,15 @@ def schedule_body(task: str) -> dict[str, Any]:
 
 
 def wait_runs(url: str, schedule_id: str, count: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 20
-    while True:
+    def ended() -> list[dict[str, Any]]:
         answer = httpx.get(f"{url}/scheduling/api/v1/schedules/{schedule_id}/runs", headers=ALICE)
         runs: list[dict[str, Any]] = answer.json()["items"]
-        if len(runs) >= count and all(run["status"] not in ("pending", "running") for run in runs):
-            return runs
-        assert time.monotonic() < deadline, runs
-        time.sleep(0.1)
+        done = len(runs) >= count and all(
+            run["status"] not in ("pending", "running") for run in runs
+        )
+        return runs if done else []
+
+    return wait_until(ended, f"{count} runs to end", within=20, interval=0.1)
 
 
 def test_zcbot_runs_its_agent_through_the_engine_under_its_own_auth(zcbot: Server) -> None:

@@ -8,11 +8,9 @@ close and kills the agent's process group.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -94,17 +92,6 @@ async def start_agent(server: Server, tmp_path: Path) -> tuple[int, int]:
     return await wait_for(both_running, "the agent and its child to run", within=20, interval=0.05)
 
 
-async def gone_within(pids: tuple[int, ...], seconds: float) -> float:
-    """How long until none of ``pids`` is alive; fails after ``seconds``."""
-    start = time.monotonic()
-    while any(process_alive(pid) for pid in pids):
-        if time.monotonic() - start > seconds:
-            alive = [pid for pid in pids if process_alive(pid)]
-            raise AssertionError(f"still running {seconds:g} s after the service died: {alive}")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
-
-
 @pytest.mark.parametrize("frozen", [False, True], ids=["running", "frozen"])
 async def test_a_sigkilled_service_takes_its_agent_and_the_agents_child_with_it(
     server: Server, tmp_path: Path, frozen: bool
@@ -117,4 +104,10 @@ async def test_a_sigkilled_service_takes_its_agent_and_the_agents_child_with_it(
         assert os.getpgid(pids[0]) == pids[0]
         os.killpg(pids[0], signal.SIGSTOP)
     assert server.kill() == -signal.SIGKILL
-    await gone_within(pids, KILL_WITHIN_SECONDS)
+
+    async def all_gone() -> bool:
+        return not any(process_alive(pid) for pid in pids)
+
+    await wait_for(
+        all_gone, "the agent and its child to die with the service", KILL_WITHIN_SECONDS, 0.01
+    )

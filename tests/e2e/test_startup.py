@@ -12,7 +12,15 @@ import httpx
 import pytest
 
 from tests.conftest import pg_url_for, run_sql
-from tests.e2e.conftest import AGENTCRON, Fleet, Server, free_port, json_events, make_key
+from tests.e2e.conftest import (
+    AGENTCRON,
+    Fleet,
+    Server,
+    create_schedule,
+    free_port,
+    json_events,
+    make_key,
+)
 from tests.integration.test_shared_database import (
     HOST_TABLES,
     tables,
@@ -69,9 +77,9 @@ async def test_second_engine_on_one_sqlite_file_is_refused(
             "trigger": {"cron": "0 8 * * *"},
             "runner": {"type": "command", "argv": ["true"]},
         }
-        created = await http.post(f"{api_only.url}/api/v1/schedules", json=body)
-        assert created.status_code == 201, created.text
-        listed = await http.get(f"{server.url}/api/v1/schedules/{created.json()['id']}")
+        assert server.key is not None
+        created = await create_schedule(api_only, server.key, body)
+        listed = await http.get(f"{server.url}/api/v1/schedules/{created['id']}")
         assert listed.status_code == 200
     assert json_events(api_only.log(), "engine_disabled")
     assert not json_events(api_only.log(), "engine_started")
@@ -111,9 +119,7 @@ async def test_a_hosts_database_is_refused_then_served_from_a_schema_of_agentcro
         "trigger": {"every_seconds": 1},
         "runner": {"type": "command", "argv": ["cat"]},
     }
-    async with httpx.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {key}"}) as http:
-        created = await http.post(f"{server.url}/api/v1/schedules", json=body)
-        assert created.status_code == 201, created.text
+    await create_schedule(server, key, body)
     # Its runs there, the host's rows untouched: test_shared_database.py's, with the library.
     assert {"schedules", "runs", "tasks", "alembic_version"} <= await tables(url, "agentcron")
     assert await tables(url, "public") == {"runs", "tasks"}
