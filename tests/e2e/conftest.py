@@ -27,6 +27,7 @@ from sqlalchemy import func, select
 
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
+from agentcron.testing.kit import until
 from tests.conftest import PG_URL, PgServer, bearer, clone_pg, pg_url_for, run_sql
 
 AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
@@ -336,15 +337,10 @@ async def wait_for(
     within: float = 30,
     interval: float = 0.15,
 ) -> T:
-    """Poll ``check`` until it returns a truthy value (returned); fail after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {within:g} s waiting for {what}; last: {value!r}")
-        await asyncio.sleep(interval)
+    """Poll ``check`` until it returns a truthy value (returned); fail after ``within`` s
+    (the library's test kit's ``until``)."""
+    value: T = await until(check, what, within, step=interval)
+    return value
 
 
 def wait_until(check: Callable[[], T], what: str, within: float = 30, interval: float = 0.3) -> T:

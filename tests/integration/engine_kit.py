@@ -27,6 +27,7 @@ from agentcron.core.specs import ScheduleCreate
 from agentcron.core.states import TERMINAL
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule
+from agentcron.testing.kit import until
 from agentcron.web.engine.loop import SchedulerLoop
 
 T = TypeVar("T")
@@ -46,15 +47,10 @@ OWNER = "engine-a"
 async def wait_for(
     predicate: Callable[[], Awaitable[T | None]], within: float = 10.0, what: str = "condition"
 ) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not reached within {within} s (last: {value!r})")
-        await asyncio.sleep(0.05)
+    """Poll ``predicate`` until it returns something truthy; fail after ``within`` seconds
+    (the library's test kit's ``until``, in this module's argument order)."""
+    value: T = await until(predicate, what, within, step=0.05)
+    return value
 
 
 async def fetch_run(db: Database, run_id: uuid.UUID) -> Run:
