@@ -3,7 +3,8 @@
 ``pip install agentcron`` is what a host that embeds the engine needs (the engine, the library
 API, the HTTP API it mounts, SQLite and PostgreSQL). The rest comes with an extra, named in
 ``pyproject.toml`` as here: ``agentcron[server]`` for ``agentcron serve``, its dashboard and
-the command line, ``[mcp]``, ``[email]``, ``[secrets]``, ``[metrics]``, and ``[all]``.
+the command line, ``[mcp]``, ``[email]``, ``[secrets]``, ``[metrics]``, ``[expect]`` (JSON
+Schema expectations) and ``[all]``.
 
 Every place that uses an optional package asks ``have(extra)`` first (or ``require``), and
 imports the package only then, inside the function that needs it: ``import agentcron`` and the
@@ -25,6 +26,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "email": ("aiosmtplib",),
     "secrets": ("cryptography",),
     "metrics": ("prometheus_client",),
+    "expect": ("jsonschema",),
 }
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from agentcron.core.errors import InvalidSchedule
+from agentcron.core.expectations import EXPECT_DOC
 from agentcron.core.pagination import MAX_LIMIT
 
 Mode = Literal["isolated", "persistent"]
@@ -34,7 +35,9 @@ RETENTION_DOC = (
     "service's AGENTCRON_RETENTION_DAYS"
 )
 # Fields an update may set to null (meaning "the service default"); the rest are not nullable.
-NULLABLE = frozenset({"retention_days", "pause_after_failures", "max_runs", "jitter_seconds"})
+NULLABLE = frozenset(
+    {"retention_days", "pause_after_failures", "max_runs", "jitter_seconds", "expect"}
+)
 MAX_RUNS = 1_000_000_000
 MAX_RUNS_DOC = (
     "At most this many due times get a run (a skipped occurrence counts); then the timetable "
@@ -141,6 +144,8 @@ class ScheduleCreate(_ScheduleChecks):
     jitter_seconds: int | None = Field(
         default=None, ge=1, le=MAX_JITTER_SECONDS, description=JITTER_DOC
     )
+    # Checked by core.expectations, which names the field (expect.matches...).
+    expect: dict[str, Any] | None = Field(default=None, description=EXPECT_DOC)
 
 
 SETTINGS: tuple[str, ...] = tuple(ScheduleCreate.model_fields)  # a schedule's settable fields

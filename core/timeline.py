@@ -126,6 +126,8 @@ def run_payload(schedule: Schedule) -> dict[str, Any]:
         "timeout_seconds": schedule.timeout_seconds,
         "max_attempts": schedule.max_attempts,
         "mode": schedule.mode,
+        # What the run's output must be (core.expectations); absent when nothing is expected.
+        **({"expect": schedule.expect} if schedule.expect else {}),
         # The host's key, for its handler (``HandlerContext.key``); absent when there is none.
         **({"key": schedule.key} if schedule.key is not None else {}),
     }

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentcron.core import triggers
+from agentcron.core.expectations import validate_expectations
 from agentcron.core.notify import keep_masked_secrets, validate_channels
 from agentcron.core.pagination import Page, check_limit, decode_cursor, encode_cursor
 from agentcron.core.runners import validate_runner
@@ -92,6 +93,7 @@ class ScheduleCrud:
             runner = self.context.policy.check_tenant(runner, notify) or runner
         values = {name: getattr(spec, name) for name in SETTINGS}
         values.update(
+            expect=validate_expectations(checked(spec.expect, "expect")),
             trigger=triggers.trigger_to_dict(trigger),
             overlap=spec.overlap or ("skip" if spec.mode == "persistent" else "allow"),
             runner=runner,
@@ -222,6 +224,8 @@ class ScheduleCrud:
             changes["runner"] = validate_runner(checked(changes["runner"], "runner"))
             if not trusted:
                 changes["runner"] = self.context.policy.check_tenant(changes["runner"], None)
+        if "expect" in changes:
+            changes["expect"] = validate_expectations(checked(changes["expect"], "expect"))
         if "notify" in changes:
             merged = keep_masked_secrets(checked(changes["notify"], "notify"), schedule.notify)
             changes["notify"] = validate_channels(merged, allow_private=self.context.allow_private)

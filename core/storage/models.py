@@ -91,6 +91,8 @@ class Schedule(Base):
     scheduled_runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Runs start up to this many seconds after their due time, the same for every replica.
     jitter_seconds: Mapped[int | None] = mapped_column(Integer)
+    # What success means beyond the agent ending well (core.expectations); NULL: nothing more.
+    expect: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # What create or update found worth saying, not errors: [{"code", "message"}].
     warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -33,6 +33,7 @@ EXTRA_MODULES = (
     "aiosmtplib",
     "cryptography",
     "prometheus_client",
+    "jsonschema",
 )
 SCHEDULE = {
     "name": "news digest",

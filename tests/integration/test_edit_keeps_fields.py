@@ -101,6 +101,7 @@ SETTINGS: dict[str, Any] = {
     "pause_after_failures": 4,
     "max_runs": 50,
     "jitter_seconds": 15,
+    "expect": {"not_empty": True, "matches": "^[A-Z]", "json_schema": {"type": "object"}},
 }
 # One per trigger kind, each with another runner type, and an openai runner whose key is a
 # stored secret; between them every key of each.

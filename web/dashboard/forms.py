@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentcron.core.errors import InvalidSchedule
+from agentcron.core.expectations import in_order
 from agentcron.core.triggers import KIND_KEYS, trigger_from_dict, trigger_to_dict
 from agentcron.web.api.errors import field_path
 
@@ -45,6 +46,7 @@ _PLAIN = {
     "timeout_seconds",
     "max_attempts",
     "notify",
+    "expect",
     "catchup",
     "catchup_window_seconds",
     "jitter_seconds",
@@ -80,6 +82,7 @@ NEW_DEFAULTS: dict[str, str] = {
     "argv": "",
     "runner_json": '{"type": "command", "argv": ["cat"]}',
     "notify": "",
+    "expect": "",
     "enabled": "on",
     "mode": "isolated",
     "overlap": "",
@@ -196,6 +199,7 @@ class ScheduleForm:
             name=view["name"],
             prompt=view["prompt"],
             notify=json.dumps(view["notify"], indent=2) if view["notify"] else "",
+            expect=json.dumps(in_order(view["expect"])) if view.get("expect") else "",
             enabled="on" if view["enabled"] else "",
             mode=view["mode"],
             overlap=view["overlap"],
@@ -241,6 +245,7 @@ class ScheduleForm:
             "trigger": self.trigger,
             "runner": self._runner,
             "notify": self._notify,
+            "expect": self._expect,
             "timeout_seconds": lambda: _integer(values, "timeout_seconds"),
             "max_attempts": lambda: _integer(values, "max_attempts"),
             "catchup_window_seconds": lambda: _integer(values, "catchup_window_seconds"),
@@ -299,6 +304,14 @@ class ScheduleForm:
         if not isinstance(channels, list):
             raise FormInvalid({"notify": "notify is a JSON list of channels: [{...}, ...]"})
         return channels
+
+    def _expect(self) -> dict[str, Any] | None:
+        if not self.values["expect"].strip():
+            return None  # blank: nothing expected beyond the agent ending well
+        expect = _json(self.values, "expect", "expect")
+        if not isinstance(expect, dict):
+            raise FormInvalid({"expect": 'expect is a JSON object: {"not_empty": true, ...}'})
+        return expect
 
 
 def merged_trigger(typed: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:

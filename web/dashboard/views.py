@@ -18,6 +18,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
+from agentcron.core.expectations import describe
 from agentcron.core.triggers import CronTrigger, IntervalTrigger, clock_time, trigger_from_dict
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -178,6 +179,7 @@ env.filters.update(
     shell_words=shell_words,
     as_json=as_json,
     breakable=breakable,
+    expectations=describe,
 )
 env.globals.update(
     duration=duration,

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentcron.core.clock import Clock
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
+from agentcron.core.expectations import unmet
 from agentcron.core.ledger.store import Outcome, RunStore, StartDecision
 from agentcron.core.notify.delivery import TRIPPED
 from agentcron.core.retry import RetryPolicy
@@ -103,6 +104,15 @@ class Verdict:
     unavailable: bool = False  # the runner can no longer work at all: pause the schedule
     cancelled: str | None = None  # the cancel token's reason, if it was cancelled
     partial: str | None = None  # what a stopped attempt's agent had written (``AttemptStopped``)
+    kept: str | None = None  # the output of an attempt that missed its expectations
+
+    def missed(self, why: str) -> None:
+        """The agent ended well but its output misses the schedule's expectations
+        (``core.expectations``): a failure like any other, tried again while attempts remain,
+        its output kept on the run to show what missed."""
+        assert self.outcome is not None
+        self.kept, self.outcome = self.outcome.output, None
+        self.error, self.transient = f"expectation not met: {why}", True
 
     @cached_property
     def bound(self) -> Any:
@@ -118,6 +128,7 @@ class Verdict:
         key must not leak it through the API, a delivery or a log line."""
         self.error = redact(self.error, secrets)
         self.partial = redact(self.partial, secrets)
+        self.kept = redact(self.kept, secrets)
         outcome = self.outcome
         if outcome is not None:
             self.outcome = RunOutcome(
@@ -155,8 +166,16 @@ class Verdict:
             )
         if self.transient and retry is not None and run.attempt < retry.max_attempts:
             retry_at = now + timedelta(seconds=retry.delay(run.attempt))
-            return Outcome(run, RunStatus.PENDING, error=self.error, retry_at=retry_at)
-        return Outcome(run, RunStatus.FAILED, error=self.error, pause_schedule=self.unavailable)
+            return Outcome(
+                run, RunStatus.PENDING, output=self.kept, error=self.error, retry_at=retry_at
+            )
+        return Outcome(
+            run,
+            RunStatus.FAILED,
+            output=self.kept,
+            error=self.error,
+            pause_schedule=self.unavailable,
+        )
 
 
 class Attempts:
@@ -252,6 +271,9 @@ class Attempts:
             # Awaited in place, not as a task of its own: a thread's return reaches this line a
             # loop turn later.
             verdict.outcome = checked_outcome(await runner.run(request, token))
+            why = unmet(payload.get("expect"), verdict.outcome.output)
+            if why is not None:
+                verdict.missed(why)
         except TargetUnavailable as exc:
             verdict.error, verdict.unavailable = exc.message, True
         except (RunPermanentError, InvalidSchedule) as exc:
