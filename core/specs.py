@@ -254,6 +254,9 @@ class PreviewRequest(_Input):
     after: str | None = Field(
         default=None, description="ISO 8601 datetime with an offset; default now"
     )
+    expect: dict[str, Any] | None = Field(
+        default=None, description="expectations to check and say in words (as a schedule's)"
+    )
 
 
 class PageRequest(BaseModel):

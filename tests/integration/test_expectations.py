@@ -142,3 +142,15 @@ async def test_the_dashboard_form_sets_them_and_the_schedule_page_says_them(
         assert words in page.text
         edit = await http.get(created.headers["location"].split("?")[0] + "/edit")
         assert "{&#34;not_empty&#34;: true, &#34;matches&#34;: &#34;^OK&#34;}" in edit.text
+
+
+async def test_the_preview_checks_them_and_says_them_in_words(client: httpx.AsyncClient) -> None:
+    body = {"trigger": HOURLY, "count": 1, "expect": {"matches": "^OK", "not_empty": True}}
+    answer = (await client.post(f"{API}/schedules/preview", json=body)).json()
+    assert answer["expect"] == "its output is not empty and matches '^OK'"
+    assert (await client.post(f"{API}/schedules/preview", json={"trigger": HOURLY})).json()[
+        "expect"
+    ] is None
+    bad = {"trigger": HOURLY, "expect": {"json": "yes"}}
+    response = await client.post(f"{API}/schedules/preview", json=bad)
+    assert_error(response, 422, "InvalidSchedule", field="expect.json")

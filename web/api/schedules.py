@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response, status
 
 from agentcron.core.clock import utcnow
+from agentcron.core.expectations import describe, validate_expectations
 from agentcron.core.runs import run_view
 from agentcron.core.schedules.plans import check_preview_after, preview
 from agentcron.core.schedules.views import schedule_view
@@ -100,7 +101,9 @@ async def delete_schedule_by_key(
 @router.post("/preview")
 async def preview_trigger(request: PreviewRequest) -> PreviewOut:
     result = preview(request.trigger, request.count, check_preview_after(request.after), utcnow())
-    return PreviewOut(description=result.description, next=result.next)
+    expect = validate_expectations(request.expect)
+    words = describe(expect) if expect is not None else None
+    return PreviewOut(description=result.description, next=result.next, expect=words)
 
 
 @router.get("/{schedule_id}")

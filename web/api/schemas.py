@@ -55,6 +55,10 @@ class SchedulePage(BaseModel):
 class PreviewOut(BaseModel):
     description: str
     next: list[datetime]
+    expect: str | None = Field(
+        default=None,
+        description="the expectations given, in words (what the dashboard says); null without",
+    )
 
 
 class ResumePlanOut(BaseModel):

@@ -271,7 +271,9 @@ TOOLS: tuple[ApiTool, ...] = (
         "anything: check a cron expression and its zone before create_schedule. count is how "
         "many due times (1-1000, default 10); after (a datetime with an offset, default now) is "
         "where they start. The due times carry the trigger zone's own offset (+08:00 for "
-        f"Asia/Shanghai), daylight saving time included.\n{_TRIGGER}\n"
+        "Asia/Shanghai), daylight saving time included. With expect (as create_schedule "
+        "takes it), the expectations are checked and said in words.\n"
+        f"{_TRIGGER}\n"
         'Example: {"trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}, '
         '"count": 3}',
         method="POST",
