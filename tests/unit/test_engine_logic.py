@@ -57,9 +57,12 @@ class Bench:
         loop.start()
         return loop
 
-    def scripted(self, name: str, steps: list[Any]) -> tuple[Any, Any]:
-        """A fake runner playing ``steps``, and a schedule of it."""
-        return self.fake.script(name, steps), self.store.add_schedule(self.fake.config(name))
+    def scripted(
+        self, name: str, steps: list[Any], per_attempt: bool = False, **schedule: Any
+    ) -> tuple[Any, Any]:
+        """A fake runner playing ``steps``, and a schedule of it (``schedule``: its options)."""
+        runner = self.fake.script(name, steps, per_attempt=per_attempt)
+        return runner, self.store.add_schedule(self.fake.config(name), **schedule)
 
     async def until(self, run_id: uuid.UUID, *statuses: str, within: float = 5.0) -> Run:
         return await until(lambda: self.store.run(run_id), lambda r: r.status in statuses, within)
@@ -112,8 +115,7 @@ async def bench(tmp_path: Path) -> AsyncIterator[Bench]:
 async def test_transient_failures_retry_and_a_permanent_error_fails_at_once(
     bench: Bench, steps: list[Any], max_attempts: int, ended: tuple[Any, ...], last: int
 ) -> None:
-    runner = bench.fake.script("agent", steps, per_attempt=True)
-    schedule = bench.store.add_schedule(bench.fake.config("agent"), max_attempts=max_attempts)
+    runner, schedule = bench.scripted("agent", steps, per_attempt=True, max_attempts=max_attempts)
     bench.loop()
     run = await bench.until(bench.store.queue(schedule).id, "succeeded", "failed")
     assert (run.status, run.attempt, run.output, run.error) == ended
@@ -123,8 +125,7 @@ async def test_transient_failures_retry_and_a_permanent_error_fails_at_once(
 
 
 async def test_a_timeout_stops_the_attempt_and_records_timed_out(bench: Bench) -> None:
-    runner = bench.fake.script("slow", [sleep(30)])
-    schedule = bench.store.add_schedule(bench.fake.config("slow"), timeout_seconds=0.3)
+    runner, schedule = bench.scripted("slow", [sleep(30)], timeout_seconds=0.3)
     bench.loop()
     run = await bench.until(bench.store.queue(schedule).id, "timed_out")
     assert run.error == "timed out after 0.3 s" and run.output is None
@@ -240,8 +241,7 @@ async def test_a_stop_while_outcomes_are_being_recorded_keeps_them(bench: Bench)
     # The agents have returned and their outcomes are on their way to the store when the
     # engine is told to stop: the drain must let those records land, not give the runs back
     # as never started (they would be executed a second time, by whichever engine is next).
-    bench.fake.script("quick", [succeed()])
-    schedule = bench.store.add_schedule(bench.fake.config("quick"))
+    _, schedule = bench.scripted("quick", [succeed()])
     queued = [bench.store.queue(schedule) for _ in range(3)]
     recording = asyncio.Event()
     record = bench.store.record
@@ -354,8 +354,7 @@ async def test_stop_releases_a_long_attempt_and_the_queue_for_another_replica(
 async def test_the_loop_survives_a_verb_that_fails_and_the_run_still_happens(
     bench: Bench, verb: str
 ) -> None:
-    bench.fake.script("quick", [succeed("fine")])
-    schedule = bench.store.add_schedule(bench.fake.config("quick"))
+    _, schedule = bench.scripted("quick", [succeed("fine")])
     bench.store.fail_next(verb, SchedulerUnavailable("database unreachable"))
     loop = bench.loop(concurrency=1)
     first = bench.store.queue(schedule)
@@ -434,10 +433,8 @@ async def test_a_run_admitted_ahead_starts_under_its_renewed_lease(bench: Bench)
     # 1.5 s holds the only slot, longer than the 0.9 s lease. The runs behind it wait for the
     # slot past their admission's lease: they must start under the lease the heartbeat renewed
     # meanwhile, not be stopped at once as "not confirmed" and run again as attempt 2.
-    bench.fake.script("quick", [succeed()])
-    bench.fake.script("slow", [sleep(1.5)])
-    quick = bench.store.add_schedule(bench.fake.config("quick"))
-    slow = bench.store.add_schedule(bench.fake.config("slow"))
+    _, quick = bench.scripted("quick", [succeed()])
+    _, slow = bench.scripted("slow", [sleep(1.5)])
     first = [bench.store.queue(quick) for _ in range(20)]
     held_up = bench.store.queue(slow, delay=0.2)
     behind = [bench.store.queue(quick, delay=0.4) for _ in range(5)]
@@ -462,10 +459,8 @@ async def test_a_heartbeat_stopped_as_it_is_prompted_stops(bench: Bench, turns: 
 
 
 async def test_runs_that_went_well_are_summarised_and_the_others_logged_each(bench: Bench) -> None:
-    bench.fake.script("well", [succeed("done")] * 3)
-    bench.fake.script("badly", [permanent("no")])
-    well = bench.store.add_schedule(bench.fake.config("well"))
-    badly = bench.store.add_schedule(bench.fake.config("badly"))
+    _, well = bench.scripted("well", [succeed("done")] * 3)
+    _, badly = bench.scripted("badly", [permanent("no")])
     with structlog.testing.capture_logs() as lines:
         loop = bench.loop()
         ran = [bench.store.queue(well) for _ in range(3)]

@@ -304,26 +304,18 @@ async def test_the_key_is_in_no_config_or_repr(server: ChatServer) -> None:
 
 
 def test_validate_normalises() -> None:
-    normalised = validate_runner(
-        {
-            "type": "openai",
-            "base_url": "https://api.example.org/v1/",
-            "model": "gpt-test",
-            "api_key_env": "OPENAI_API_KEY",
-            "system": "",
-            "temperature": 1,
-            "max_tokens": 200_000,
-        }
-    )
-    assert normalised == {
+    given = {
         "type": "openai",
-        "base_url": "https://api.example.org/v1",
+        "base_url": "https://api.example.org/v1/",
         "model": "gpt-test",
         "api_key_env": "OPENAI_API_KEY",
         "system": "",
-        "temperature": 1.0,
+        "temperature": 1,
         "max_tokens": 200_000,
     }
+    normalised = validate_runner(given)
+    assert normalised == {**given, "base_url": "https://api.example.org/v1", "temperature": 1.0}
+    assert type(normalised["temperature"]) is float
 
 
 GOOD = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "KEY"}
