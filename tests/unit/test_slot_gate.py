@@ -38,15 +38,6 @@ async def test_at_most_n_hold_a_slot_and_waiters_go_in_arrival_order() -> None:
     assert not gate.locked()
 
 
-async def test_a_release_with_nobody_waiting_frees_the_slot() -> None:
-    gate = SlotGate(1)
-    await gate.acquire()
-    assert gate.locked()
-    gate.release()
-    assert not gate.locked()
-    await asyncio.wait_for(gate.acquire(), SOON)
-
-
 async def test_a_waiter_cancelled_while_waiting_is_passed_over() -> None:
     gate = SlotGate(1)
     await gate.acquire()
@@ -58,8 +49,9 @@ async def test_a_waiter_cancelled_while_waiting_is_passed_over() -> None:
         await cancelled
     gate.release()
     await asyncio.wait_for(after, SOON)  # the slot went to the next waiter still waiting
-    gate.release()
+    gate.release()  # with nobody waiting: the slot is free again
     assert not gate.locked()  # and no slot was lost on the way
+    await asyncio.wait_for(gate.acquire(), SOON)
 
 
 async def test_a_waiter_cancelled_after_it_was_handed_the_slot_passes_it_on() -> None:
