@@ -35,6 +35,7 @@ from agentcron.core.triggers import (
     CronTrigger,
     IntervalTrigger,
     OneShotTrigger,
+    dst_rule,
     fire_times,
     is_wildcard_job,
     next_fire,
@@ -402,15 +403,17 @@ def cron_cases(draw: st.DrawFn) -> Case:
 MARGIN = timedelta(hours=30)
 
 
-def oracle(case: Case, end: datetime) -> list[datetime]:
-    """The fire instants in ``(case.after, end]`` (UTC), from the DST rules alone.
+def oracle(case: Case, end: datetime) -> dict[datetime, str | None]:
+    """The fire instants in ``(case.after, end]`` (UTC), in order, each with the rule that
+    ``dst_rule`` must name for it, from the DST rules alone.
 
     Between two transitions the offset ``o`` is constant, so the instants ``[a, b)`` read the
     wall times ``[a + o, b + o)``: a matching wall minute ``m`` read there is read at ``m - o``.
-    A time read once fires then; a time read twice (a clock set back) fires at its first, last
-    or both passes by the repeat policy; a time the clock jumps over (a clock set forward) is
-    read never, and under ``shift`` fires at the jump. The fires are a set, so times shifted
-    to one jump fire once.
+    A time read once fires then (no rule); a time read twice (a clock set back) fires at its
+    first, last or both passes by the repeat policy (``repeat_<policy>``); a time the clock
+    jumps over (a clock set forward) is read never, and under ``shift`` fires at the jump
+    (``gap_shift``, unless the jump's own wall time matches: then it is an ordinary fire). The
+    fires are a set, so times shifted to one jump fire once.
     """
     gap, repeat = case.policies
     zone = ZoneInfo(case.zone)
@@ -422,14 +425,17 @@ def oracle(case: Case, end: datetime) -> list[datetime]:
         o = _offset(a, zone)
         for m in case.cron.walls((a + o).replace(tzinfo=None), (b + o).replace(tzinfo=None)):
             passes.setdefault(m, []).append((m - o).replace(tzinfo=UTC))
-    fires: set[datetime] = set()
+    fires: dict[datetime, str | None] = {}
     for read in passes.values():
-        fires.update({"first": read[:1], "last": read[-1:], "both": read}[repeat])
+        rule = f"repeat_{repeat}" if len(read) > 1 else None
+        fires.update(
+            dict.fromkeys({"first": read[:1], "last": read[-1:], "both": read}[repeat], rule)
+        )
     for change in changes if gap == "shift" else ():
         jumped = case.cron.walls(wall(change - SECOND, zone) + SECOND, wall(change, zone))
         if any(m not in passes for m in jumped):
-            fires.add(change)
-    return sorted(f for f in fires if case.after < f <= end)
+            fires.setdefault(change, "gap_shift")
+    return {f: fires[f] for f in sorted(fires) if case.after < f <= end}
 
 
 def _fires(trigger: CronTrigger, after: datetime, count: int = 8, hours: int = 0) -> list[datetime]:
@@ -469,14 +475,23 @@ def test_expression_accepted_unless_it_never_fires(cron: Cron) -> None:
 @given(cron_cases())
 def test_due_times_are_the_oracles(case: Case) -> None:
     """The due times are exactly the oracle's, in UTC: none that should fire (by the cron
-    meaning and the DST rules) is missed between them, none is added, none doubled."""
-    fires = _fires(case.trigger(), case.after, hours=8)
+    meaning and the DST rules) is missed between them, none is added, none doubled; and
+    ``dst_rule`` names the rule the oracle applied to each."""
+    trigger = case.trigger()
+    fires = _fires(trigger, case.after, hours=8)
     assert all(fire.tzinfo is UTC for fire in fires)
-    assert fires == oracle(case, fires[-1])
+    expected = oracle(case, fires[-1])
+    assert fires == list(expected)
+    assert {f: dst_rule(trigger, f) for f in fires} == expected
 
 
-# Changes in 2025 of the zones of the named table (tests/unit/test_triggers_dst.py), each swept
-# with every policy.
+# Changes in 2025, each swept with every policy: New York's, the table's of
+# tests/unit/test_triggers_dst.py, and one of each shape it does not have (as zoneinfo prints):
+# Lord Howe 02:00 +10:30 -> 02:30 +11 (a 30-minute gap), 02:00 +11 -> 01:30 +10:30 (only
+# 01:30-01:59 twice); Chatham 02:45 +12:45 -> 03:45 +13:45 (off the hour); Havana 00:00 -05 ->
+# 01:00 -04 (midnight does not occur); Santiago 00:00 -03 -> 23:00 -04 the day before;
+# Casablanca 03:00 +01 -> 02:00 +00 (negative DST, +00 during Ramadan); Troll 01:00 +00 ->
+# 03:00 +02 and back (a 2-hour shift).
 SWEPT = [
     ("America/New_York", "2025-03-09T07:00:00+00:00"),
     ("America/New_York", "2025-11-02T06:00:00+00:00"),
@@ -507,15 +522,17 @@ def test_due_times_around_known_transitions_are_the_oracles(
     zone: str, at: str, cron: str, gap: str | None, repeat: str | None
 ) -> None:
     """Five hours either side of each transition, under every policy and the job kind's
-    default: the due times are the oracle's, and ``next_fire`` from instants all through them
-    gives the next one."""
+    default: the due times and the ``dst_rule`` of each are the oracle's, and ``next_fire``
+    from instants all through them gives the next one."""
     transition = datetime.fromisoformat(at)
     assert transitions(ZoneInfo(zone), transition - SECOND, transition) == [transition]
     case = Case(known(cron), zone, gap, repeat, transition - timedelta(hours=5))
     end = transition + timedelta(hours=5)
     expected = oracle(case, end)
     trigger = case.trigger()
-    assert [f for f in preview(trigger, case.after, len(expected) + 1) if f <= end] == expected
+    fires = [f for f in preview(trigger, case.after, len(expected) + 1) if f <= end]
+    assert fires == list(expected)
+    assert {f: dst_rule(trigger, f) for f in fires} == expected
     for origin in (case.after + timedelta(minutes=k, seconds=29) for k in range(0, 600, 13)):
         following = [f for f in expected if f > origin]
         if following:
