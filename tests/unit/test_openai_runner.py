@@ -191,28 +191,24 @@ async def test_an_empty_reply_is_a_success(server: ChatServer) -> None:
     assert outcome.output == "" and outcome.turns[1]["content"] == ""
 
 
-async def test_a_refused_connection_is_transient(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, KEY)
+async def test_a_refused_connection_is_transient(server: ChatServer) -> None:
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    runner = build_runner(validate_runner(config(f"http://127.0.0.1:{port}/v1")))
     with pytest.raises(TransientRunError, match="cannot reach") as caught:
-        await runner.run(request(), CancelToken())
+        await run(server, base_url=f"http://127.0.0.1:{port}/v1")
     assert_no_key(caught.value)
 
 
 @pytest.mark.parametrize("banner", BANNERS.values(), ids=BANNERS.keys())
 async def test_a_service_that_is_not_http_is_named_never_quoted(
-    banner: bytes, monkeypatch: pytest.MonkeyPatch
+    server: ChatServer, banner: bytes
 ) -> None:
     """An endpoint the operator allows, or any with private destinations allowed, may be any
     service of the network: what it says must not come back in the run's error."""
-    monkeypatch.setenv(KEY_ENV, KEY)
     async with listening(banner) as service:
-        runner = build_runner(validate_runner(config(f"http://127.0.0.1:{service.port}/v1")))
         with pytest.raises(Exception) as caught:
-            await runner.run(request(timeout=0.5), CancelToken())
+            await run(server, request(timeout=0.5), base_url=f"http://127.0.0.1:{service.port}/v1")
     assert service.connections == 1
     assert MARK not in str(caught.value) and "nginx" not in str(caught.value), caught.value
 
@@ -225,8 +221,8 @@ async def test_a_tenants_endpoint_is_reached_at_the_address_it_resolved_to(
     # only arrive through the address given here, while it still names the host.
     monkeypatch.setattr("agentcron.core.runners.openai.runner.resolve", resolving("127.0.0.1"))
     port = server.base_url.rsplit(":", 1)[1].split("/")[0]
-    named = {**config(f"http://models.example.test:{port}/v1"), "private_endpoints": True}
-    outcome = await build_runner(validate_runner(named)).run(request("hi"), CancelToken())
+    named = f"http://models.example.test:{port}/v1"
+    outcome = await run(server, request("hi"), base_url=named, private_endpoints=True)
     assert outcome.output == "reply 1: hi"
     assert [r.headers["host"] for r in server.requests] == [f"models.example.test:{port}"]
 
