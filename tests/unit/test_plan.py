@@ -99,6 +99,7 @@ def test_a_claim_runs_the_due_times_its_lateness_allows(
     assert (plan.gap_reason if plan.gap else None) == gap
     assert bool(plan.missed) or gap != "missed"
     assert plan.next_run is None or plan.next_run.utcoffset() == timedelta(0)
+    assert plan.dst_rules == {}  # ordinary due times: no DST rule decided any of them
     assert s.next_run == T0 + next_run * S  # a pure function: the schedule is untouched
     assert plan_due_times(s, T0 + timedelta(seconds=now)) == plan
 
@@ -208,11 +209,3 @@ def test_plan_names_the_dst_rule_of_each_due_time() -> None:
     plan = plan_due_times(schedule(both, first, grace=7200), second + S)
     assert plan.run_at == [first, second]
     assert plan.dst_rules == {first: "repeat_both", second: "repeat_both"}
-
-
-def test_plan_has_no_dst_rules_for_ordinary_due_times() -> None:
-    plan = plan_due_times(schedule(interval(60), T0 + 60 * S), T0 + 61 * S)
-    assert plan.run_at and plan.dst_rules == {}
-    june = datetime(2025, 6, 1, 6, 30, tzinfo=UTC)
-    plan = plan_due_times(schedule(cron("30 2 * * *", "America/New_York"), june), june + S)
-    assert plan.run_at == [june] and plan.dst_rules == {}
