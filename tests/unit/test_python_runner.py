@@ -104,14 +104,10 @@ async def test_return_values_become_the_output(target: str, output: str) -> None
     assert outcome == RunOutcome(output=output)
 
 
-async def test_a_returned_mapping_becomes_the_result_not_the_output() -> None:
+async def test_a_returned_mapping_becomes_the_result_and_a_run_outcome_is_kept_as_is() -> None:
     req = request()
     outcome = await run(f"{FIXTURE}:returns_mapping", req)
     assert outcome == RunOutcome(output="", result={"session_id": f"s-{req.run_id}", "turns": 2})
-
-
-async def test_a_returned_run_outcome_is_kept_as_is() -> None:
-    req = request()
     outcome = await run(f"{FIXTURE}:returns_outcome", req)
     assert outcome.output == "with turns"
     assert list(outcome.turns) == [
