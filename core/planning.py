@@ -27,7 +27,7 @@ from agentcron.core.timeline import (
     last_fire_before,
     run_payload,
 )
-from agentcron.core.transitions import admitted
+from agentcron.core.transitions import admitted, leased
 
 log = get_logger(__name__)
 
@@ -125,6 +125,7 @@ _RUN_DEFAULTS: dict[str, Any] = {
     "finished_at": None,
     "lease_owner": None,
     "lease_expires_at": None,
+    "claimed_at": None,
     "dst_rule": None,
     "covers": None,
     "covers_until": None,
@@ -243,8 +244,7 @@ def _planned(
         "payload": payload,
         "created_at": now,
         "available_at": available_at,
-        "lease_owner": owner,
-        "lease_expires_at": until,
+        **leased(owner, until, now, None),  # claimed now, as a queued run is when taken
         "cancel_requested": False,
         "dst_rule": due.dst_rules.get(at),
     }

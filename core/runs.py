@@ -197,8 +197,14 @@ def run_view(run: Run, deliveries: Sequence[Delivery] = ()) -> dict[str, Any]:
         "attempt": run.attempt,
         "task_id": run.task_id,
         "created_at": run.created_at,
+        # Its stages, in the order they happen (those a run did not reach are null).
+        "claimed_at": run.claimed_at,
         "started_at": run.started_at,
+        "output_at": run.output_at,
         "finished_at": run.finished_at,
+        "delivered_at": max(
+            (d.updated_at for d in deliveries if d.status == "delivered"), default=None
+        ),
         "error": run.error,
         "output": run.output,
         "result": run.result,

@@ -45,10 +45,11 @@ def admitted(now: Any, until: Any, attempt: Any, started_at: Any) -> Values:
     }
 
 
-def leased(owner: Any, until: Any) -> Values:
-    """A claim takes a run (queued, or a lease that ran out): it is ``owner``'s until
-    ``until``; its status stays what it was."""
-    return {"lease_owner": owner, "lease_expires_at": until}
+def leased(owner: Any, until: Any, now: Any, claimed_at: Any) -> Values:
+    """A claim takes a run (queued, or a lease that ran out) at ``now``: it is ``owner``'s
+    until ``until``; its status stays what it was. ``claimed_at`` is the run's (a column, or a
+    value): the first claim is kept."""
+    return {"lease_owner": owner, "lease_expires_at": until, "claimed_at": _first(claimed_at, now)}
 
 
 def finished(status: Any, now: Any, reason: Any = None) -> Values:

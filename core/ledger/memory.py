@@ -131,8 +131,10 @@ class MemoryRunStore:
 
     def take_over(self, run_id: uuid.UUID, owner: str = "another-replica") -> None:
         """Another replica's claim took the run over (its lease ran out there)."""
-        until = self.clock() + timedelta(seconds=self.lease_seconds)
-        apply(self.runs[run_id], leased(owner, until))
+        now = self.clock()
+        until = now + timedelta(seconds=self.lease_seconds)
+        run = self.runs[run_id]
+        apply(run, leased(owner, until, now, run.claimed_at))
 
     def pause(self, schedule_id: uuid.UUID, note: str | None = None) -> None:
         apply(self.schedules[schedule_id], paused(self.clock(), note))
@@ -212,7 +214,7 @@ class MemoryRunStore:
         )
         for run in claimable[: max(0, room)]:
             claim.recovered += run.lease_owner is not None
-            apply(run, leased(self.owner, until))
+            apply(run, leased(self.owner, until, now, run.claimed_at))
             claim.runs.append(_copy(run))
         claim.full = claim.full or len(claimable) >= room
         return claim

@@ -45,6 +45,8 @@ def written(
     values: Values = {"id": run.id, "error": error_excerpt(outcome.error)}
     if outcome.output is not None:
         values["output"] = output_excerpt(outcome.output)
+    if outcome.output_at is not None:
+        values["output_at"] = outcome.output_at
     if outcome.result is not None:
         values["result"] = outcome.result
     if outcome.retry_at is not None:

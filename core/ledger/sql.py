@@ -185,7 +185,8 @@ class SqlRunStore:
                 )
                 found = (await session.execute(statement)).all()
                 if found:
-                    taken = lease_sql.take_runs([row.id for row in found], self.owner, until)
+                    ids = [row.id for row in found]
+                    taken = lease_sql.take_runs(ids, self.owner, until, self.clock())
                     claimed.extend((await session.execute(taken)).scalars())
                     # A run that had another replica's lease: this is a takeover.
                     recovered = sum(

@@ -62,6 +62,7 @@ class Outcome:
     run: Run
     status: str
     output: str | None = None  # None keeps the output the run has
+    output_at: datetime | None = None  # when the agent returned it; None keeps the run's
     error: str | None = None
     result: dict[str, Any] | None = None  # a handler's JSON object (``RunOutcome.result``)
     retry_at: datetime | None = None

@@ -150,6 +150,10 @@ class Run(Base):
     available_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The stages between those: when an engine first took the run (the claim, or the first
+    # take of a queued run), and when its last attempt's agent returned (before its record).
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    output_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error: Mapped[str | None] = mapped_column(Text)
     output: Mapped[str | None] = mapped_column(Text)
     lease_owner: Mapped[str | None] = mapped_column(String(200))

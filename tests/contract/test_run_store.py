@@ -51,6 +51,7 @@ async def test_a_claim_makes_one_run_per_due_time_and_moves_the_timetable(world:
     assert set(by_schedule) == {plain, guarded}
     assert all(run.due_at == DUE and run.status == "pending" for run in claim.runs)
     assert all(run.lease_owner == OWNER and run.lease_expires_at == UNTIL for run in claim.runs)
+    assert [(await world.run(run.id)).claimed_at for run in claim.runs] == [NOW, NOW]
     assert (await world.schedule_row(plain)).next_run == T0 + timedelta(hours=1)
     # A run that needs no look at others gets its task with the claim; the others at admission.
     ready = by_schedule[plain]
@@ -80,8 +81,13 @@ async def test_a_claim_takes_queued_runs_and_lapsed_leases_not_live_ones(world: 
     schedule_id = await world.schedule(next_run=None)
     queued = await world.queued(schedule_id)
     later = await world.queued(schedule_id, available_at=NOW + timedelta(seconds=5))
+    first_claim = NOW - timedelta(minutes=5)
     lapsed = await world.queued(
-        schedule_id, status="running", lease_owner="replica-b", lease_expires_at=NOW - timedelta(1)
+        schedule_id,
+        status="running",
+        lease_owner="replica-b",
+        lease_expires_at=NOW - timedelta(1),
+        claimed_at=first_claim,
     )
     live = await world.queued(
         schedule_id, status="running", lease_owner="replica-b", lease_expires_at=UNTIL
@@ -90,6 +96,8 @@ async def test_a_claim_takes_queued_runs_and_lapsed_leases_not_live_ones(world: 
     assert {run.id for run in claim.runs} == {queued.id, lapsed.id}
     assert claim.recovered == 1
     assert (await world.run(lapsed.id)).lease_owner == OWNER
+    # Claimed now, or kept from its first claim (a take-over is not a first claim).
+    assert [(await world.run(run.id)).claimed_at for run in (queued, lapsed)] == [NOW, first_claim]
     for run_id, owner in ((later.id, None), (live.id, "replica-b")):
         assert (await world.run(run_id)).lease_owner == owner
 

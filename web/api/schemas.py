@@ -133,8 +133,18 @@ class RunOut(BaseModel):
     attempt: int
     task_id: uuid.UUID | None
     created_at: datetime
+    claimed_at: datetime | None = Field(
+        description="when an engine first took the run (the claim of its due time, or the "
+        "first take of a queued run)"
+    )
     started_at: datetime | None
+    output_at: datetime | None = Field(
+        description="when its last attempt's agent returned its output, before the record"
+    )
     finished_at: datetime | None
+    delivered_at: datetime | None = Field(
+        description="when the last of its deliveries that reached its channel was made"
+    )
     error: str | None
     output: str | None
     result: dict[str, Any] | None = Field(

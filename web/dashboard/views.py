@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,18 @@ def duration(started: datetime | None, finished: datetime | None) -> str:
         return f"{minutes} min {rest} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min"
+
+
+STAGES = ("claimed", "started", "output", "finished", "delivered")
+
+
+def run_stages(run: Mapping[str, Any]) -> list[tuple[str, datetime, str]]:
+    """The stages a run reached (``claimed_at``, ``started_at``, ``output_at``,
+    ``finished_at``, ``delivered_at``), each with its time and how long after the run's due
+    time (or, for a queued run, its queueing) it came: ``("output", <at>, "+2.1 s")``."""
+    origin = run.get("due_at") or run["created_at"]
+    reached = [(name, run.get(f"{name}_at")) for name in STAGES]
+    return [(name, at, f"+{duration(origin, at)}") for name, at in reached if at is not None]
 
 
 def excerpt(text: str | None, limit: int = OUTPUT_PREVIEW_CHARS) -> str:
@@ -187,6 +200,7 @@ env.globals.update(
     attrs=attrs,
     zone_of=zone_of,
     trigger_notes=trigger_notes,
+    run_stages=run_stages,
     FINISHED=FINISHED,
     NOTE_CHARS=NOTE_CHARS,
 )

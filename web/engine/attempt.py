@@ -105,6 +105,7 @@ class Verdict:
     cancelled: str | None = None  # the cancel token's reason, if it was cancelled
     partial: str | None = None  # what a stopped attempt's agent had written (``AttemptStopped``)
     kept: str | None = None  # the output of an attempt that missed its expectations
+    returned_at: datetime | None = None  # when the agent returned (the run's ``output_at``)
 
     def missed(self, why: str) -> None:
         """The agent ended well but its output misses the schedule's expectations
@@ -162,17 +163,28 @@ class Verdict:
             done = self.outcome
             result = None if done.result is None else dict(done.result)
             return Outcome(
-                run, RunStatus.SUCCEEDED, output=done.output, result=result, turns=done.turns
+                run,
+                RunStatus.SUCCEEDED,
+                output=done.output,
+                output_at=self.returned_at,
+                result=result,
+                turns=done.turns,
             )
         if self.transient and retry is not None and run.attempt < retry.max_attempts:
             retry_at = now + timedelta(seconds=retry.delay(run.attempt))
             return Outcome(
-                run, RunStatus.PENDING, output=self.kept, error=self.error, retry_at=retry_at
+                run,
+                RunStatus.PENDING,
+                output=self.kept,
+                output_at=self.returned_at if self.kept is not None else None,
+                error=self.error,
+                retry_at=retry_at,
             )
         return Outcome(
             run,
             RunStatus.FAILED,
             output=self.kept,
+            output_at=self.returned_at if self.kept is not None else None,
             error=self.error,
             pause_schedule=self.unavailable,
         )
@@ -271,6 +283,7 @@ class Attempts:
             # Awaited in place, not as a task of its own: a thread's return reaches this line a
             # loop turn later.
             verdict.outcome = checked_outcome(await runner.run(request, token))
+            verdict.returned_at = self.clock()
             why = unmet(payload.get("expect"), verdict.outcome.output)
             if why is not None:
                 verdict.missed(why)

@@ -63,10 +63,11 @@ def predecessor_runs(owner: str, multi_process: bool) -> ColumnElement[bool]:
     return Run.lease_owner == owner if multi_process else Run.lease_owner.is_not(None)
 
 
-def take_runs(ids: Sequence[uuid.UUID], owner: str, until: Any) -> Update:
-    """Lease the claimable runs ``ids`` to ``owner`` (``claimable_runs`` locked them);
-    returns them."""
-    return update(Run).where(Run.id.in_(ids)).values(**leased(owner, until)).returning(Run)
+def take_runs(ids: Sequence[uuid.UUID], owner: str, until: Any, now: Any) -> Update:
+    """Lease the claimable runs ``ids`` to ``owner`` at ``now`` (``claimable_runs`` locked
+    them); returns them."""
+    taken = leased(owner, until, now, RUNS.c.claimed_at)
+    return update(Run).where(Run.id.in_(ids)).values(**taken).returning(Run)
 
 
 def renew_leases(owner: str, until: datetime, ids: Sequence[uuid.UUID] | None = None) -> Update:

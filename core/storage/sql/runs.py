@@ -74,6 +74,7 @@ CLAIMED_RUN = columns_of(
     "finished_at",
     "lease_owner",
     "lease_expires_at",
+    "claimed_at",
     "cancel_requested",
     "dst_rule",
     "covers",
@@ -82,11 +83,11 @@ CLAIMED_RUN = columns_of(
 # The columns every run of due times of one claim shares (its instant, its lease, and what
 # only a skipped row has), and those every skipped row shares: each sent once, not per row.
 DUE_SHARED = frozenset(
-    {"trigger", "created_at", "cancel_requested", "lease_owner", "lease_expires_at"}
+    {"trigger", "created_at", "cancel_requested", "lease_owner", "lease_expires_at", "claimed_at"}
     | {"reason", "finished_at", "covers", "covers_until"}
 )
 SKIPPED_SHARED = frozenset(
-    {"trigger", "created_at", "cancel_requested", "lease_owner", "lease_expires_at"}
+    {"trigger", "created_at", "cancel_requested", "lease_owner", "lease_expires_at", "claimed_at"}
     | {"status", "attempt", "started_at", "task_id", "origin", "dst_rule", "finished_at"}
 )
 
@@ -203,6 +204,7 @@ OUTCOME: Columns = {
     "reason": String(),
     "finished_at": UTCDateTime(),
     "available_at": UTCDateTime(),
+    "output_at": UTCDateTime(),
     "output": Text(),
     "error": Text(),
     "result": JSON(),
@@ -243,6 +245,7 @@ def record_runs(dialect: str) -> Any:
             finished_at=rows.c["finished_at"],
             available_at=func.coalesce(rows.c["available_at"], RUNS.c.available_at),
             output=func.coalesce(rows.c["output"], RUNS.c.output),
+            output_at=func.coalesce(rows.c["output_at"], RUNS.c.output_at),
             error=rows.c["error"],
             result=func.coalesce(rows.c["result"], RUNS.c.result),
             lease_owner=None,
