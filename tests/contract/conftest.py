@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, update
 
 from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.ledger.sql import SqlRunStore
@@ -25,6 +25,7 @@ from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.timeline import run_payload
 from tests.conftest import PgServer, clone_pg
 from tests.factories import insert_schedule, schedule_values
+from tests.integration.engine_kit import fetch_run, fetch_schedule, runs_of
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 DUE = T0 + timedelta(seconds=60)
@@ -120,21 +121,13 @@ class SqlWorld:
         return await self.run(row["id"])
 
     async def run(self, run_id: uuid.UUID) -> Run:
-        async with self.db.session(write=False) as session:
-            run = await session.get(Run, run_id)
-        assert run is not None
-        return run
+        return await fetch_run(self.db, run_id)
 
     async def schedule_row(self, schedule_id: uuid.UUID) -> Schedule:
-        async with self.db.session(write=False) as session:
-            schedule = await session.get(Schedule, schedule_id)
-        assert schedule is not None
-        return schedule
+        return await fetch_schedule(self.db, schedule_id)
 
     async def runs_of(self, schedule_id: uuid.UUID) -> list[Run]:
-        async with self.db.session(write=False) as session:
-            found = await session.execute(select(Run).where(Run.schedule_id == schedule_id))
-            return list(found.scalars())
+        return await runs_of(self.db, schedule_id)
 
     async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
         async with self.db.session() as session:

@@ -40,6 +40,14 @@ async def running(world: World, **fields: Any) -> Run:
     return run
 
 
+async def beside(world: World, overlap: str, **fields: Any) -> tuple[Run, Run]:
+    """A running run of a new ``overlap`` schedule, and a second run of it, claimed."""
+    first = await running(world, overlap=overlap, **fields)
+    second = await world.queued(first.schedule_id)
+    await world.store.claim_due_jobs(NOW)
+    return first, second
+
+
 # -- claim --------------------------------------------------------------------------------------
 
 
@@ -115,14 +123,6 @@ async def test_a_claim_is_bounded_and_says_when_more_is_due(world: World) -> Non
     assert len(claimed) == 5 and {run.id for run in queued} <= claimed
 
 
-async def test_due_times_missed_beyond_the_grace_are_skipped_rows(world: World) -> None:
-    schedule_id = await world.schedule(next_run=T0)  # two hours late at the claim
-    assert (await world.store.claim_due_jobs(NOW + timedelta(hours=2))).runs == []
-    rows = await world.runs_of(schedule_id)
-    assert {(run.status, run.reason) for run in rows} == {("skipped", "missed")}
-    assert (await world.schedule_row(schedule_id)).next_run == T0 + timedelta(hours=3)
-
-
 async def test_a_gap_is_one_skipped_row_per_due_time_then_a_counted_summary(world: World) -> None:
     missed = MAX_ROWS + COUNT_CAP - 5  # due times missed, fewer than a summary counts
     schedule_id = await world.schedule(trigger=MINUTELY, next_run=T0 + MINUTE)
@@ -140,6 +140,7 @@ async def test_a_gap_is_one_skipped_row_per_due_time_then_a_counted_summary(worl
     )
     # Each row says what started it: the timetable, nobody.
     assert {(run.origin, run.started_by) for run in rows} == {("schedule", None)}
+    assert (await world.schedule_row(schedule_id)).next_run == T0 + (missed + 3) * MINUTE
 
 
 async def test_catchup_latest_runs_the_latest_missed_due_time_and_coalesces_the_rest(
@@ -220,9 +221,7 @@ async def test_an_admission_ends_what_cannot_start_and_leaves_what_is_not_ours(
 
 
 async def test_overlap_skip_ends_a_run_while_another_is_going(world: World) -> None:
-    first = await running(world, overlap="skip")
-    second = await world.queued(first.schedule_id)
-    await world.store.claim_due_jobs(NOW)
+    first, second = await beside(world, "skip")
     decision = await admitted(world, second)
     assert decision.action == "done" and decision.run is not None
     assert (decision.run.status, decision.run.reason) == ("skipped", "overlap")
@@ -247,17 +246,13 @@ async def test_overlap_buffer_one_keeps_one_waiting_and_skips_the_next(world: Wo
 
 
 async def test_overlap_allow_starts_a_run_beside_a_running_one(world: World) -> None:
-    first = await running(world, overlap="allow")
-    second = await world.queued(first.schedule_id)
-    await world.store.claim_due_jobs(NOW)
+    first, second = await beside(world, "allow")
     assert (await admitted(world, second)).action == "run"
     assert {run.status for run in await world.runs_of(first.schedule_id)} == {"running"}
 
 
 async def test_overlap_cancel_other_asks_the_running_run_to_stop(world: World) -> None:
-    first = await running(world, overlap="cancel_other")
-    second = await world.queued(first.schedule_id)
-    await world.store.claim_due_jobs(NOW)
+    first, second = await beside(world, "cancel_other")
     assert (await admitted(world, second)).action == "wait"
     assert (await world.run(second.id)).reason == "cancelling_other"
     assert (await world.store.renew_leases(NOW))[first.id] is True  # asked to stop
@@ -268,9 +263,7 @@ async def test_overlap_cancel_other_asks_the_running_run_to_stop(world: World) -
 
 
 async def test_runs_of_a_persistent_schedule_share_one_task_one_at_a_time(world: World) -> None:
-    first = await running(world, mode="persistent", overlap="allow")
-    second = await world.queued(first.schedule_id)
-    await world.store.claim_due_jobs(NOW)
+    first, second = await beside(world, "allow", mode="persistent")
     assert (await admitted(world, second)).action == "wait"  # the task's run lock is held
     turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     await world.store.record([Outcome(first, "succeeded", output="a", turns=turns)])

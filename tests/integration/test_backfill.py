@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import InvalidSchedule
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.ledger.store import Outcome
@@ -33,7 +34,7 @@ MINUTE = 60 * S
 HOUR = 60 * MINUTE
 
 
-class Clock:
+class ManualClock:
     def __init__(self, now: datetime) -> None:
         self.now = now
 
@@ -41,7 +42,9 @@ class Clock:
         return self.now
 
 
-async def minutely(db: Database, clock: Clock) -> tuple[ScheduleService, uuid.UUID]:
+async def minutely(db: Database, now: datetime) -> tuple[ScheduleService, uuid.UUID, ManualClock]:
+    """A minutely schedule from ``T0``, its service on a clock set to ``now``."""
+    clock = ManualClock(now)
     service = ScheduleService(db, clock=clock)
     created = await service.create(
         ScheduleCreate(
@@ -52,7 +55,11 @@ async def minutely(db: Database, clock: Clock) -> tuple[ScheduleService, uuid.UU
         ),
         "local",
     )
-    return service, created.id
+    return service, created.id, clock
+
+
+def store(db: Database, tmp_path: Path, clock: Clock = utcnow) -> SqlRunStore:
+    return SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path, clock=clock)
 
 
 def request(start: datetime, end: datetime, **fields: Any) -> BackfillRequest:
@@ -65,13 +72,11 @@ def request(start: datetime, end: datetime, **fields: Any) -> BackfillRequest:
 async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
     db: Database, tmp_path: Path
 ) -> None:
-    clock = Clock(T0 + 10 * S)
-    service, schedule_id = await minutely(db, clock)
+    service, schedule_id, clock = await minutely(db, T0 + 10 * S)
     await service.skip_occurrence(schedule_id, (T0 + 7 * MINUTE).isoformat(), None)
     # Down until 00:08:30: 00:08 runs, 00:01-00:07 are accounted for (00:07 was skipped on
     # purpose before the outage).
-    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
-    await ledger.claim_due_jobs(T0 + 8 * MINUTE + 30 * S)
+    await store(db, tmp_path).claim_due_jobs(T0 + 8 * MINUTE + 30 * S)
     clock.now = T0 + 9 * MINUTE
 
     before = {(r.due_at, r.status, r.reason) for r in await runs_of(db, schedule_id)}
@@ -100,17 +105,16 @@ async def test_backfill_replaces_rows_of_due_times_that_did_not_run(
 async def test_the_queue_moves_when_its_head_ends_however_it_ends(
     db: Database, tmp_path: Path
 ) -> None:
-    clock = Clock(T0 + 10 * MINUTE)
-    service, schedule_id = await minutely(db, clock)
+    service, schedule_id, clock = await minutely(db, T0 + 10 * MINUTE)
     await service.backfill(schedule_id, request(T0 + S, T0 + 4 * MINUTE), None)
-    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path, clock=clock)
+    ledger = store(db, tmp_path, clock)
 
     def heads(runs: list[Run]) -> list[datetime | None]:
         return [r.due_at for r in runs if r.status == "pending" and r.reason is None]
 
     runs = await runs_of(db, schedule_id)
     assert heads(runs) == [T0 + MINUTE]
-    await RunService(db, clock=ledger.clock).cancel(runs[0].id, None)  # cancelled while waiting
+    await RunService(db, clock=clock).cancel(runs[0].id, None)  # cancelled while waiting
     assert heads(await runs_of(db, schedule_id)) == [T0 + 2 * MINUTE]
 
     claim = await ledger.claim_due_jobs(clock.now)
@@ -124,10 +128,9 @@ async def test_the_queue_moves_when_its_head_ends_however_it_ends(
 async def test_backfill_with_overlap_allow_queues_them_all_claimable(
     db: Database, tmp_path: Path
 ) -> None:
-    clock = Clock(T0 + 10 * MINUTE)
-    service, schedule_id = await minutely(db, clock)
+    service, schedule_id, clock = await minutely(db, T0 + 10 * MINUTE)
     await service.backfill(schedule_id, request(T0, T0 + 5 * MINUTE, overlap="allow"), None)
-    claim = await SqlRunStore(db, owner="t", data_dir=tmp_path).claim_due_jobs(clock.now)
+    claim = await store(db, tmp_path).claim_due_jobs(clock.now)
     assert sorted(run.due_at for run in claim.runs if run.due_at) == [
         T0 + k * MINUTE for k in range(5)
     ]
@@ -144,7 +147,7 @@ async def test_backfill_with_overlap_allow_queues_them_all_claimable(
 async def test_backfill_refuses_bad_ranges(
     db: Database, start: datetime, end: datetime, field: str, says: str
 ) -> None:
-    service, schedule_id = await minutely(db, Clock(T0 + 20 * HOUR))
+    service, schedule_id, _ = await minutely(db, T0 + 20 * HOUR)
     with pytest.raises(InvalidSchedule) as caught:
         await service.backfill(schedule_id, request(start, end), None)
     assert caught.value.field == field and says in caught.value.message
@@ -152,10 +155,9 @@ async def test_backfill_refuses_bad_ranges(
 
 
 async def test_backfill_keeps_gap_summaries_true(db: Database, tmp_path: Path) -> None:
-    clock = Clock(T0 + 10 * S)
-    service, schedule_id = await minutely(db, clock)
+    service, schedule_id, clock = await minutely(db, T0 + 10 * S)
     # A day-long outage: ten rows, then a summary of the rest of the day.
-    await SqlRunStore(db, owner="t", data_dir=tmp_path).claim_due_jobs(T0 + 24 * HOUR + 30 * S)
+    await store(db, tmp_path).claim_due_jobs(T0 + 24 * HOUR + 30 * S)
     clock.now = T0 + 25 * HOUR
     summary_due = T0 + (MAX_ROWS + 1) * MINUTE
     start, end = T0 + 12 * HOUR, T0 + 12 * HOUR + 3 * MINUTE
@@ -177,16 +179,15 @@ async def test_backfill_keeps_gap_summaries_true(db: Database, tmp_path: Path) -
 # -- resume with catch-up --------------------------------------------------------------------
 
 
-async def paused_for_five_minutes(db: Database) -> tuple[ScheduleService, uuid.UUID, Clock]:
-    clock = Clock(T0 + 30 * S)
-    service, schedule_id = await minutely(db, clock)
+async def paused_for_five_minutes(db: Database) -> tuple[ScheduleService, uuid.UUID, ManualClock]:
+    service, schedule_id, clock = await minutely(db, T0 + 30 * S)
     await service.pause(schedule_id, None, None)
     clock.now = T0 + 5 * MINUTE + 30 * S  # 00:01 .. 00:05 passed while paused
     return service, schedule_id, clock
 
 
 async def test_resume_latest_runs_the_latest_paused_due_time(db: Database) -> None:
-    service, schedule_id, _clock = await paused_for_five_minutes(db)
+    service, schedule_id, _ = await paused_for_five_minutes(db)
     plan = await service.plan_resume(schedule_id, None, "latest")
     assert plan.run == [T0 + 5 * MINUTE] and plan.skipped.count == 4
     assert await runs_of(db, schedule_id) == []  # a dry run writes nothing
@@ -200,7 +201,7 @@ async def test_resume_latest_runs_the_latest_paused_due_time(db: Database) -> No
 
 
 async def test_resume_all_queues_every_paused_due_time_one_at_a_time(db: Database) -> None:
-    service, schedule_id, _clock = await paused_for_five_minutes(db)
+    service, schedule_id, _ = await paused_for_five_minutes(db)
     await service.resume(schedule_id, None, "all")
     runs = await runs_of(db, schedule_id)
     assert [r.due_at for r in runs] == [T0 + k * MINUTE for k in range(1, 6)]
@@ -209,9 +210,7 @@ async def test_resume_all_queues_every_paused_due_time_one_at_a_time(db: Databas
 
 
 async def test_resume_all_refuses_more_than_its_cap(db: Database) -> None:
-    clock = Clock(T0 + 30 * S)
-    service, schedule_id = await minutely(db, clock)
-    await service.pause(schedule_id, None, None)
+    service, schedule_id, clock = await paused_for_five_minutes(db)
     clock.now = T0 + (RESUME_ALL_CAP + 5) * MINUTE
     with pytest.raises(InvalidSchedule) as caught:
         await service.resume(schedule_id, None, "all")

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ def public_verbs(service: object) -> set[str]:
 
 
 def host_verbs(
-    engine: agentcron.Engine, schedule_id: uuid.UUID, run_id: uuid.UUID, due: datetime
+    engine: agentcron.Engine, schedule_id: uuid.UUID, run_id: uuid.UUID, due: str
 ) -> dict[str, Callable[[], Awaitable[Any]]]:
     """One call of every public verb of ``engine.schedules`` and ``engine.runs``."""
     schedules, runs = engine.schedules, engine.runs
@@ -123,34 +124,31 @@ def host_verbs(
     backfill = BackfillRequest(
         start=(now - timedelta(days=1)).isoformat(), end=now.isoformat(), dry_run=True
     )
+    edit = ScheduleUpdate(prompt="q")
     return {
-        "schedules.create": lambda: schedules.create(SPEC, OWNER),
-        "schedules.get": lambda: schedules.get(schedule_id, OWNER),
-        "schedules.list": lambda: schedules.list(OWNER),
-        "schedules.update": lambda: schedules.update(
-            schedule_id, ScheduleUpdate(prompt="q"), OWNER
+        "schedules.create": partial(schedules.create, SPEC, OWNER),
+        "schedules.get": partial(schedules.get, schedule_id, OWNER),
+        "schedules.list": partial(schedules.list, OWNER),
+        "schedules.update": partial(schedules.update, schedule_id, edit, OWNER),
+        "schedules.delete": partial(schedules.delete, schedule_id, OWNER),
+        "schedules.pause": partial(schedules.pause, schedule_id, "why", OWNER),
+        "schedules.resume": partial(schedules.resume, schedule_id, OWNER),
+        "schedules.plan_resume": partial(schedules.plan_resume, schedule_id, OWNER),
+        "schedules.backfill": partial(schedules.backfill, schedule_id, backfill, OWNER),
+        "schedules.skip_occurrence": partial(schedules.skip_occurrence, schedule_id, due, OWNER),
+        "schedules.unskip_occurrence": partial(
+            schedules.unskip_occurrence, schedule_id, due, OWNER
         ),
-        "schedules.delete": lambda: schedules.delete(schedule_id, OWNER),
-        "schedules.pause": lambda: schedules.pause(schedule_id, "why", OWNER),
-        "schedules.resume": lambda: schedules.resume(schedule_id, OWNER),
-        "schedules.plan_resume": lambda: schedules.plan_resume(schedule_id, OWNER),
-        "schedules.backfill": lambda: schedules.backfill(schedule_id, backfill, OWNER),
-        "schedules.skip_occurrence": lambda: schedules.skip_occurrence(
-            schedule_id, due.isoformat(), OWNER
-        ),
-        "schedules.unskip_occurrence": lambda: schedules.unskip_occurrence(
-            schedule_id, due.isoformat(), OWNER
-        ),
-        "schedules.get_by_key": lambda: schedules.get_by_key(OWNER, "k"),
-        "schedules.apply": lambda: schedules.apply(OWNER, "k", SPEC),
-        "schedules.delete_by_key": lambda: schedules.delete_by_key(OWNER, "k"),
-        "schedules.reconcile": lambda: schedules.reconcile(OWNER, {"k": SPEC}),
-        "runs.run_now": lambda: runs.run_now(schedule_id, OWNER),
-        "runs.replay": lambda: runs.replay(run_id, OWNER),
-        "runs.cancel": lambda: runs.cancel(run_id, OWNER),
-        "runs.get_run": lambda: runs.get_run(run_id, OWNER),
-        "runs.list_runs": lambda: runs.list_runs(schedule_id, OWNER),
-        "runs.count_runs": lambda: runs.count_runs(schedule_id),
+        "schedules.get_by_key": partial(schedules.get_by_key, OWNER, "k"),
+        "schedules.apply": partial(schedules.apply, OWNER, "k", SPEC),
+        "schedules.delete_by_key": partial(schedules.delete_by_key, OWNER, "k"),
+        "schedules.reconcile": partial(schedules.reconcile, OWNER, {"k": SPEC}),
+        "runs.run_now": partial(runs.run_now, schedule_id, OWNER),
+        "runs.replay": partial(runs.replay, run_id, OWNER),
+        "runs.cancel": partial(runs.cancel, run_id, OWNER),
+        "runs.get_run": partial(runs.get_run, run_id, OWNER),
+        "runs.list_runs": partial(runs.list_runs, schedule_id, OWNER),
+        "runs.count_runs": partial(runs.count_runs, schedule_id),
     }
 
 
@@ -177,7 +175,7 @@ async def test_every_host_verb_answers_a_refusing_store_with_scheduler_unavailab
         run = await engine.runs.run_now(schedule.id, OWNER)
         await finished(engine, schedule.id)
         assert schedule.next_run is not None
-        verbs = host_verbs(engine, schedule.id, run.id, schedule.next_run)
+        verbs = host_verbs(engine, schedule.id, run.id, schedule.next_run.isoformat())
         expected = {f"schedules.{name}" for name in public_verbs(engine.schedules)}
         expected |= {f"runs.{name}" for name in public_verbs(engine.runs)}
         assert set(verbs) == expected, "a public verb this test does not call"
