@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +49,14 @@ async def wait_for(
     """Poll ``predicate`` until it returns something truthy; fail after ``within`` seconds
     (the library's test kit's ``until``, in this module's argument order)."""
     value: T = await until(predicate, what, within, step=0.05)
+    return value
+
+
+async def wait_true(
+    check: Callable[[], T | None], within: float = 10.0, what: str = "condition", step: float = 0.05
+) -> T:
+    """``wait_for`` of a plain (not awaited) check."""
+    value: T = await until(lambda: asyncio.sleep(0, check()), what, within, step=step)
     return value
 
 
@@ -141,12 +148,8 @@ def process_alive(pid: int) -> bool:
 
 async def wait_dead(pid: int, within: float) -> datetime:
     """The moment ``pid`` was seen gone (checked every 20 ms)."""
-    deadline = time.monotonic() + within
-    while process_alive(pid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} still alive after {within} s")
-        await asyncio.sleep(0.02)
-    return datetime.now(UTC)
+    gone = lambda: None if process_alive(pid) else datetime.now(UTC)  # noqa: E731
+    return await wait_true(gone, within, f"process {pid} gone", 0.02)
 
 
 @dataclass
@@ -190,18 +193,17 @@ async def finished(
 ) -> Any:
     """The run (as JSON) once it ended (and, with ``delivered``, once a delivery to each of its
     schedule's channels did: the channels are delivered at once, each row made as it starts)."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def ended() -> Any:
         run = (await http.get(f"{API}/runs/{run_id}")).json()
         done = run["status"] in TERMINAL
         if delivered and done:
             schedule = (await http.get(f"{API}/schedules/{run['schedule_id']}")).json()
             done = len(run["deliveries"]) == len(schedule["notify"])
             done = done and all(d["status"] != "pending" for d in run["deliveries"])
-        if done:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} did not finish: {run}"
-        await asyncio.sleep(0.05)
+        return run if done else None
+
+    return await until(ended, f"run {run_id} finished", within, step=0.05)
 
 
 async def run_to_end(http: httpx.AsyncClient, schedule_id: object, delivered: bool = False) -> Any:

@@ -27,7 +27,7 @@ from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.metrics import EngineMetrics
 from tests.conftest import app_client
 from tests.factories import insert_schedule
-from tests.integration.engine_kit import fetch_run, runs_of, statements, wait_for
+from tests.integration.engine_kit import fetch_run, runs_of, statements, wait_for, wait_true
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
 # Generous: the database is local, a round trip is a millisecond; a loaded CI machine is not.
@@ -221,11 +221,7 @@ async def test_the_app_measures_on_postgresql_only(
     with statements(Engine) as sent, structlog.testing.capture_logs() as lines:
         async with app.router.lifespan_context(app):
             loop = app.state.loop
-
-            async def woke() -> bool:
-                return loop.iterations >= 5
-
-            await wait_for(woke, within=10, what="5 wake-ups")
+            await wait_true(lambda: loop.iterations >= 5, 10, "5 wake-ups")
             async with app_client(app, None) as http:
                 ready = (await http.get("/readyz")).json()
     clock_reads = [s for s in sent if "clock_timestamp" in s]

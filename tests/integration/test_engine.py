@@ -39,6 +39,7 @@ from tests.integration.engine_kit import (
     wait_dead,
     wait_for,
     wait_status,
+    wait_true,
 )
 
 # -- stopping an attempt of a real agent ---------------------------------------------------
@@ -96,11 +97,7 @@ async def test_a_stopped_run_keeps_what_its_agent_printed(make_engine: MakeEngin
     schedule = await engine.create(spec(PRINTS_THEN_WORKS, HOURLY, overlap="cancel_other"))
     first = await engine.run_now(schedule.id)
     printed = engine.workdir(schedule) / "printed"
-
-    async def has_printed() -> bool:
-        return printed.exists()
-
-    await wait_for(has_printed, 10, "the agent printed its lines")
+    await wait_true(printed.exists, 10, "the agent printed its lines")
     replacement = await engine.run_now(schedule.id)
     ended = await wait_status(engine.db, first.id, "cancelled", "succeeded", within=10)
     assert (ended.status, ended.error) == ("cancelled", "cancelled on request")

@@ -26,20 +26,16 @@ from tests.integration.engine_kit import (
     MakeEngine,
     spec,
     statements,
-    wait_for,
     wait_status,
+    wait_true,
 )
 
 
 async def wake_ups(loop: SchedulerLoop, count: int) -> None:
     """Run ``loop`` until it has woken ``count`` times, then stop it."""
-
-    async def woke_enough() -> bool:
-        return loop.iterations >= count
-
     loop.start()
     try:
-        await wait_for(woke_enough, what=f"{count} wake-ups")
+        await wait_true(lambda: loop.iterations >= count, what=f"{count} wake-ups")
     finally:
         await loop.stop()
 

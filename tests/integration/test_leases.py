@@ -10,18 +10,17 @@ both databases with a store whose renewal is held, fails, or answers "not yours"
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import structlog
+from sqlalchemy import update
 
 from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.storage.models import Run
-from agentcron.web.engine.loop import SchedulerLoop
 from tests.integration.engine_kit import (
     HOURLY,
     Engine,
@@ -31,6 +30,7 @@ from tests.integration.engine_kit import (
     wait_dead,
     wait_for,
     wait_status,
+    wait_true,
 )
 
 LEASE = 3.0  # long enough that a held renewal and a start fit well inside one lease
@@ -71,13 +71,11 @@ class Renewal:
         return await self.real(now, run_ids)
 
 
-def executing(loop: SchedulerLoop, run_id: uuid.UUID) -> Callable[[], Awaitable[bool]]:
-    """True once an attempt of ``run_id`` executes in ``loop``'s process."""
-
-    async def check() -> bool:
-        return run_id in loop.engine.tokens
-
-    return check
+@pytest.fixture
+def unrenewed(make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch) -> tuple[Engine, Renewal]:
+    """An engine (loop not started, lease ``LEASE``) whose lease renewals fail until told."""
+    engine = make_engine(start=False, lease=LEASE)
+    return engine, Renewal(engine, monkeypatch, failing=True)
 
 
 async def test_a_run_starting_while_a_renewal_is_awaited_keeps_its_lease(
@@ -98,7 +96,7 @@ async def test_a_run_starting_while_a_renewal_is_awaited_keeps_its_lease(
     gate.hold()
     await asyncio.wait_for(gate.waiting.wait(), 5)  # a renewal of ``first`` is in flight
     second = await engine.run_now(schedule.id)
-    await wait_for(executing(engine.loop, second.id), 5, "second run executing")
+    await wait_true(lambda: second.id in engine.loop.engine.tokens, 5, "second run executing")
     gate.release()
 
     # Another replica, ready to take over any lease this one lets run out.
@@ -156,12 +154,8 @@ def process_state(pid: int) -> str:
 
 
 async def wait_state(pid: int, state: str, within: float) -> datetime:
-    deadline = time.monotonic() + within
-    while process_state(pid) != state:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} not in state {state} after {within} s")
-        await asyncio.sleep(0.02)
-    return datetime.now(UTC)
+    reached = lambda: datetime.now(UTC) if process_state(pid) == state else None  # noqa: E731
+    return await wait_true(reached, within, f"process {pid} in state {state}", 0.02)
 
 
 def stepping(count: int) -> str:
@@ -177,14 +171,13 @@ STEPS = stepping(6)  # 3 s
 
 
 async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_confirmed(
-    make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
+    unrenewed: tuple[Engine, Renewal],
 ) -> None:
     """The database stops answering renewals: before the lease runs out (when another replica
     could take the run over) the agent's process group is frozen (SIGSTOP), with one log line,
     and does nothing while it stays unconfirmed; once a renewal confirms the lease it is thawed
     (SIGCONT) and the same attempt finishes: an outage costs no work."""
-    engine = make_engine(start=False, lease=LEASE)
-    renewal = Renewal(engine, monkeypatch, failing=True)
+    engine, renewal = unrenewed
     with structlog.testing.capture_logs() as lines:
         workdir, queued, pid = await command_started(engine, STEPS)
         started = await fetch_run(engine.db, queued.id)
@@ -206,12 +199,11 @@ async def test_a_lease_that_cannot_be_renewed_freezes_a_command_until_it_is_conf
 
 
 async def test_an_unconfirmed_lease_stops_a_runner_that_cannot_freeze(
-    make_engine: MakeEngine, fake: FakeRunnerType, monkeypatch: pytest.MonkeyPatch
+    unrenewed: tuple[Engine, Renewal], fake: FakeRunnerType
 ) -> None:
     """A runner that cannot freeze (a ``python`` target, a model call) is stopped instead, at
     once, before the lease runs out; the run goes on as attempt 2 once renewals work."""
-    engine = make_engine(start=False, lease=LEASE)
-    renewal = Renewal(engine, monkeypatch, failing=True)
+    engine, renewal = unrenewed
     runner = fake.script("long", [sleep(60), sleep(0)], per_attempt=True)
     schedule = await engine.create(spec(fake.config("long"), HOURLY))
     with structlog.testing.capture_logs() as lines:
@@ -220,10 +212,8 @@ async def test_an_unconfirmed_lease_stops_a_runner_that_cannot_freeze(
         started = await wait_status(engine.db, queued.id, "running")
         assert started.lease_expires_at is not None
 
-        async def stopped() -> datetime | None:
-            return datetime.now(UTC) if runner.cancelled else None
-
-        stopped_at = await wait_for(stopped, 2 * LEASE, "the attempt stopped")
+        stopped = lambda: datetime.now(UTC) if runner.cancelled else None  # noqa: E731
+        stopped_at = await wait_true(stopped, 2 * LEASE, "the attempt stopped")
         renewal.failing = False
         ended = await wait_status(engine.db, queued.id, "succeeded", "failed", within=10)
 
@@ -237,13 +227,12 @@ async def test_an_unconfirmed_lease_stops_a_runner_that_cannot_freeze(
 
 
 async def test_a_frozen_attempt_whose_lease_was_taken_over_is_killed(
-    make_engine: MakeEngine, monkeypatch: pytest.MonkeyPatch
+    unrenewed: tuple[Engine, Renewal],
 ) -> None:
     """Frozen while the database was unreachable, and meanwhile another replica took the run
     over: the first renewal that answers says so, and the frozen group is killed, never
     thawed."""
-    engine = make_engine(start=False, lease=LEASE)
-    renewal = Renewal(engine, monkeypatch, failing=True)
+    engine, renewal = unrenewed
     workdir, queued, pid = await command_started(engine, stepping(120))
     await wait_state(pid, "T", within=2 * LEASE)
     steps = read_steps(workdir)
@@ -262,11 +251,10 @@ def read_steps(workdir: Path) -> list[str]:
 
 async def take_over(engine: Engine, run_id: uuid.UUID) -> None:
     """Make the run another replica's, as that replica's claim of an expired lease would."""
+    later = datetime.now(UTC) + timedelta(seconds=60)
     async with engine.db.session() as session:
-        run = await session.get(Run, run_id)
-        assert run is not None
-        run.lease_owner = "engine-z"
-        run.lease_expires_at = datetime.now(UTC) + timedelta(seconds=60)
+        statement = update(Run).where(Run.id == run_id)
+        await session.execute(statement.values(lease_owner="engine-z", lease_expires_at=later))
 
 
 async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEngine) -> None:
@@ -278,11 +266,8 @@ async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEng
         await take_over(engine, queued.id)
         taken_at = datetime.now(UTC)
         dead_at = await wait_dead(pid, within=LEASE)
-
-        async def logged() -> bool:
-            return any(line["event"] == "run_lease_lost" for line in lines)
-
-        await wait_for(logged, 5, "run_lease_lost logged")
+        logged = lambda: any(line["event"] == "run_lease_lost" for line in lines)  # noqa: E731
+        await wait_true(logged, 5, "run_lease_lost logged")
 
     # One heartbeat interval (a third of the lease), not the 120 s grace.
     assert (dead_at - taken_at).total_seconds() < LEASE

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import select, text, update
@@ -25,6 +26,7 @@ from tests.contract.conftest import DUE, NOW, T0, add_runs, run_values, task_val
 from tests.factories import insert_schedule
 from tests.integration.engine_kit import fetch_run
 
+T = TypeVar("T")
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
 
 
@@ -65,6 +67,16 @@ async def take_within(holder: Any, statement: Any) -> None:
     await holder.close()
 
 
+async def waits_for_the_holder(holder: Any, write: Awaitable[T], then: Any) -> T:
+    """``write`` waits for the rows ``holder`` locks, holding none ``then`` needs: the holder
+    takes ``then`` too, lets go, and the write goes on."""
+    task = asyncio.ensure_future(write)
+    await asyncio.sleep(0.5)  # the write is now waiting for the holder
+    assert not task.done()
+    await take_within(holder, then)
+    return await asyncio.wait_for(task, 10)
+
+
 def run_lock(run_id: uuid.UUID) -> Any:
     return select(Run.id).where(Run.id == run_id).with_for_update()
 
@@ -82,11 +94,7 @@ async def test_an_admission_locks_its_runs_before_their_schedules(
     me = store(db, tmp_path)
     (run,) = (await me.claim_due_jobs(NOW)).runs
     holder = await lock_then(db, run_lock(run.id))
-    admission = asyncio.create_task(me.admit([run]))
-    await asyncio.sleep(0.5)  # the admission is now waiting for the run
-    assert not admission.done()
-    await take_within(holder, schedule_lock(schedule_id))
-    (decision,) = await asyncio.wait_for(admission, 10)
+    (decision,) = await waits_for_the_holder(holder, me.admit([run]), schedule_lock(schedule_id))
     assert decision.action == "run"
 
 
@@ -139,12 +147,8 @@ async def test_a_release_locks_its_runs_in_id_order(db: Database, tmp_path: Path
     ids = sorted(uuid.uuid4() for _ in range(3))
     for run_id in reversed(ids):  # stored highest id first: a scan meets it first
         await add_pending(db, first, me.owner, run_id)
-    holder = await lock_then(db, run_lock(ids[0]))
-    release = asyncio.create_task(me.release(ids))
-    await asyncio.sleep(0.5)  # the release now waits for the lowest id, holding none
-    assert not release.done()
-    await take_within(holder, run_lock(ids[2]))
-    await asyncio.wait_for(release, 10)
+    holder = await lock_then(db, run_lock(ids[0]))  # the lowest id: the release holds none
+    await waits_for_the_holder(holder, me.release(ids), run_lock(ids[2]))
     async with db.session(write=False) as session:
         owners = (await session.execute(select(Run.lease_owner).where(Run.id.in_(ids)))).scalars()
         assert set(owners) == {None}
@@ -163,10 +167,7 @@ async def test_a_task_deletion_locks_its_schedule_before_the_task(
             update(Schedule).where(Schedule.id == schedule_id).values(task_id=task_id)
         )
     holder = await lock_then(db, schedule_lock(schedule_id))
-    deletion = asyncio.create_task(delete_task(db, task_id, None))
-    await asyncio.sleep(0.5)  # the deletion now waits for the schedule
-    assert not deletion.done()
-    await take_within(holder, select(Task.id).where(Task.id == task_id).with_for_update())
-    await asyncio.wait_for(deletion, 10)
+    task_lock = select(Task.id).where(Task.id == task_id).with_for_update()
+    await waits_for_the_holder(holder, delete_task(db, task_id, None), task_lock)
     async with db.session(write=False) as session:
         assert await session.get(Task, task_id) is None

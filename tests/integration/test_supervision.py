@@ -29,7 +29,7 @@ from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.metrics import EngineMetrics
 from agentcron.web.engine.supervisor import Supervisor
 from tests.conftest import _dsn, app_client
-from tests.integration.engine_kit import HOURLY, spec, wait_for, wait_status
+from tests.integration.engine_kit import HOURLY, spec, wait_status, wait_true
 
 BODIES: dict[str, tuple[type, str]] = {
     "loop": (SchedulerLoop, "_run_loop"),
@@ -74,11 +74,6 @@ def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[
     return calls
 
 
-async def until(holds: Callable[[], bool], within: float = 10, what: str = "condition") -> None:
-    """Wait until ``holds()`` is true; fail after ``within`` seconds."""
-    await wait_for(lambda: asyncio.sleep(0, holds()), within, what)
-
-
 async def proves_work(
     task: str, app: FastAPI, monkeypatch: pytest.MonkeyPatch, fake: FakeRunnerType
 ) -> Callable[[], Awaitable[None]]:
@@ -102,7 +97,7 @@ async def proves_work(
         async def leases_are_renewed() -> None:
             before = len(renewals)
 
-            await until(lambda: len(renewals) >= before + 2, 10, "renewals after the restart")
+            await wait_true(lambda: len(renewals) >= before + 2, 10, "renewals after the restart")
             loop.cancel_local(run.id)
 
         return leases_are_renewed
@@ -110,7 +105,7 @@ async def proves_work(
         passes = counting(monkeypatch, agentcron.web.engine.loop, "prune_runs")
 
         async def prunes_again() -> None:
-            await until(lambda: len(passes) >= 2, 10, "retention passes after the restart")
+            await wait_true(lambda: len(passes) >= 2, 10, "retention passes after the restart")
 
         return prunes_again
     if task == "listen":
@@ -125,7 +120,7 @@ async def proves_work(
             finally:
                 await conn.close()
 
-            await until(lambda: loop.iterations > before, 5, "a wake-up by NOTIFY")
+            await wait_true(lambda: loop.iterations > before, 5, "a wake-up by NOTIFY")
 
         return a_notify_wakes_the_loop
     watch: ClockWatch = app.state.clock_watch
@@ -134,7 +129,9 @@ async def proves_work(
     async def measures_again() -> None:
         before = watch.measurements
 
-        await until(lambda: watch.measurements >= before + 2, 10, "measurements after the restart")
+        await wait_true(
+            lambda: watch.measurements >= before + 2, 10, "measurements after the restart"
+        )
 
     return measures_again
 
@@ -171,13 +168,13 @@ async def test_a_crashed_engine_task_is_logged_counted_reported_and_restarted(
         with structlog.testing.capture_logs() as lines:
             crash.now.set()
 
-            await until(lambda: supervisor.down == [task], 5, f"{task} down")
+            await wait_true(lambda: supervisor.down == [task], 5, f"{task} down")
             ready = await http.get("/readyz")
             assert ready.status_code == 503, ready.text
             assert ready.json()["down"] == [task]
             assert ready.json()["checks"]["tasks"] == "unavailable"
 
-            await until(lambda: not supervisor.down and crash.runs >= 2, 5, f"{task} restarted")
+            await wait_true(lambda: not supervisor.down and crash.runs >= 2, 5, f"{task} restarted")
             await check()
 
         crashed = [line for line in lines if line["event"] == "task_crashed"]
