@@ -11,7 +11,7 @@ from typing import Any
 
 from agentcron.core.ledger.store import Outcome, StartDecision
 from agentcron.core.storage.models import Run
-from agentcron.core.timeline import COUNT_CAP, MAX_ROWS
+from agentcron.core.timeline import COUNT_CAP, MAX_ROWS, jitter_delay
 from tests.contract.conftest import DUE, LEASE, NOW, OWNER, T0, World
 
 UNTIL = NOW + timedelta(seconds=LEASE)
@@ -156,6 +156,12 @@ async def test_catchup_latest_runs_the_latest_missed_due_time_and_coalesces_the_
         *((T0 + k * MINUTE, "skipped", "coalesced") for k in (1, 2, 3)),
         (T0 + 4 * MINUTE, "pending", None),
     ]
+
+
+async def test_a_jittered_run_is_claimed_on_time_and_starts_at_its_offset(world: World) -> None:
+    schedule_id = await world.schedule(jitter_seconds=30)
+    run = await claimed(world, schedule_id)
+    assert run.due_at == DUE and run.available_at == DUE + jitter_delay(schedule_id, DUE, 30)
 
 
 async def test_next_wakeup_is_the_earliest_work(world: World) -> None:

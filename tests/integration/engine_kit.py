@@ -213,15 +213,8 @@ async def run_to_end(http: httpx.AsyncClient, schedule_id: object, delivered: bo
 
 
 # The error types docs/api.md documents, and words of a driver no message may carry.
-ERROR_TYPES = {
-    "InvalidSchedule",
-    "ValidationError",
-    "NotFound",
-    "Conflict",
-    "Unauthorized",
-    "SchedulerUnavailable",
-    "ScheduleCapacityExceeded",
-}
+ERROR_TYPES = {"InvalidSchedule", "ValidationError", "NotFound", "Conflict", "Unauthorized"}
+ERROR_TYPES |= {"SchedulerUnavailable", "ScheduleCapacityExceeded"}
 DRIVER_WORDS = ("sqlalchemy", "asyncpg", "sqlite3", "aiosqlite", "psycopg", "traceback", "select ")
 
 

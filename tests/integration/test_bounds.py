@@ -65,19 +65,6 @@ def test_jitter_is_deterministic_bounded_and_spread() -> None:
     assert len({jitter_delay(ids[0], due + k * 3600 * S, 60) for k in range(20)}) > 10
 
 
-async def test_a_jittered_run_is_claimed_on_time_and_starts_at_its_offset(
-    db: Database, tmp_path: Path
-) -> None:
-    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    schedule_id = await insert_schedule(
-        db, T0, trigger=trigger, next_run=T0 + 60 * S, jitter_seconds=30
-    )
-    ledger = SqlRunStore(db, owner="t", lease_seconds=3600, data_dir=tmp_path)
-    claim = await ledger.claim_due_jobs(T0 + 60 * S)
-    [run] = claim.runs
-    assert run.available_at == T0 + 60 * S + jitter_delay(schedule_id, T0 + 60 * S, 30)
-
-
 async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:
     now = datetime.now(UTC)
     body = {

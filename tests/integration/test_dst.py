@@ -13,13 +13,14 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.models import Schedule
 from tests.factories import insert_schedule
+from tests.integration.engine_kit import runs_of
 
 API = "/api/v1/schedules"
 RUNNER = {"type": "command", "argv": ["true"]}
@@ -37,12 +38,8 @@ async def add_schedule(db: Database, trigger: triggers.Trigger, next_run: dateti
     )
 
 
-async def runs_of(db: Database, schedule_id: uuid.UUID) -> list[tuple[datetime | None, Any]]:
-    async with db.session(write=False) as session:
-        found = await session.scalars(
-            select(Run).where(Run.schedule_id == schedule_id).order_by(Run.due_at)
-        )
-        return [(run.due_at, run.dst_rule) for run in found]
+async def rules(db: Database, schedule_id: uuid.UUID) -> list[tuple[datetime | None, Any]]:
+    return [(run.due_at, run.dst_rule) for run in await runs_of(db, schedule_id)]
 
 
 def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
@@ -66,8 +63,8 @@ async def test_claim_at_the_spring_gap_records_gap_shift(db: Database, tmp_path:
         plain: None,
         interval: None,
     }
-    assert await runs_of(db, shifted) == [(SPRING, "gap_shift")]
-    assert await runs_of(db, plain) == [(SPRING, None)]
+    assert await rules(db, shifted) == [(SPRING, "gap_shift")]
+    assert await rules(db, plain) == [(SPRING, None)]
 
 
 async def test_run_api_shows_the_rule(
