@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from sqlalchemy import insert, update
+from sqlalchemy import insert
 
 from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.ledger.sql import SqlRunStore
@@ -25,7 +25,7 @@ from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.timeline import run_payload
 from tests.conftest import PgServer, clone_pg
 from tests.factories import insert_schedule, schedule_values
-from tests.integration.engine_kit import fetch_run, fetch_schedule, runs_of
+from tests.integration.engine_kit import fetch_run, fetch_schedule, runs_of, set_row
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 DUE = T0 + timedelta(seconds=60)
@@ -130,13 +130,10 @@ class SqlWorld:
         return await runs_of(self.db, schedule_id)
 
     async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
-        async with self.db.session() as session:
-            await session.execute(update(Run).where(Run.id == run_id).values(**values))
+        await set_row(self.db, Run, run_id, **values)
 
     async def set_schedule(self, schedule_id: uuid.UUID, **values: Any) -> None:
-        async with self.db.session() as session:
-            statement = update(Schedule).where(Schedule.id == schedule_id).values(**values)
-            await session.execute(statement)
+        await set_row(self.db, Schedule, schedule_id, **values)
 
     async def task(self, task_id: uuid.UUID) -> dict[str, Any] | None:
         async with self.db.session(write=False) as session:

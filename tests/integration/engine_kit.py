@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 from sqlalchemy import Engine as SyncEngine
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentcron.core.ledger.sql import SqlRunStore
@@ -72,6 +72,14 @@ async def fetch_schedule(db: Database, schedule_id: uuid.UUID) -> Schedule:
         schedule = await session.get(Schedule, schedule_id)
     assert schedule is not None
     return schedule
+
+
+async def set_row(
+    db: Database, model: type[Run] | type[Schedule], row_id: uuid.UUID, **values: Any
+) -> None:
+    """Change one run or schedule behind the services' backs (another replica, a user)."""
+    async with db.session() as session:
+        await session.execute(update(model).where(model.id == row_id).values(**values))
 
 
 async def runs_of(db: Database, schedule_id: uuid.UUID) -> list[Run]:

@@ -19,7 +19,7 @@ from agentcron.core.ledger.store import Claim
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
 from tests.factories import schedule_values
-from tests.integration.engine_kit import statements
+from tests.integration.engine_kit import set_row, statements
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -116,10 +116,7 @@ async def test_an_unplannable_schedule_is_taken_off_the_timetable_not_the_claim(
     """A schedule whose stored trigger no longer reads (a poison pill) must not fail the claim
     of the schedules due beside it: it leaves the timetable (``next_run`` NULL), they run."""
     ids = await add_schedules(db, 3)
-    async with db.session() as session:
-        await session.execute(
-            update(Schedule).where(Schedule.id == ids[1]).values(trigger={"kind": "nonsense"})
-        )
+    await set_row(db, Schedule, ids[1], trigger={"kind": "nonsense"})
     ledger = SqlRunStore(db, owner="replica-a", clock=fixed(NOW))
     with capture_logs() as logs:  # captured: the console would spend seconds on the traceback
         claim = await ledger.claim_due_jobs(NOW)

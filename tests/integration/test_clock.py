@@ -13,7 +13,7 @@ import httpx
 import pytest
 import structlog.testing
 from fastapi import FastAPI
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine
 
 from agentcron.core.clock import Clock, DatabaseClock, utcnow
 from agentcron.core.config import Settings
@@ -27,7 +27,14 @@ from agentcron.web.engine.loop import SchedulerLoop
 from agentcron.web.engine.metrics import EngineMetrics
 from tests.conftest import app_client
 from tests.factories import insert_schedule
-from tests.integration.engine_kit import fetch_run, runs_of, statements, wait_for, wait_true
+from tests.integration.engine_kit import (
+    fetch_run,
+    runs_of,
+    set_row,
+    statements,
+    wait_for,
+    wait_true,
+)
 
 pg_only = pytest.mark.parametrize("backend", ["postgresql"])
 # Generous: the database is local, a round trip is a millisecond; a loaded CI machine is not.
@@ -124,12 +131,7 @@ async def test_a_fast_replica_does_not_take_over_a_live_lease(db: Database) -> N
     assert (await fetch_run(db, run.id)).lease_owner == "holder"
 
     # Once the lease has run out by the database's clock (the holder died 31 s ago), it does.
-    async with db.session() as session:
-        await session.execute(
-            update(Run)
-            .where(Run.id == run.id)
-            .values(lease_expires_at=holder_clock() - timedelta(seconds=1))
-        )
+    await set_row(db, Run, run.id, lease_expires_at=holder_clock() - timedelta(seconds=1))
     claim = await fast.claim_due_jobs(fast_clock())
     assert run.id in [taken.id for taken in claim.runs] and claim.recovered == 1
 

@@ -13,14 +13,13 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import update
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Schedule
 from tests.factories import insert_schedule
-from tests.integration.engine_kit import runs_of
+from tests.integration.engine_kit import runs_of, set_row
 
 API = "/api/v1/schedules"
 RUNNER = {"type": "command", "argv": ["true"]}
@@ -81,12 +80,7 @@ async def test_run_api_shows_the_rule(
     )
     assert made.status_code == 201, made.text
     db: Database = live_app.state.db
-    async with db.session() as session:
-        await session.execute(
-            update(Schedule)
-            .where(Schedule.id == uuid.UUID(made.json()["id"]))
-            .values(next_run=SPRING)
-        )
+    await set_row(db, Schedule, uuid.UUID(made.json()["id"]), next_run=SPRING)
     claim = await ledger(db, tmp_path).claim_due_jobs(SPRING + 5 * S)
     (run,) = claim.runs
     shown = await client.get(f"/api/v1/runs/{run.id}")

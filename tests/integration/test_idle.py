@@ -24,6 +24,7 @@ from tests.integration.engine_kit import (
     LEASE,
     OWNER,
     MakeEngine,
+    set_row,
     spec,
     statements,
     wait_status,
@@ -66,11 +67,8 @@ async def test_a_lapsed_lease_of_this_instance_is_taken_back_with_nothing_else_d
     queued = await engine.run_now(schedule.id)
     # As if an attempt died with the database out of reach: pending, leased to this very
     # instance, the lease run out.
-    async with engine.db.session() as session:
-        run = await session.get(Run, queued.id)
-        assert run is not None
-        run.lease_owner = OWNER
-        run.lease_expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    lapsed = datetime.now(UTC) - timedelta(seconds=1)
+    await set_row(engine.db, Run, queued.id, lease_owner=OWNER, lease_expires_at=lapsed)
     engine.loop.start()
     done = await wait_status(engine.db, queued.id, "succeeded", within=10)
     assert done.output == "picked up" and done.attempt == 1

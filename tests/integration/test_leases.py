@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import structlog
-from sqlalchemy import update
 
 from agentcron.core.runners.fake import FakeRunnerType, sleep
 from agentcron.core.storage.models import Run
@@ -26,6 +25,7 @@ from tests.integration.engine_kit import (
     Engine,
     MakeEngine,
     fetch_run,
+    set_row,
     spec,
     wait_dead,
     wait_for,
@@ -252,9 +252,7 @@ def read_steps(workdir: Path) -> list[str]:
 async def take_over(engine: Engine, run_id: uuid.UUID) -> None:
     """Make the run another replica's, as that replica's claim of an expired lease would."""
     later = datetime.now(UTC) + timedelta(seconds=60)
-    async with engine.db.session() as session:
-        statement = update(Run).where(Run.id == run_id)
-        await session.execute(statement.values(lease_owner="engine-z", lease_expires_at=later))
+    await set_row(engine.db, Run, run_id, lease_owner="engine-z", lease_expires_at=later)
 
 
 async def test_a_lease_taken_over_kills_the_attempt_at_once(make_engine: MakeEngine) -> None:

@@ -210,12 +210,7 @@ async def test_a_restarted_engine_continues_its_predecessors_runs_at_its_first_c
     began = time.monotonic()
     loop.start()
     try:
-
-        async def succeeded() -> Run | None:
-            found = await fetch_run(db, run.id)
-            return found if found.status == "succeeded" else None
-
-        done = await wait_for(succeeded, within=5, what="the successor to continue the run")
+        done = await wait_status(db, run.id, "succeeded", within=5)
         await wait_for(lambda: delivered(db, receiver, owed), within=5, what="the delivery")
     finally:
         await loop.stop()

@@ -13,18 +13,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import select, text
 
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
-from agentcron.core.ledger.store import Outcome
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.tasks import delete_task
 from tests.contract.conftest import DUE, NOW, T0, add_runs, run_values, task_values
 from tests.factories import insert_schedule
-from tests.integration.engine_kit import fetch_run
+from tests.integration.engine_kit import fetch_run, set_row
 
 T = TypeVar("T")
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"])
@@ -116,9 +115,9 @@ async def test_a_deletion_never_waits_for_a_run_while_it_holds_the_schedule(
     (decision,) = await me.admit([held])
     assert decision.run is not None
     assert (decision.action, decision.run.reason) == ("done", "schedule_deleted")
+    # Its end is recorded as any run of a deleted schedule's is:
+    # contract::test_a_cancelled_attempt_says_why_it_stopped.
     assert await me.renew_leases(NOW) == {running.id: True}
-    (stopped,) = await me.record([Outcome(running, "cancelled")])
-    assert stopped is not None and stopped.error == "its schedule was deleted"
 
 
 async def test_cancel_other_never_waits_for_the_run_it_stops(db: Database, tmp_path: Path) -> None:
@@ -163,9 +162,7 @@ async def test_a_task_deletion_locks_its_schedule_before_the_task(
     task_id = uuid.uuid4()
     async with db.session() as session:
         session.add(task_values(task_id, schedule_id, NOW, str(tmp_path)))
-        await session.execute(
-            update(Schedule).where(Schedule.id == schedule_id).values(task_id=task_id)
-        )
+    await set_row(db, Schedule, schedule_id, task_id=task_id)
     holder = await lock_then(db, schedule_lock(schedule_id))
     task_lock = select(Task.id).where(Task.id == task_id).with_for_update()
     await waits_for_the_holder(holder, delete_task(db, task_id, None), task_lock)

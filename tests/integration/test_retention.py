@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select
 
 from agentcron.core.config import Settings
 from agentcron.core.retention import RetentionPolicy, prune_runs
@@ -15,7 +15,7 @@ from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from agentcron.web.app import create_app
 from tests.contract.conftest import add_runs, run_values, task_values
 from tests.factories import insert_schedule, schedule_values
-from tests.integration.engine_kit import wait_for
+from tests.integration.engine_kit import set_row, wait_for
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -77,10 +77,7 @@ async def test_latest_run_and_keep_last_floor_survive_any_age(db: Database) -> N
     # it is what the schedule page points at, so it stays.
     latest = rows[2]
     await add_runs(db, rows)
-    async with db.session() as session:
-        await session.execute(
-            update(Schedule).where(Schedule.id == schedule_id).values(last_run_id=latest["id"])
-        )
+    await set_row(db, Schedule, schedule_id, last_run_id=latest["id"])
 
     await prune_runs(db, NOW, RetentionPolicy(days=30, keep_last=4))
 

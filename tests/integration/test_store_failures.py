@@ -17,7 +17,6 @@ import asyncio
 import gc
 import inspect
 import os
-import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -44,6 +43,7 @@ from agentcron.web.app import create_app
 from agentcron.web.dashboard.session import COOKIE
 from tests.conftest import PG_URL, app_client, issue_key
 from tests.faults.test_outage import LEAKS, assert_unavailable_body
+from tests.integration.engine_kit import wait_true
 from tests.integration.test_library import OWNER, engine_for, finished, owner_from_header
 
 SPEC = ScheduleCreate(
@@ -216,10 +216,7 @@ async def test_an_engine_stops_while_the_store_refuses_it(db_url: str, tmp_path:
             await engine.runs.run_now(schedule.id, OWNER)
         assert engine.loop is not None
         held = engine.loop.engine.held
-        deadline = time.monotonic() + 10
-        while len(held) < 2:
-            assert time.monotonic() < deadline, "the two runs were not taken in hand"
-            await asyncio.sleep(0.05)
+        await wait_true(lambda: len(held) >= 2, 10, "the two runs taken in hand")
         async with refusing(db_url, engine.db):
             with capture_logs() as logs:
                 await asyncio.wait_for(engine.stop(), timeout=30)
