@@ -10,8 +10,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
-
 from agentcron.core import triggers
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.schedules.service import ScheduleService
@@ -65,39 +63,5 @@ def test_jitter_is_deterministic_bounded_and_spread() -> None:
     assert len({jitter_delay(ids[0], due + k * 3600 * S, 60) for k in range(20)}) > 10
 
 
-async def test_bounds_through_the_api(client: httpx.AsyncClient) -> None:
-    now = datetime.now(UTC)
-    body = {
-        "name": "ten times",
-        "prompt": "p",
-        "trigger": {"every_seconds": 60},
-        "runner": {"type": "command", "argv": ["true"]},
-        "max_runs": 10,
-        "jitter_seconds": 120,
-    }
-    created = await client.post("/api/v1/schedules", json=body)
-    assert created.status_code == 201, created.text
-    out = created.json()
-    assert (out["max_runs"], out["scheduled_runs"], out["jitter_seconds"]) == (10, 0, 120)
-    url = f"/api/v1/schedules/{out['id']}"
-    for field, bad in [("max_runs", 0), ("jitter_seconds", 3601), ("jitter_seconds", 0)]:
-        refused = await client.patch(url, json={field: bad})
-        assert refused.status_code == 422 and refused.json()["error"]["field"] == field
-    cleared = await client.patch(url, json={"max_runs": None, "jitter_seconds": None})
-    assert cleared.status_code == 200
-    assert (cleared.json()["max_runs"], cleared.json()["jitter_seconds"]) == (None, None)
-
-    # Bounds on the trigger: not before start_at, and not after end_at, said in words.
-    campaign = {
-        "cron": "0 9 * * *",
-        "timezone": "Europe/Paris",
-        "start_at": (now + timedelta(days=2)).isoformat(),
-        "end_at": (now + timedelta(days=5)).isoformat(),
-    }
-    bounded = await client.patch(url, json={"trigger": campaign})
-    assert bounded.status_code == 200, bounded.text
-    assert "until" in bounded.json()["description"]
-    assert bounded.json()["next_run"] >= campaign["start_at"][:10]
-    past = {**campaign, "end_at": (now - timedelta(days=1)).isoformat()}
-    refused = await client.post("/api/v1/schedules", json={**body, "trigger": past})
-    assert refused.status_code == 422 and refused.json()["error"]["field"] == "trigger.end_at"
+# max_runs and jitter_seconds through the API: rows of test_breaker.py::
+# test_a_schedules_limit_is_set_checked_and_cleared_through_the_api.

@@ -58,6 +58,8 @@ async def test_failures_in_a_row_pause_the_schedule_and_notify(
     [
         ("pause_after_failures", 5, (0, -2, 1001, "5", 2.5)),
         ("retention_days", 7, (0, -1, 36_501, "7", 1.5)),
+        ("max_runs", 10, (0,)),
+        ("jitter_seconds", 120, (3601, 0)),
     ],
 )
 async def test_a_schedules_limit_is_set_checked_and_cleared_through_the_api(
@@ -72,6 +74,7 @@ async def test_a_schedules_limit_is_set_checked_and_cleared_through_the_api(
     }
     created = await client.post("/api/v1/schedules", json=body)
     assert created.status_code == 201 and created.json()[field] == good, created.text
+    assert created.json()["scheduled_runs"] == 0
     url = f"/api/v1/schedules/{created.json()['id']}"
     for value in bad:
         refused = await client.patch(url, json={field: value})
