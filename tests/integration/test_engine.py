@@ -169,15 +169,11 @@ async def test_the_loop_admits_and_records_a_burst_in_batches(
     engine = make_engine(start=False, lease=10.0)
     now = datetime.now(UTC)
     trigger = triggers.trigger_to_dict(triggers.OneShotTrigger(at=now))
+    scripts = ["broken" if i % 5 == 0 else DEFAULT_SCRIPT for i in range(200)]
+    due = {"trigger": trigger, "next_run": now}
     rows = [
-        schedule_values(
-            now,
-            name=f"burst {i}",
-            trigger=trigger,
-            next_run=now,
-            runner=fake.config("broken" if i % 5 == 0 else DEFAULT_SCRIPT),
-        )
-        for i in range(200)
+        schedule_values(now, name=f"burst {i}", runner=fake.config(script), **due)
+        for i, script in enumerate(scripts)
     ]
     async with engine.db.session() as session:
         await session.execute(insert(Schedule), rows)
