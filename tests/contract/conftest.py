@@ -12,14 +12,13 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 from sqlalchemy import insert
 
 from agentcron.core.ledger.memory import MemoryRunStore
 from agentcron.core.ledger.sql import SqlRunStore
-from agentcron.core.ledger.store import RunStore
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule, Task
 from agentcron.core.timeline import run_payload
@@ -33,35 +32,6 @@ NOW = DUE + timedelta(seconds=1)
 LEASE = 30.0
 OWNER = "replica-a"
 HOURLY = {"every_seconds": 3600, "start_at": T0.isoformat()}
-
-
-class World(Protocol):
-    store: RunStore
-    kind: str
-
-    async def schedule(self, **fields: Any) -> uuid.UUID:
-        """A schedule due at ``DUE`` (``next_run``), hourly from ``T0``; ``fields`` win."""
-
-    async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
-        """A run of the schedule as run now leaves it: pending, nobody's, claimable now."""
-
-    async def run(self, run_id: uuid.UUID) -> Run:
-        """The run as stored."""
-
-    async def schedule_row(self, schedule_id: uuid.UUID) -> Schedule:
-        """The schedule as stored."""
-
-    async def runs_of(self, schedule_id: uuid.UUID) -> list[Run]:
-        """The schedule's runs as stored."""
-
-    async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
-        """Change a run behind the store's back (another replica, the API)."""
-
-    async def set_schedule(self, schedule_id: uuid.UUID, **values: Any) -> None:
-        """Change a schedule behind the store's back (a user's pause, a deletion)."""
-
-    async def task(self, task_id: uuid.UUID) -> dict[str, Any] | None:
-        """The task's working directory, conversation and run lock, or None."""
 
 
 def run_values(schedule_id: uuid.UUID, at: datetime = NOW, **fields: Any) -> dict[str, Any]:
@@ -113,29 +83,37 @@ class SqlWorld:
         )
 
     async def schedule(self, **fields: Any) -> uuid.UUID:
+        """A schedule due at ``DUE`` (``next_run``), hourly from ``T0``; ``fields`` win."""
         return await insert_schedule(self.db, T0, **{"trigger": HOURLY, "next_run": DUE, **fields})
 
     async def queued(self, schedule_id: uuid.UUID, **fields: Any) -> Run:
+        """A run of the schedule as run now leaves it: pending, nobody's, claimable now."""
         row = _queued(await self.schedule_row(schedule_id), **fields)
         await add_runs(self.db, [row])
         return await self.run(row["id"])
 
     async def run(self, run_id: uuid.UUID) -> Run:
+        """The run as stored."""
         return await fetch_run(self.db, run_id)
 
     async def schedule_row(self, schedule_id: uuid.UUID) -> Schedule:
+        """The schedule as stored."""
         return await fetch_schedule(self.db, schedule_id)
 
     async def runs_of(self, schedule_id: uuid.UUID) -> list[Run]:
+        """The schedule's runs as stored."""
         return await runs_of(self.db, schedule_id)
 
     async def set_run(self, run_id: uuid.UUID, **values: Any) -> None:
+        """Change a run behind the store's back (another replica, the API)."""
         await set_row(self.db, Run, run_id, **values)
 
     async def set_schedule(self, schedule_id: uuid.UUID, **values: Any) -> None:
+        """Change a schedule behind the store's back (a user's pause, a deletion)."""
         await set_row(self.db, Schedule, schedule_id, **values)
 
     async def task(self, task_id: uuid.UUID) -> dict[str, Any] | None:
+        """The task's working directory, conversation and run lock, or None."""
         async with self.db.session(write=False) as session:
             task = await session.get(Task, task_id)
         if task is None:
@@ -189,6 +167,10 @@ class MemoryWorld:
         if task is None:
             return None
         return {key: task[key] for key in ("workdir", "conversation", "lock_run_id")}
+
+
+# What a test arranges and reads, the same way on every store (documented on SqlWorld).
+World = SqlWorld | MemoryWorld
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
