@@ -41,23 +41,17 @@ RACE_LEASE = 5.0
 
 class Renewal:
     """Wraps ``renew_leases``: while ``failing``, a renewal raises as an unreachable database
-    would; while held (``hold``), it waits after it was asked, before it reaches the database,
-    until ``release``."""
+    would; while held (``open`` cleared), it waits after it was asked, before it reaches the
+    database, until ``open`` is set."""
 
     def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch, failing: bool) -> None:
         self.real = engine.ledger.renew_leases
         monkeypatch.setattr(engine.ledger, "renew_leases", self)
         self.failing = failing
         self.waiting = asyncio.Event()
-        self._open = asyncio.Event()
-        self._open.set()
+        self.open = asyncio.Event()  # cleared: renewals are held until it is set again
+        self.open.set()
         self.asked: list[list[uuid.UUID]] = []
-
-    def hold(self) -> None:
-        self._open.clear()
-
-    def release(self) -> None:
-        self._open.set()
 
     async def __call__(
         self, now: datetime, run_ids: Sequence[uuid.UUID] | None = None
@@ -65,9 +59,9 @@ class Renewal:
         self.asked.append(list(run_ids or ()))
         if self.failing:
             raise ConnectionError("database unreachable")
-        if not self._open.is_set():
+        if not self.open.is_set():
             self.waiting.set()
-            await self._open.wait()
+            await self.open.wait()
         return await self.real(now, run_ids)
 
 
@@ -93,11 +87,11 @@ async def test_a_run_starting_while_a_renewal_is_awaited_keeps_its_lease(
 
     first = await engine.run_now(schedule.id)
     await wait_status(engine.db, first.id, "running")
-    gate.hold()
+    gate.open.clear()
     await asyncio.wait_for(gate.waiting.wait(), 5)  # a renewal of ``first`` is in flight
     second = await engine.run_now(schedule.id)
     await wait_true(lambda: second.id in engine.loop.engine.tokens, 5, "second run executing")
-    gate.release()
+    gate.open.set()
 
     # Another replica, ready to take over any lease this one lets run out.
     make_engine("engine-b", lease=RACE_LEASE)

@@ -109,9 +109,8 @@ async def test_a_deletion_never_waits_for_a_run_while_it_holds_the_schedule(
     holder = await lock_then(db, *(run_lock(id) for id in sorted([running.id, held.id])))
     await asyncio.wait_for(ScheduleService(db, clock=lambda: NOW).delete(schedule_id, None), 10)
     await take_within(holder, schedule_lock(schedule_id))
-    async with db.session(write=False) as session:
-        ended = await session.get(Run, free.id)
-    assert ended is not None and (ended.status, ended.reason) == ("cancelled", "schedule_deleted")
+    ended = await fetch_run(db, free.id)
+    assert (ended.status, ended.reason) == ("cancelled", "schedule_deleted")
     (decision,) = await me.admit([held])
     assert decision.run is not None
     assert (decision.action, decision.run.reason) == ("done", "schedule_deleted")
@@ -148,9 +147,7 @@ async def test_a_release_locks_its_runs_in_id_order(db: Database, tmp_path: Path
         await add_pending(db, first, me.owner, run_id)
     holder = await lock_then(db, run_lock(ids[0]))  # the lowest id: the release holds none
     await waits_for_the_holder(holder, me.release(ids), run_lock(ids[2]))
-    async with db.session(write=False) as session:
-        owners = (await session.execute(select(Run.lease_owner).where(Run.id.in_(ids)))).scalars()
-        assert set(owners) == {None}
+    assert {(await fetch_run(db, run_id)).lease_owner for run_id in ids} == {None}
 
 
 async def test_a_task_deletion_locks_its_schedule_before_the_task(

@@ -15,7 +15,7 @@ from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from agentcron.web.app import create_app
 from tests.contract.conftest import add_runs, run_values, task_values
 from tests.factories import insert_schedule, schedule_values
-from tests.integration.engine_kit import set_row, wait_for
+from tests.integration.engine_kit import runs_of, set_row, wait_for
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -33,9 +33,7 @@ async def add_schedule(db: Database, **overrides: Any) -> uuid.UUID:
 
 
 async def run_ids(db: Database, schedule_id: uuid.UUID) -> set[uuid.UUID]:
-    async with db.session(write=False) as session:
-        found = await session.scalars(select(Run.id).where(Run.schedule_id == schedule_id))
-        return set(found)
+    return {run.id for run in await runs_of(db, schedule_id)}
 
 
 async def test_old_finished_runs_go_and_the_rest_stay(db: Database) -> None:
