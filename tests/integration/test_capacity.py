@@ -33,10 +33,7 @@ async def replicas(db_url: str) -> AsyncIterator[tuple[ScheduleService, Schedule
     """Two services with the limit ``LIMIT``, each on a database engine of its own."""
     first, second = Database(db_url), Database(db_url)
     try:
-        yield (
-            ScheduleService(first, max_active=LIMIT),
-            ScheduleService(second, max_active=LIMIT),
-        )
+        yield ScheduleService(first, max_active=LIMIT), ScheduleService(second, max_active=LIMIT)
     finally:
         await first.dispose()
         await second.dispose()

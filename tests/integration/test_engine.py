@@ -15,12 +15,7 @@ import pytest
 from sqlalchemy import insert, select
 
 from agentcron.core import triggers
-from agentcron.core.runners.fake import (
-    DEFAULT_SCRIPT,
-    FakeRunnerType,
-    permanent,
-    sleep,
-)
+from agentcron.core.runners.fake import DEFAULT_SCRIPT, FakeRunnerType, permanent, sleep
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.states import TERMINAL
