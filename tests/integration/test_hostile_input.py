@@ -29,6 +29,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import assert_error
 from tests.integration.test_api_doc import openapi
+from tests.integration.test_auth import OWNED
 from tests.integration.test_dashboard import ORIGIN, browser
 from tests.integration.test_schedules_api import body, create
 
@@ -485,29 +486,19 @@ BAD_IDS = [
 NAMED_IN_THE_404 = ("not-a-uuid", "1.5", "00000000-0000-0000-0000-000000000000", UNKNOWN_ID)
 
 
-def id_routes(some_id: str) -> list[tuple[str, str]]:
-    return [
-        ("GET", f"{API}/{some_id}"),
-        ("PATCH", f"{API}/{some_id}"),
-        ("DELETE", f"{API}/{some_id}"),
-        ("POST", f"{API}/{some_id}/pause"),
-        ("POST", f"{API}/{some_id}/resume"),
-        ("POST", f"{API}/{some_id}/run"),
-        ("GET", f"{API}/{some_id}/runs"),
-        ("GET", f"/api/v1/runs/{some_id}"),
-        ("POST", f"/api/v1/runs/{some_id}/replay"),
-        ("POST", f"/api/v1/runs/{some_id}/cancel"),
-        ("GET", f"/api/v1/tasks/{some_id}"),
-        ("DELETE", f"/api/v1/tasks/{some_id}"),
-    ]
+def id_routes(schedule_id: str, other_id: str | None = None) -> list[tuple[str, str, Any]]:
+    """Every endpoint that names one object (test_auth.OWNED): the schedule's paths with
+    ``schedule_id``, the run's and the task's with ``other_id`` (the same id when not given)."""
+    ids = {"schedule_id": schedule_id, "run_id": other_id or schedule_id}
+    ids["task_id"] = ids["run_id"]
+    return [(method, path.format(**ids), body) for method, path, body, _ok in OWNED]
 
 
 async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Database) -> None:
     existing = await create(client)
     for bad in BAD_IDS:
-        for method, path in id_routes(bad):
-            kwargs: dict[str, Any] = {"json": {"name": "x"}} if method == "PATCH" else {}
-            response = await client.request(method, path, **kwargs)
+        for method, path, data in id_routes(bad):
+            response = await client.request(method, path, json=data)
             if response.status_code == 405:  # ".." can resolve onto another route
                 assert bad in ("..", "%2E%2E%2Fruns"), (method, path)
                 continue
@@ -521,9 +512,8 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
     run = await client.post(f"{API}/{existing['id']}/run")
     assert run.status_code == 202
     before = await rows(db)
-    for method, path in id_routes(run.json()["id"])[:7] + id_routes(existing["id"])[7:]:
-        kwargs = {"json": {"name": "x"}} if method == "PATCH" else {}
-        assert_error(await client.request(method, path, **kwargs), 404, "NotFound")
+    for method, path, data in id_routes(run.json()["id"], existing["id"]):
+        assert_error(await client.request(method, path, json=data), 404, "NotFound")
     assert await rows(db) == before
 
 

@@ -12,17 +12,10 @@ from sqlalchemy import update
 
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run, Schedule
-from tests.integration.engine_kit import API, assert_error, run_now
+from agentcron.core.storage.models import Schedule
+from tests.integration.engine_kit import API, assert_error, fetch_run, run_now
 from tests.integration.test_schedules_api import RUNNER, paged
 from tests.integration.test_schedules_api import create as create_schedule
-
-
-async def stored_run(db: Database, run_id: str) -> Run:
-    async with db.session(write=False) as session:
-        run = await session.get(Run, uuid.UUID(run_id))
-    assert run is not None
-    return run
 
 
 async def test_run_now_queues_a_manual_run_and_keeps_the_timetable(
@@ -91,12 +84,12 @@ async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Da
     assert replay["schedule_id"] == schedule["id"]
     assert replay["status"] == "pending" and replay["due_at"] is None
 
-    replayed = await stored_run(db, replay["id"])
+    replayed = await fetch_run(db, uuid.UUID(replay["id"]))
     assert replayed.payload["prompt"] == "the old prompt"
     assert replayed.payload["runner"] == RUNNER
-    assert replayed.payload == (await stored_run(db, original["id"])).payload
+    assert replayed.payload == (await fetch_run(db, uuid.UUID(original["id"]))).payload
     # A fresh run now takes the schedule as it is now.
-    fresh = await stored_run(db, (await run_now(client, schedule["id"]))["id"])
+    fresh = await fetch_run(db, uuid.UUID((await run_now(client, schedule["id"]))["id"]))
     assert fresh.payload["prompt"] == "the new prompt"
 
     after = (await client.get(f"{API}/schedules/{schedule['id']}")).json()
