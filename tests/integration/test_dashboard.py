@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -34,10 +33,8 @@ from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
-from agentcron.core.triggers import offset_label
 from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
-from agentcron.web.dashboard.views import duration
 from tests.conftest import issue_key
 from tests.integration.test_runs_api import runs_of_a_restart
 
@@ -418,11 +415,14 @@ async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
 ) -> None:
     # Skipped rows say why; runs say who asked for them (issue 8). A handler's JSON object is
     # the run's result, not its output: shown beside it, escaped. A short run's duration is in
-    # milliseconds.
+    # milliseconds. For a newcomer (issue 17): the trigger in words, its JSON on demand, argv
+    # as a shell reads it, times with their offset.
+    end_at = "2099-01-01T00:00:00-05:00"
     schedule = await make_schedule(
         live_app,
         "alice",
-        trigger={"cron": "30 2 * * *", "timezone": "America/New_York"},
+        trigger={"cron": "30 2 * * *", "timezone": "America/New_York", "end_at": end_at},
+        runner={"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]},
         pause_after_failures=3,
         max_runs=10,
         jitter_seconds=30,
@@ -449,6 +449,14 @@ async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
     row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
     assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
     assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
+    words = re.search(r'<dd class="trigger-words">(.*?)</dd>', page, re.S)
+    assert words and words.group(1).startswith("At 02:30, America/New_York"), page
+    assert "not after" in words.group(1) and "2099-01-01 00:00:00 -05:00" in words.group(1)
+    assert re.search(r"<details class=\"as-json\"><summary>as JSON</summary><code>\{", page)
+    argv = re.search(r'<code class="argv">(.*?)</code>', page)
+    assert argv and html.unescape(argv.group(1)) == "sh -c 'echo agent got: $(cat)'"
+    # Never the ambiguous abbreviations: the offset.
+    assert "-05:00</time>" in page and "EST" not in page and "EDT" not in page
 
 
 async def test_a_batch_of_runs_pages_in_due_time_order(
@@ -581,50 +589,6 @@ async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI
 
 
 # -- for a newcomer (issue 17) ---------------------------------------------------------------
-
-
-async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
-    live_app: FastAPI,
-) -> None:
-    schedule = await make_schedule(
-        live_app,
-        "alice",
-        trigger={
-            "cron": "0 9 * * 1-5",
-            "timezone": "Asia/Shanghai",
-            "end_at": "2099-01-01T00:00:00+08:00",
-            "dst_gap": "skip",
-        },
-        runner={"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]},
-    )
-    async with browser(live_app, await issue_key(live_app, "alice")) as http:
-        page = (await http.get(f"/schedules/{schedule.id}")).text
-    words = re.search(r'<dd class="trigger-words">(.*?)</dd>', page, re.S)
-    assert words, page
-    assert words.group(1).startswith("At 09:00, Monday through Friday, Asia/Shanghai")
-    assert "not after" in words.group(1) and "2099-01-01 00:00:00 +08:00" in words.group(1)
-    assert "a time the clocks skip does not run that day" in words.group(1)
-    # The JSON only on demand, folded.
-    assert re.search(r"<details class=\"as-json\"><summary>as JSON</summary><code>\{", page)
-    # argv quoted as a shell needs it, as the CLI shows it.
-    argv = re.search(r'<code class="argv">(.*?)</code>', page)
-    assert argv and html.unescape(argv.group(1)) == "sh -c 'echo agent got: $(cat)'"
-    # Times in Shanghai carry their offset, never the ambiguous "CST".
-    assert "+08:00</time>" in page and "CST" not in page
-
-
-def test_times_are_labelled_with_an_offset_and_short_runs_in_milliseconds() -> None:
-    moment = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
-    assert offset_label(moment.astimezone(ZoneInfo("Asia/Shanghai"))) == "+08:00"
-    assert offset_label(moment.astimezone(ZoneInfo("Europe/Berlin"))) == "+01:00"
-    assert offset_label(moment.astimezone(ZoneInfo("America/St_Johns"))) == "-03:30"
-    assert offset_label(moment.astimezone(ZoneInfo("Asia/Kathmandu"))) == "+05:45"
-    assert offset_label(moment.astimezone(ZoneInfo("UTC"))) == "UTC"
-    assert duration(moment, moment + timedelta(milliseconds=16)) == "16 ms"
-    assert duration(moment, moment + timedelta(microseconds=400)) == "0 ms"
-    assert duration(moment, moment + timedelta(milliseconds=999.7)) == "1.0 s"
-    assert duration(moment, moment + timedelta(seconds=1.24)) == "1.2 s"
-    assert duration(moment, moment + timedelta(seconds=184)) == "3 min 4 s"
 
 
 async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
