@@ -28,7 +28,7 @@ from sqlalchemy import func, select
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import assert_error
-from tests.integration.test_api_doc import openapi
+from tests.integration.test_api_doc import operations as api_operations
 from tests.integration.test_auth import OWNED
 from tests.integration.test_dashboard import ORIGIN, browser
 from tests.integration.test_schedules_api import body, create
@@ -193,22 +193,16 @@ WRONG_TYPES = [
 ]
 
 
-def body_operations(some_id: str) -> list[tuple[str, str]]:
-    """Every operation of the OpenAPI document that takes a request body, its path ids filled."""
-    return [
-        (method.upper(), re.sub(r"\{[^}]+\}", some_id, path))
-        for path, operations in openapi()["paths"].items()
-        for method, operation in operations.items()
-        if "requestBody" in operation
-    ]
-
-
 @pytest.mark.parametrize("backend", ["sqlite"])  # the app refuses it before any storage
 async def test_a_body_without_a_json_content_type_is_a_415_naming_it(
     client: httpx.AsyncClient, db: Database, subtests: pytest.Subtests
 ) -> None:
     existing = await create(client)
-    operations = body_operations(existing["id"])
+    operations = [
+        (method, re.sub(r"\{[^}]+\}", existing["id"], path))
+        for method, path, operation in api_operations()
+        if "requestBody" in operation
+    ]
     assert len(operations) >= 10  # create, preview, by-key, update, pause, resume, ... secrets
     valid = json.dumps(body(name="smuggled")).encode()  # valid JSON, refused all the same
     for content_type in WRONG_TYPES:

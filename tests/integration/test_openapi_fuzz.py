@@ -9,6 +9,7 @@ bounded so the file stays well under a minute on two cores.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import uuid
@@ -28,11 +29,10 @@ from agentcron.core.keys import LOCAL_OWNER, create_key
 from agentcron.core.storage.database import Database
 from agentcron.web.app import create_app
 from tests.conftest import bearer
+from tests.integration.test_api_doc import openapi
+from tests.integration.test_schedules_api import create
 
-SCHEMA_SETTINGS = Settings(
-    database_url="sqlite+aiosqlite:///:memory:", disable_scheduler=True, log_format="console"
-)
-schema = schemathesis.openapi.from_dict(create_app(SCHEMA_SETTINGS).openapi())
+schema = schemathesis.openapi.from_dict(copy.deepcopy(openapi()))
 CHECKS = [not_a_server_error, response_schema_conformance]
 
 
@@ -74,17 +74,7 @@ async def live(settings: Settings, db: Database) -> AsyncIterator[dict[str, Any]
     headers = bearer(key)
     with LiveServer(settings) as base_url:
         async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
-            created = await http.post(
-                "/api/v1/schedules",
-                json={
-                    "name": "fuzz target",
-                    "prompt": "p",
-                    "trigger": {"cron": "0 8 * * *", "timezone": "Europe/London"},
-                    "runner": {"type": "command", "argv": ["cat"]},
-                },
-            )
-            assert created.status_code == 201, created.text
-            schedule_id = created.json()["id"]
+            schedule_id = (await create(http, runner={"type": "command", "argv": ["cat"]}))["id"]
             run = await http.post(f"/api/v1/schedules/{schedule_id}/run")
             assert run.status_code == 202, run.text
             yield {
