@@ -63,9 +63,7 @@ async def test_a_relative_path_is_judged_where_the_runs_start(
     assert "where runs start" in warning["message"]
     # Put it there, as the warning says (the directory was made with the schedule), and edit
     # the runner: the warning is recomputed.
-    workdir = (settings.data_dir / "tasks").resolve() / "local" / schedule["id"]
-    assert workdir.is_dir()
-    agent = workdir / "agent.sh"
+    agent = workdir.parent / schedule["id"] / "agent.sh"
     agent.write_text("#!/bin/sh\ncat\n")
     agent.chmod(agent.stat().st_mode | stat.S_IXUSR)
     edited = await client.patch(

@@ -118,6 +118,7 @@ async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) 
             assert response.status_code == 303
             assert response.headers["location"].startswith("/login?next=%2F")
         assert (await http.get("/ui/schedules/x/runs")).status_code == 401
+        assert (await http.post("/ui/preview", data=FORM)).status_code == 401
 
         page = await http.get("/login")
         assert page.status_code == 200 and 'name="key"' in page.text
@@ -277,10 +278,7 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert "Schedule created." in page.text
         assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
 
-        # The edit form shows the stored values (that an edit keeps what it does not change:
-        # tests/integration/test_edit_keeps_fields.py).
-        form = await http.get(f"/schedules/{id}/edit")
-        assert 'value="0 8 * * 1-5"' in form.text and "sh\n-c\necho hello</textarea>" in form.text
+        # (That the edit form shows and keeps every stored value: test_edit_keeps_fields.py.)
         every = {**FORM, "trigger_kind": "every", "every_seconds": "600"}
         response = await http.post(f"/schedules/{id}/edit", data=every)
         assert response.headers["location"].endswith("?done=updated")
@@ -322,23 +320,6 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert response.headers["location"] == "/?done=deleted"
         assert (await http.get(f"/schedules/{id}")).status_code == 404
         assert (await ledger(live_app).get_run(newest.id, None))[0].status == "cancelled"
-
-
-async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
-    live_app: FastAPI,
-) -> None:
-    async with browser(live_app, await issue_key(live_app, "alice")) as http:
-        good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
-        assert good.status_code == 200
-        assert "At 08:00, Monday through Friday, Europe/London" in good.text
-        assert good.text.count("<time ") == 5
-        every = await http.post("/ui/preview", data={"trigger_kind": "every", "every_seconds": "3"})
-        assert "Every 3 seconds" in every.text
-        bad = await http.post("/ui/preview", data={**FORM, "cron": "61 * * * *"})
-        assert bad.status_code == 422
-        assert 'data-field="cron"' in bad.text and "<time " not in bad.text
-    async with browser(live_app) as http:
-        assert (await http.post("/ui/preview", data=FORM)).status_code == 401
 
 
 # -- hostile requests ------------------------------------------------------------------------
@@ -628,6 +609,16 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
         "retention_days": "7",
     }
     async with browser(live_app, key) as http:
+        # The live preview describes the trigger, or says at its field what is wrong.
+        good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
+        assert good.status_code == 200
+        assert "At 08:00, Monday through Friday, Europe/London" in good.text
+        assert good.text.count("<time ") == 5
+        every = await http.post("/ui/preview", data={"trigger_kind": "every", "every_seconds": "3"})
+        assert "Every 3 seconds" in every.text
+        bad = await http.post("/ui/preview", data={**FORM, "cron": "61 * * * *"})
+        assert bad.status_code == 422
+        assert 'data-field="cron"' in bad.text and "<time " not in bad.text
         preview = await http.post("/ui/preview", data=fields)
         assert preview.status_code == 200, preview.text
         # Not before 2030 (start_at), and three due times only (max_runs).
