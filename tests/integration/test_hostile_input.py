@@ -105,26 +105,35 @@ def with_value(key: str, raw: str) -> bytes:
     return json.dumps(data).replace('"@@"', raw).encode()
 
 
-@pytest.mark.parametrize("depth", [100, 900])
+# 100 and 900 the parser reads: refused by field; 10,000 is deeper than it goes: a 400.
+@pytest.mark.parametrize("depth", [100, 900, 10_000])
 async def test_nested_values_the_parser_accepts_are_refused_by_field(
     client: httpx.AsyncClient, db: Database, depth: int
 ) -> None:
     existing = await create(client)
+
+    def refused(response: httpx.Response, field: str) -> None:
+        if depth > 1000:
+            assert_error(response, 400, "ValidationError")
+        else:
+            assert assert_error(response, 422)["error"]["field"].startswith(field)
+
     for kind in ("list", "dict"):
         deep = nested(depth, kind)
-        for key in ("name", "trigger", "runner", "notify", "max_attempts"):
-            response = await client.post(API, content=with_value(key, deep), headers=JSON)
-            error = assert_error(response, 422)["error"]
-            assert error["field"].split(".")[0] == key, error
+        for key in ("name", "trigger", "runner", "notify", "max_attempts", "unknown_key"):
+            refused(await client.post(API, content=with_value(key, deep), headers=JSON), key)
         runner = f'{{"type": "command", "argv": ["cat"], "env": {deep}}}'
         response = await client.patch(
             f"{API}/{existing['id']}", content=f'{{"runner": {runner}}}'.encode(), headers=JSON
         )
-        assert assert_error(response, 422)["error"]["field"].startswith("runner.env")
+        refused(response, "runner.env")
         response = await client.post(
             f"{API}/preview", content=f'{{"trigger": {{"cron": {deep}}}}}'.encode(), headers=JSON
         )
-        assert_error(response, 422, field="trigger.cron")
+        refused(response, "trigger.cron")
+        note = f'{{"note": {deep}}}'.encode()
+        response = await client.post(f"{API}/{existing['id']}/pause", content=note, headers=JSON)
+        refused(response, "note")
     await left_alone(client, db, existing)
 
 
@@ -165,20 +174,6 @@ async def test_body_that_is_not_a_json_object_or_is_too_deep_is_a_400(
                     f"{API}/{existing['id']}/pause", content=content, headers=JSON
                 )
                 assert_error(response, 400)
-    # A value deeper than the parser goes, inside an object.
-    for kind in ("list", "dict"):
-        deep = nested(10_000, kind)
-        requests = [
-            ("POST", f"{API}/preview", f'{{"trigger": {deep}}}'.encode()),
-            ("PATCH", f"{API}/{existing['id']}", f'{{"runner": {deep}}}'.encode()),
-            ("POST", f"{API}/{existing['id']}/pause", f'{{"note": {deep}}}'.encode()),
-        ]
-        keys = ("name", "trigger", "runner", "notify", "unknown_key")
-        requests += [("POST", API, with_value(key, deep)) for key in keys]
-        for method, path, content in requests:
-            with subtests.test(kind=kind, method=method, path=path):
-                response = await client.request(method, path, content=content, headers=JSON)
-                assert_error(response, 400, "ValidationError")
     await left_alone(client, db, existing)
 
 
