@@ -522,10 +522,9 @@ async def test_cli_example_prints_a_local_key_once(live_app: FastAPI, env: dict[
     assert again.returncode == 0, again.stderr
     assert "AGENTCRON_KEY=" not in again.stdout and "ac_" + key.split("_")[1] in again.stdout
     assert "agentcron keys create --owner local" in again.stdout
-    async with app_client(live_app, None) as nobody:
-        # Still one example schedule, still one key.
-        admin_key = await issue_key(live_app, "root", admin=True)
-        listed = await nobody.get(f"{API}/schedules", headers=bearer(admin_key))
+    # Still one example schedule, still one key.
+    async with app_client(live_app, await issue_key(live_app, "root", admin=True)) as admin:
+        listed = await admin.get(f"{API}/schedules")
     assert [item["name"] for item in listed.json()["items"]] == ["example: hello agent"]
     async with live_app.state.db.session(write=False) as session:
         owners = (await session.execute(select(ApiKey.owner))).scalars().all()

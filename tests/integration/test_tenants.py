@@ -49,10 +49,11 @@ def backend() -> str:
 
 
 @pytest.fixture
-async def tenant_app(db_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    """The operator's rules of these tests; ``live_app`` runs with its engine on."""
     agents_file = tmp_path / "agents.toml"
     agents_file.write_text(AGENTS)
-    settings = Settings(
+    return Settings(
         database_url=db_url,
         data_dir=tmp_path / "data",
         log_format="console",
@@ -61,14 +62,11 @@ async def tenant_app(db_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
         tenant_env="SHARED_MODEL_KEY",
         tenant_endpoints="http://127.0.0.1:11434/",
     )
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        yield app
 
 
 @pytest.fixture
-async def tenant(tenant_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with app_client(tenant_app, await issue_key(tenant_app, "acme")) as http:
+async def tenant(live_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with app_client(live_app, await issue_key(live_app, "acme")) as http:
         yield http
 
 
@@ -123,12 +121,12 @@ async def test_naming_a_service_variable_is_refused(tenant: httpx.AsyncClient) -
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])  # compared with what was stored
 async def test_a_tenants_unchanged_record_put_again_moves_nothing(
-    tenant_app: FastAPI, tenant: httpx.AsyncClient
+    live_app: FastAPI, tenant: httpx.AsyncClient
 ) -> None:
     # The tenant rules rewrite what a tenant stores (an openai runner gets private_endpoints):
     # the record put again must still compare equal to what was stored from it.
     clock = SettableClock()
-    tenant_app.state.schedules.context.clock = clock
+    live_app.state.schedules.context.clock = clock
     body = schedule(SHARED_KEY, notify=[{**MAIL, "smtp_url_env": "SHARED_MODEL_KEY"}])
     first = await tenant.put("/api/v1/schedules/by-key/job", json=body)
     assert first.status_code == 201, first.text
@@ -203,11 +201,11 @@ async def test_a_declared_agent_runs_with_the_tenants_parameters(
 
 @pytest.mark.parametrize("who", ["admin", "local"])
 async def test_admin_keys_and_the_local_owner_keep_every_runner(
-    tenant_app: FastAPI, who: str
+    live_app: FastAPI, who: str
 ) -> None:
-    key = await issue_key(tenant_app, "root", admin=True) if who == "admin" else None
-    key = key or await issue_key(tenant_app)  # owner "local": what `make run` prints
-    async with app_client(tenant_app, key) as http:
+    key = await issue_key(live_app, "root", admin=True) if who == "admin" else None
+    key = key or await issue_key(live_app)  # owner "local": what `make run` prints
+    async with app_client(live_app, key) as http:
         own = {"type": "command", "argv": ["sh", "-c", "echo hi"]}
         assert (await http.post("/api/v1/schedules", json=schedule(own))).status_code == 201
         private = {**OPENAI, "base_url": "http://127.0.0.1:9/v1", "api_key_env": "ANY_VAR"}
