@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,11 +27,6 @@ S = timedelta(seconds=1)
 MINUTE = 60 * S
 
 
-async def add_due_schedule(db: Database, next_run: datetime, **overrides: Any) -> uuid.UUID:
-    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    return await insert_schedule(db, T0, trigger=trigger, next_run=next_run, **overrides)
-
-
 async def timeline(db: Database, schedule_id: uuid.UUID) -> list[Run]:
     async with db.session(write=False) as session:
         found = await session.scalars(
@@ -50,7 +44,8 @@ async def test_a_second_claim_never_doubles_an_accounted_due_time(
 ) -> None:
     # A replica with a stale next_run plans the same gap again: UNIQUE(schedule_id, due_at)
     # keeps one row per due time.
-    schedule_id = await add_due_schedule(db, T0 + MINUTE)
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    schedule_id = await insert_schedule(db, T0, trigger=trigger, next_run=T0 + MINUTE)
     engine = ledger(db, tmp_path)
     await engine.claim_due_jobs(T0 + 5 * MINUTE + 30 * S)
     async with db.session() as session:
