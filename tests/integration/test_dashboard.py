@@ -631,16 +631,11 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
             "start_at": "2029-12-31T23:00:00+00:00",
             "end_at": "2030-01-30T23:00:00+00:00",
         }
-        assert (stored.max_runs, stored.catchup, stored.catchup_window_seconds) == (
-            3,
-            "latest",
-            600,
-        )
-        assert (stored.jitter_seconds, stored.pause_after_failures, stored.retention_days) == (
-            30,
-            4,
-            7,
-        )
+        settings = ["max_runs", "catchup", "catchup_window_seconds", "jitter_seconds"]
+        settings += ["pause_after_failures", "retention_days"]  # each stored as typed
+        assert {name: str(getattr(stored, name)) for name in settings} == {
+            name: fields[name] for name in settings
+        }
 
         # Blanking the optional ones sets them back to none (that the edit page shows them:
         # tests/integration/test_edit_keeps_fields.py).

@@ -74,11 +74,7 @@ async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Da
     response = await client.post(f"{API}/runs/{original['id']}/replay")
     assert response.status_code == 202, response.text
     replay = response.json()
-    assert (replay["trigger"], replay["origin"], replay["started_by"]) == (
-        "replay",
-        "replay",
-        "local",
-    )
+    assert replay["trigger"] == replay["origin"] == "replay" and replay["started_by"] == "local"
     assert replay["replay_of"] == original["id"]
     assert replay["id"] != original["id"]
     assert replay["schedule_id"] == schedule["id"]

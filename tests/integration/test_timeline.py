@@ -91,11 +91,8 @@ async def test_a_skipped_occurrence_never_runs_and_unskip_puts_one_back(
     skipped = await service.skip_occurrence(
         schedule_id, (T0 + 2 * MINUTE).isoformat(), None, by="alice"
     )
-    assert (skipped.status, skipped.reason, skipped.started_by) == (
-        "skipped",
-        "occurrence_skipped",
-        "alice",
-    )
+    assert (skipped.status, skipped.reason) == ("skipped", "occurrence_skipped")
+    assert skipped.started_by == "alice"
     again = await service.skip_occurrence(schedule_id, (T0 + 2 * MINUTE).isoformat(), None)
     assert again.id == skipped.id  # idempotent
     first = (T0 + MINUTE).isoformat()
@@ -149,11 +146,8 @@ async def test_skip_and_unskip_through_the_api(client: httpx.AsyncClient) -> Non
     assert skipped.status_code == 200, skipped.text
     row = skipped.json()
     assert datetime.fromisoformat(row["due_at"]) == datetime.fromisoformat(second)
-    assert (row["status"], row["reason"], row["started_by"]) == (
-        "skipped",
-        "occurrence_skipped",
-        "local",
-    )
+    assert (row["status"], row["reason"]) == ("skipped", "occurrence_skipped")
+    assert row["started_by"] == "local"
     assert (row["covers"], row["covers_until"]) == (1, row["due_at"])
     assert row["started_at"] is None and row["attempt"] == 0
     runs = (await client.get(f"{url}/runs")).json()["items"]
