@@ -178,23 +178,15 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
     async with browser(live_app, bob) as http:
         home = await http.get("/")
         assert "alice&#39;s digest" not in home.text and "No schedules yet" in home.text
-        for path in (
-            f"/schedules/{schedule.id}",
-            f"/schedules/{schedule.id}/edit",
-            f"/ui/schedules/{schedule.id}/runs",
-        ):
+        sid = schedule.id
+        for path in (f"/schedules/{sid}", f"/schedules/{sid}/edit", f"/ui/schedules/{sid}/runs"):
             response = await http.get(path)
             assert response.status_code == 404, path
             assert "not yours" in response.text
-        for path in (
-            f"/schedules/{schedule.id}/run",
-            f"/schedules/{schedule.id}/pause",
-            f"/schedules/{schedule.id}/resume",
-            f"/schedules/{schedule.id}/delete",
-            f"/schedules/{schedule.id}/edit",
-            f"/runs/{run.id}/replay",
-            f"/runs/{run.id}/cancel",
-        ):
+        posts = [
+            f"/schedules/{sid}/{verb}" for verb in ("run", "pause", "resume", "delete", "edit")
+        ]
+        for path in posts + [f"/runs/{run.id}/replay", f"/runs/{run.id}/cancel"]:
             response = await http.post(path, data={**FORM, "name": "taken over"})
             assert response.status_code == 404, path
     after = await service(live_app).get(schedule.id, None)
