@@ -383,14 +383,10 @@ async def test_keys_never_reach_a_log_line(
 
 async def test_notify_secrets_are_masked_for_owners_and_admins(world: World) -> None:
     secret = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    email = {"type": "email", "to": ["a@example.org"], "from": "b@example.org"}
     notify = [
         {"type": "webhook", "url": "https://hooks.example.org/x", "secret": secret},
-        {
-            "type": "email",
-            "to": ["a@example.org"],
-            "from": "b@example.org",
-            "smtp_url_env": "SMTP_URL",
-        },
+        {**email, "smtp_url_env": "SMTP_URL"},
     ]
     created = await create_schedule(world.alice, notify=notify)
     answers = [

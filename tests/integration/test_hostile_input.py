@@ -550,17 +550,10 @@ async def test_a_client_that_hangs_up_mid_body_is_no_error_and_writes_nothing(
     # The dashboard's preview is signed in by cookie: take one from the sign-in form.
     async with browser(live_app, key.removeprefix("Bearer ")) as web:
         cookie = "; ".join(f"{name}={value}" for name, value in web.cookies.items())
+    form = {"cookie": cookie, "content-type": "application/x-www-form-urlencoded"}
     posts = [
         (API, {"authorization": key, "content-type": "application/json"}),
-        (
-            "/ui/preview",
-            {
-                "cookie": cookie,
-                "content-type": "application/x-www-form-urlencoded",
-                "origin": ORIGIN,
-                "host": "agentcron",
-            },
-        ),
+        ("/ui/preview", {**form, "origin": ORIGIN, "host": "agentcron"}),
     ]
     with capture_logs() as logs:
         statuses = [await _send_and_hang_up(live_app, path, h) for path, h in posts]
