@@ -603,11 +603,7 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
         assert preview.status_code == 200, preview.text
         # Not before 2030 (start_at), and three due times only (max_runs).
         times = re.findall(r'<time datetime="([^"]+)"', preview.text)
-        assert times == [
-            "2030-01-01T08:00:00Z",
-            "2030-01-02T08:00:00Z",
-            "2030-01-03T08:00:00Z",
-        ]
+        assert times == ["2030-01-01T08:00:00Z", "2030-01-02T08:00:00Z", "2030-01-03T08:00:00Z"]
         assert "Then the timetable ends: at most 3 due times" in preview.text
         past_end = await http.post("/ui/preview", data={**fields, "end_at": "2001-01-01T00:00Z"})
         assert past_end.status_code == 422 and 'data-field="end_at"' in past_end.text
@@ -631,14 +627,8 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
 
         # Blanking the optional ones sets them back to none (that the edit page shows them:
         # tests/integration/test_edit_keeps_fields.py).
-        cleared = {
-            **fields,
-            "end_at": "",
-            "dst_gap": "",
-            "max_runs": "",
-            "jitter_seconds": "",
-            "retention_days": "",
-        }
+        blanked = ("end_at", "dst_gap", "max_runs", "jitter_seconds", "retention_days")
+        cleared = {**fields, **dict.fromkeys(blanked, "")}
         saved = await http.post(f"/schedules/{stored.id}/edit", data=cleared)
         assert saved.status_code == 303, saved.text
         after = await service(live_app).get(stored.id, None)

@@ -499,10 +499,8 @@ async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(
         response = await edit_in_dashboard(http, id, trigger_kind="every", every_seconds="600")
         assert response.status_code == 303, response.text
         bounds = {"start_at": trigger["start_at"], "end_at": trigger["end_at"]}
-        assert (await stored(live_app, api, id))["row"]["trigger"] == {
-            "every_seconds": 600,
-            **bounds,
-        }
+        row = (await stored(live_app, api, id))["row"]
+        assert row["trigger"] == {"every_seconds": 600, **bounds}
         response = await edit_in_dashboard(http, id, trigger_kind="at", at=LATER)
         assert response.status_code == 303, response.text
         assert (await stored(live_app, api, id))["row"]["trigger"] == {"at": LATER}
