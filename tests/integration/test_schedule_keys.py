@@ -117,15 +117,9 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_scope_or_nothing(
     outside = await schedules.apply("host", "other:1", record())
     unkeyed = await schedules.create(ScheduleCreate.model_validate(record()), "host")
 
-    done = await schedules.reconcile(
-        "host",
-        {
-            "deploy:kept": record(name="new name"),
-            "deploy:new": record(),
-            "deploy:off": record(enabled=False),
-        },
-        scope="deploy:",
-    )
+    wanted = {"deploy:kept": record(name="new name"), "deploy:new": record()}
+    wanted["deploy:off"] = record(enabled=False)
+    done = await schedules.reconcile("host", wanted, scope="deploy:")
     assert sorted(done.created) == ["deploy:new", "deploy:off"]
     assert done.replaced == ["deploy:kept"] and done.deleted == ["deploy:gone"]
     assert (await schedules.get_by_key("host", "deploy:kept")).name == "new name"
@@ -139,15 +133,9 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_scope_or_nothing(
 
     # With one bad record, none is applied.
     with pytest.raises(InvalidSchedule) as caught:
-        await schedules.reconcile(
-            "host",
-            {
-                "deploy:kept": record(name="changed"),
-                "deploy:b": record(),
-                "deploy:c": record(trigger={"cron": "0 8 * * *", "timezone": "Mars/Olympus"}),
-            },
-            scope="deploy:",
-        )
+        bad = {"deploy:kept": record(name="changed"), "deploy:b": record()}
+        bad["deploy:c"] = record(trigger={"cron": "0 8 * * *", "timezone": "Mars/Olympus"})
+        await schedules.reconcile("host", bad, scope="deploy:")
     assert "deploy:c" in caught.value.message
     assert caught.value.field == "records.deploy:c.trigger.timezone"
     assert (await schedules.get_by_key("host", "deploy:kept")).name == "new name"
