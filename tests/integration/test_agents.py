@@ -18,9 +18,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.chat_server import ChatServer, Reply
+from tests.integration.delivery_kit import created, schedule_body
 from tests.integration.engine_kit import API, Engine, run_to_end
 
-HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
 KEY_ENV = "AGENTCRON_TEST_AGENTS_KEY"
 KEY = "sk-live-7d0c3b9e2f8a41d6-must-never-be-shown"
 
@@ -43,11 +43,8 @@ def openai_runner(server: ChatServer, **extra: Any) -> dict[str, Any]:
 
 
 async def create(client: httpx.AsyncClient, runner: dict[str, Any], **fields: Any) -> str:
-    body = {"name": "agent", "prompt": "question 1", "trigger": HOURLY, "runner": runner}
-    response = await client.post(f"{API}/schedules", json={**body, **fields})
-    assert response.status_code == 201, response.text
-    schedule_id: str = response.json()["id"]
-    return schedule_id
+    schedule = await created(client, schedule_body(runner, prompt="question 1", **fields))
+    return str(schedule["id"])
 
 
 async def set_prompt(client: httpx.AsyncClient, schedule_id: str, prompt: str) -> None:

@@ -89,18 +89,10 @@ class TestAstraBoxProviderContract(ProviderContract):
     async def start(self, provider: Any, handler: HostHandler) -> None:
         async def on_call(call: Any) -> None:
             assert call.idempotency_key == f"deployment-run:{call.run_id}"
-            await handler(
-                Call(
-                    run_id=call.run_id,
-                    key=call.deployment_id,
-                    trigger=call.trigger,
-                    due_at=call.due_at,
-                    prompt=call.prompt,
-                    data=call.target,
-                    replay_of=call.replayed_from_run_id,
-                    attempt=call.attempt,
-                )
-            )
+            fields = ("run_id", "trigger", "due_at", "prompt", "attempt")  # named alike
+            same = {name: getattr(call, name) for name in fields}
+            replay_of, data = call.replayed_from_run_id, call.target
+            await handler(Call(key=call.deployment_id, data=data, replay_of=replay_of, **same))
 
         await provider.start(on_call)
 
@@ -127,15 +119,8 @@ class TestAstraBoxProviderContract(ProviderContract):
 
 
 def deployment(key: str, record: Record) -> Any:
-    return box.DeploymentRecord(
-        id=key,
-        name=record.name,
-        prompt=record.prompt,
-        cron=record.cron,
-        timezone=record.timezone,
-        enabled=record.enabled,
-        target=record.data,
-    )
+    same = {name: getattr(record, name) for name in ("name", "prompt", "cron", "timezone")}
+    return box.DeploymentRecord(id=key, enabled=record.enabled, target=record.data, **same)
 
 
 def hourly(id: str, **changes: Any) -> Any:
@@ -255,12 +240,8 @@ async def test_get_reads_one_schedule_back_as_the_provider_holds_it(store: Store
         target = {"agent": "a1"}
         await provider.apply(hourly("d1", cron="30 9 * * *", timezone=zone, target=target))
         held = await provider.get("d1")
-        assert (held.deployment_id, held.state, held.cron, held.timezone) == (
-            "d1",
-            "active",
-            "30 9 * * *",
-            zone,
-        )
+        expected = ("d1", "active", "30 9 * * *", zone)
+        assert (held.deployment_id, held.state, held.cron, held.timezone) == expected
         assert (held.name, held.prompt, dict(held.target)) == ("d1", "p", target)
         local = held.next_due_at.astimezone(ZoneInfo(zone))
         assert (local.hour, local.minute, local.second) == (9, 30, 0)
@@ -279,35 +260,28 @@ async def test_a_run_keeps_its_saved_input_and_what_the_handler_returned(store: 
     """The console's run row: the input the run started with, even after the record is
     edited, and the session the platform's handler opened for it."""
 
-    async def opens_a_session(call: Any) -> dict[str, Any]:
-        return {"session_id": f"session-{call.run_id}", "target": dict(call.target)}
+    def session(run_id: str, target: dict[str, Any]) -> dict[str, Any]:
+        return {"session_id": f"session-{run_id}", "target": target}
 
+    async def opens_a_session(call: Any) -> dict[str, Any]:
+        return session(call.run_id, dict(call.target))
+
+    a1, a2 = {"agent": "a1"}, {"agent": "a2"}
     async with started(store, opens_a_session) as provider:
-        await provider.apply(hourly("d1", prompt="first", target={"agent": "a1"}))
+        await provider.apply(hourly("d1", prompt="first", target=a1))
         queued = await provider.run_now("d1")
-        assert (queued.prompt, dict(queued.target), queued.result) == (
-            "first",
-            {"agent": "a1"},
-            None,
-        )
+        assert (queued.prompt, dict(queued.target), queued.result) == ("first", a1, None)
         (run,) = await ended(provider, "d1")
-        await provider.apply(hourly("d1", prompt="second", target={"agent": "a2"}))
+        await provider.apply(hourly("d1", prompt="second", target=a2))
         edited = await provider.run_now("d1")
         newest, first = await ended(provider, "d1", count=2)
         assert (first.run_id, first.status, first.error) == (run.run_id, "succeeded", None)
-        assert (first.prompt, dict(first.target)) == ("first", {"agent": "a1"})
-        assert first.result == {"session_id": f"session-{run.run_id}", "target": {"agent": "a1"}}
+        assert (first.prompt, dict(first.target)) == ("first", a1)
+        assert first.result == session(run.run_id, a1)
         assert first.started_at is not None and first.finished_at is not None
         assert first.created_at <= first.started_at <= first.finished_at
-        assert (newest.run_id, newest.prompt, dict(newest.target)) == (
-            edited.run_id,
-            "second",
-            {"agent": "a2"},
-        )
-        assert newest.result == {
-            "session_id": f"session-{edited.run_id}",
-            "target": {"agent": "a2"},
-        }
+        assert (newest.run_id, newest.prompt, dict(newest.target)) == (edited.run_id, "second", a2)
+        assert newest.result == session(edited.run_id, a2)
         assert await provider.get_run("d1", run.run_id) == first
         await provider.apply(hourly("d2"))
         with pytest.raises(box.RunNotFound):

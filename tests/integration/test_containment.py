@@ -31,10 +31,10 @@ from agentcron.core.storage.models import Task
 from agentcron.core.workdirs import TaskDirectories, adopt_legacy_directory
 from agentcron.web.app import create_app
 from tests.conftest import app_client, issue_key
+from tests.integration.delivery_kit import created, schedule_body
 from tests.integration.engine_kit import API, run_to_end
 from tests.sandbox import HOST_PYTHON
 
-HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from "run now"
 INSTANCE = "containment-replica"
 SERVICE_SECRETS = {
     # Names the service really reads, with values that must never reach an agent.
@@ -42,18 +42,9 @@ SERVICE_SECRETS = {
     "OPENAI_API_KEY": "sk-test-0123456789abcdef0123456789abcdef",
     "AGENTCRON_TEST_SERVICE_ONLY": "service-only-value",
 }
-DOCUMENTED = {
-    "PATH",
-    "HOME",
-    "LANG",
-    "TMPDIR",
-    "AGENTCRON_RUN_ID",
-    "AGENTCRON_SCHEDULE_ID",
-    "AGENTCRON_TASK_ID",
-    "AGENTCRON_ATTEMPT",
-    "AGENTCRON_TRIGGER",
-    "AGENTCRON_DUE_AT",
-    "AGENTCRON_INSTANCE_ID",
+DOCUMENTED = {"PATH", "HOME", "LANG", "TMPDIR"} | {
+    f"AGENTCRON_{name}"
+    for name in ("RUN_ID", "SCHEDULE_ID", "TASK_ID", "ATTEMPT", "TRIGGER", "DUE_AT", "INSTANCE_ID")
 }
 SHELL_OWN = {"PWD", "SHLVL", "_", "OLDPWD"}
 REPO = Path(__file__).resolve().parents[2]
@@ -146,17 +137,8 @@ async def owner(app: FastAPI, name: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def create(http: httpx.AsyncClient, argv: list[str], **fields: Any) -> str:
-    body = {
-        "name": "agent",
-        "prompt": "go",
-        "trigger": HOURLY,
-        "runner": {"type": "command", "argv": argv},
-        **fields,
-    }
-    response = await http.post(f"{API}/schedules", json=body)
-    assert response.status_code == 201, response.text
-    schedule_id: str = response.json()["id"]
-    return schedule_id
+    schedule = await created(http, schedule_body({"type": "command", "argv": argv}, **fields))
+    return str(schedule["id"])
 
 
 async def workdir_of(http: httpx.AsyncClient, task_id: str) -> str:

@@ -38,13 +38,10 @@ from agentcron.core.notify.delivery import deliver_run, delivery_body
 from agentcron.core.notify.email.notifier import EmailNotifier
 from agentcron.core.notify.email.transport import EmailDeferred
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runners.fake import FakeRunnerType
-from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.specs import ScheduleCreate
+from agentcron.core.runs import run_view
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run
 from tests.e2e.conftest import free_port
+from tests.integration.delivery_kit import PRIVATE_HOSTS, dns_for, finished_run
 from tests.integration.engine_kit import deliveries_of
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 
@@ -248,21 +245,6 @@ def parts(message: EmailMessage) -> tuple[str, str]:
     )
 
 
-async def persisted_run(db: Database, fake: FakeRunnerType, notify: list[dict[str, Any]]) -> Run:
-    """A schedule with ``notify`` and a manual run of it, marked succeeded (never executed)."""
-    spec = ScheduleCreate(
-        name="digest",
-        prompt="summarise",
-        trigger={"every_seconds": 3600},
-        runner=fake.config(),
-        notify=notify,
-    )
-    schedule = await ScheduleService(db).create(spec, "local")
-    run = await RunService(db).run_now(schedule.id, None)
-    run.status, run.output = "succeeded", OUTPUT
-    return run
-
-
 # -- the message --------------------------------------------------------------------------
 
 
@@ -420,28 +402,14 @@ async def test_a_missing_variable_or_an_unreadable_ca_file_is_permanent(
 # -- a stored URL is the tenant's choice: judged like a webhook's ----------------------------
 
 
-@pytest.mark.parametrize(
-    ("host", "said"),
-    [
-        ("127.0.0.1", "a loopback address"),
-        ("[::ffff:127.0.0.1]", "a loopback (IPv4-mapped) address"),
-        ("localhost", "a loopback address"),
-        ("2130706433", "a loopback address"),  # 127.0.0.1 spelled as one number
-        ("127.1", "a loopback address"),
-        # The public record comes first; the name's owner orders them, so every one counts.
-        ("mail.example.test", "mail.example.test resolves to a loopback address"),
-    ],
-)
+@PRIVATE_HOSTS
 async def test_a_stored_url_at_a_private_address_is_refused_before_any_connection(
     host: str, said: str
 ) -> None:
-    # A name of ``.test`` gets the test's DNS answer; the literals are judged as they are.
-    dns = resolving("93.184.216.34", "127.0.0.1")
-    notifier = EmailNotifier(resolver=dns) if host.endswith(".test") else EmailNotifier()
     async with listening(SSH_BANNER) as service:
         url = f"smtp://{host}:{service.port}"
         with pytest.raises(RunPermanentError) as caught:
-            await notifier.deliver(stored_url_request(url))
+            await EmailNotifier(**dns_for(host)).deliver(stored_url_request(url))
         await asyncio.sleep(0.05)
         assert service.connections == 0
     message = caught.value.message
@@ -576,7 +544,6 @@ RCPT_REPLIES = [
 async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_delivery(
     db: Database,
     tmp_path: Path,
-    fake: FakeRunnerType,
     start_server: StartServer,
     monkeypatch: pytest.MonkeyPatch,
     to: list[str],
@@ -590,7 +557,7 @@ async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_deliv
     for address, script in replies.items():
         server.mailbox.answer(address, *script)
     monkeypatch.setenv(ENV, server.url())
-    run = await persisted_run(db, fake, [channel(*to)])
+    run = await finished_run(db, [channel(*to)], output=OUTPUT)
 
     await deliver_run(db, run, run_view(run), tmp_path, policy=FAST)
 

@@ -25,6 +25,7 @@ from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.models import Run
 
 OWNER = "host-tenant"
+HOST = "http://host"
 LIBRARY_MD = (Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text()
 
 
@@ -51,11 +52,15 @@ async def finished(engine: agentcron.Engine, schedule_id: uuid.UUID, count: int 
         await asyncio.sleep(0.1)
 
 
+def handler_schedule(**fields: Any) -> ScheduleCreate:
+    """A schedule of the engine's handler, hourly unless ``fields`` say otherwise."""
+    spec = {"name": "n", "prompt": "p", "trigger": {"every_seconds": 3600}}
+    return ScheduleCreate.model_validate(spec | {"runner": {"type": "handler"}} | fields)
+
+
 async def run_once(engine: agentcron.Engine, **fields: Any) -> Any:
     """The run of a new handler schedule (``fields`` set), run now, once it has ended."""
-    spec = {"name": "n", "prompt": "p", "trigger": {"every_seconds": 3600}}
-    spec["runner"] = {"type": "handler"}
-    made = await engine.schedules.create(ScheduleCreate.model_validate(spec | fields), OWNER)
+    made = await engine.schedules.create(handler_schedule(**fields), OWNER)
     await engine.runs.run_now(made.id, OWNER)
     (run,) = await finished(engine, made.id)
     return run
@@ -75,11 +80,9 @@ async def test_the_handlers_workdir_exists_is_writable_and_keeps_files_between_r
     # A data directory nobody made: the engine creates it, as it does for a command agent.
     engine = engine_for(db_url, tmp_path, handler)
     assert not (tmp_path / "data").exists()
-    spec = {"name": "n", "prompt": "note", "mode": "persistent", "runner": {"type": "handler"}}
     async with engine:
-        made = await engine.schedules.create(
-            ScheduleCreate.model_validate(spec | {"trigger": {"every_seconds": 3600}}), OWNER
-        )
+        spec = handler_schedule(prompt="note", mode="persistent")
+        made = await engine.schedules.create(spec, OWNER)
         workdir = (tmp_path / "data" / "tasks" / OWNER / str(made.id)).resolve()
         assert workdir.is_dir()  # made with the schedule, before any run
         workdir.rmdir()  # gone again (another replica's disk): the first run makes it
@@ -130,22 +133,18 @@ async def test_what_a_handler_returns_is_kept_on_the_run_or_fails_it_saying_why(
     engine.install(app, prefix="/scheduling", principal=owner_from_header)
     transport = httpx.ASGITransport(app=app)
     ran: dict[str, Any] = {}
-    async with (
-        engine,
-        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
-    ):
+    http = httpx.AsyncClient(transport=transport, base_url=HOST, headers={"X-User": OWNER})
+    async with engine, http:
         for returns in returned:
             runner = {"type": "handler", "data": {"returns": returns}}
             ran[returns] = await run_once(engine, max_attempts=3, runner=runner)
         for returns in ("mapping", "outcome", "text"):
             run, _ = await engine.runs.get_run(ran[returns].id, OWNER)
             assert run.status == "succeeded", run.error
-            answer = await http.get(f"/scheduling/api/v1/runs/{run.id}", headers={"X-User": OWNER})
+            answer = await http.get(f"/scheduling/api/v1/runs/{run.id}")
             assert answer.status_code == 200, answer.text
             assert (answer.json()["output"], answer.json()["result"]) == (run.output, run.result)
-            listed = await http.get(
-                f"/scheduling/api/v1/schedules/{run.schedule_id}/runs", headers={"X-User": OWNER}
-            )
+            listed = await http.get(f"/scheduling/api/v1/schedules/{run.schedule_id}/runs")
             assert [item["result"] for item in listed.json()["items"]] == [run.result]
         async with engine.db.session(write=False) as session:
             unset = select(Run.id).where(Run.result.is_(None))  # SQL NULL, not a JSON null
@@ -189,10 +188,7 @@ async def test_properties_and_a_disabled_scheduler(db_url: str, tmp_path: Path) 
         assert props.recovery_seconds == 0.0  # the restarted engine's first claim
     async with engine:
         assert engine.loop is None  # AGENTCRON_DISABLE_SCHEDULER: the API alone
-        spec = ScheduleCreate(
-            name="n", prompt="p", trigger={"every_seconds": 60}, runner={"type": "handler"}
-        )
-        assert (await engine.schedules.create(spec, OWNER)).enabled
+        assert (await engine.schedules.create(handler_schedule(), OWNER)).enabled
 
 
 async def test_the_host_in_docs_library_md_runs_as_written(
@@ -231,7 +227,7 @@ async def test_the_host_in_docs_library_md_runs_as_written(
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://host") as http,
+        httpx.AsyncClient(transport=transport, base_url=HOST) as http,
     ):
         assert (await http.get("/health")).json() == {"ok": "yes"}
         assert (await http.post(f"{api}/schedules", json=body)).status_code == 401

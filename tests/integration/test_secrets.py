@@ -39,13 +39,13 @@ from agentcron.web.app import create_app
 from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion
 from tests.conftest import app_client, issue_key
+from tests.integration.delivery_kit import created, schedule_body
 from tests.integration.engine_kit import API, assert_error, finished, run_now, run_to_end
 from tests.integration.test_edit_keeps_fields import _AppTransport
 from tests.integration.test_webhook import Receiver, new_secret
 from tests.network import SSH_BANNER, listening
 
 KEY = Fernet.generate_key().decode()
-HOURLY = {"every_seconds": 3600}  # never due during a test: runs come from run now
 ORIGIN = "http://agentcron.test"
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: `python -m web.cli` runs from there
 
@@ -95,25 +95,17 @@ def command(script: str, env: dict[str, Any]) -> dict[str, Any]:
     return {"type": "command", "argv": ["sh", "-c", script], "env": env}
 
 
-def schedule_body(runner: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    return {
-        "name": fields.pop("name", "with secrets"),
-        "prompt": "do the work",
-        "trigger": HOURLY,
-        "runner": runner,
-        **fields,
-    }
+def openai_runner(base_url: str) -> dict[str, Any]:
+    return {"type": "openai", "base_url": base_url, "model": "m", "api_key_secret": "llm"}
+
+
+def email(smtp_url_secret: str) -> dict[str, Any]:
+    to, sender = ["ops@example.org"], "agentcron@example.org"
+    return {"type": "email", "to": to, "from": sender, "smtp_url_secret": smtp_url_secret}
 
 
 async def put(http: httpx.AsyncClient, name: str, value: str) -> httpx.Response:
     return await http.put(f"{API}/secrets/{name}", json={"value": value})
-
-
-async def created(http: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-    response = await http.post(f"{API}/schedules", json=body)
-    assert response.status_code == 201, response.text
-    schedule: dict[str, Any] = response.json()
-    return schedule
 
 
 def assert_absent(value: str, *texts: Any) -> None:
@@ -235,13 +227,11 @@ async def test_another_owner_cannot_see_use_or_delete_a_secret(live_app: FastAPI
         # Bob's own secret of the same name is his, apart from Alice's.
         assert (await put(bob, "shared", fresh_value())).status_code == 200
         assert (await bob.post(f"{API}/schedules", json=schedule_body(runner))).status_code == 201
-        assert [i["name"] for i in (await alice.get(f"{API}/secrets")).json()["items"]] == [
-            "shared"
-        ]
+        listed = (await alice.get(f"{API}/secrets")).json()["items"]
+        assert [item["name"] for item in listed] == ["shared"]
         keyring: Keyring = live_app.state.keyring
-        assert await resolve(live_app.state.db, "alice", {"shared"}, keyring=keyring) == {
-            "shared": value
-        }
+        found = await resolve(live_app.state.db, "alice", {"shared"}, keyring=keyring)
+        assert found == {"shared": value}
 
         # An admin editing Alice's schedule refers to Alice's secrets, not its own.
         mine = await created(alice, schedule_body(command("true", {})))
@@ -253,18 +243,12 @@ async def test_another_owner_cannot_see_use_or_delete_a_secret(live_app: FastAPI
 
 
 async def test_references_are_checked_at_create_and_update(client: httpx.AsyncClient) -> None:
-    openai = {
-        "type": "openai",
-        "base_url": "https://llm.example.com/v1",
-        "model": "m",
-        "api_key_secret": "llm",
-    }
+    openai = openai_runner("https://llm.example.com/v1")
     webhook = {"type": "webhook", "url": "https://hooks.example.com/x", "secret": {"secret": "h"}}
-    email = {"type": "email", "to": ["a@b.example"], "from": "c@d.example", "smtp_url_secret": "s"}
     cases = [
         (schedule_body(openai), "runner.api_key_secret", "llm"),
         (schedule_body(command("true", {}), notify=[webhook]), "notify.0.secret", "h"),
-        (schedule_body(command("true", {}), notify=[email]), "notify.0.smtp_url_secret", "s"),
+        (schedule_body(command("true", {}), notify=[email("s")]), "notify.0.smtp_url_secret", "s"),
     ]
     for body, field, name in cases:
         response = await client.post(f"{API}/schedules", json=body)
@@ -276,9 +260,8 @@ async def test_references_are_checked_at_create_and_update(client: httpx.AsyncCl
     for name in ("llm", "h", "s"):
         assert (await put(client, name, new_secret())).status_code == 200
     ids = [(await created(client, body))["id"] for body, _, _ in cases]
-    assert (await client.get(f"{API}/schedules/{ids[1]}")).json()["notify"][0]["secret"] == {
-        "secret": "h"
-    }
+    shown = (await client.get(f"{API}/schedules/{ids[1]}")).json()
+    assert shown["notify"][0]["secret"] == {"secret": "h"}
 
     patch = {"runner": {**openai, "api_key_secret": "missing"}}
     response = await client.patch(f"{API}/schedules/{ids[0]}", json=patch)
@@ -325,19 +308,14 @@ async def test_the_value_is_encrypted_at_rest_and_bound_to_owner_and_name(
 async def test_rotation_with_two_keys(db: Database) -> None:
     old_key, new_key = KEY, Fernet.generate_key().decode()
     old, both, new = Keyring([old_key]), Keyring([new_key, old_key]), Keyring([new_key])
-    await put_secret(db, "alice", "a", "first value", keyring=old)
-    await put_secret(db, "alice", "b", "second value", keyring=both)
-    assert await resolve(db, "alice", ["a", "b"], keyring=both) == {
-        "a": "first value",
-        "b": "second value",
-    }
+    values = {"a": "first value", "b": "second value"}
+    await put_secret(db, "alice", "a", values["a"], keyring=old)
+    await put_secret(db, "alice", "b", values["b"], keyring=both)
+    assert await resolve(db, "alice", ["a", "b"], keyring=both) == values
     with pytest.raises(SecretUnreadable, match="'a'"):
         await resolve(db, "alice", ["a", "b"], keyring=new)
     assert await reencrypt_all(db, both, batch=1) == 2
-    assert await resolve(db, "alice", ["a", "b"], keyring=new) == {
-        "a": "first value",
-        "b": "second value",
-    }
+    assert await resolve(db, "alice", ["a", "b"], keyring=new) == values
     assert [info.name for info in await list_secrets(db, "alice")] == ["a", "b"]
 
 
@@ -416,12 +394,7 @@ async def test_openai_runner_sends_the_stored_key_and_its_echo_is_redacted(
         server.script(Reply(json=completion(f"you gave me {value}, thanks")))
         async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
             assert (await put(http, "llm", value)).status_code == 200
-            runner = {
-                "type": "openai",
-                "base_url": server.base_url,
-                "model": "test-model",
-                "api_key_secret": "llm",
-            }
+            runner = openai_runner(server.base_url)
             schedule = await created(http, schedule_body(runner, mode="persistent"))
             run = await run_to_end(http, schedule["id"])
             task = (await http.get(f"{API}/tasks/{run['task_id']}")).json()
@@ -477,13 +450,8 @@ async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconne
     ):
         url = f"smtp://127.0.0.1:{service.port}"
         assert (await put(http, "smtp", url)).status_code == 200
-        email = {
-            "type": "email",
-            "to": ["ops@example.org"],
-            "from": "agentcron@example.org",
-            "smtp_url_secret": "smtp",
-        }
-        schedule = await created(http, schedule_body(command("echo done", {}), notify=[email]))
+        body = schedule_body(command("echo done", {}), notify=[email("smtp")])
+        schedule = await created(http, body)
         run = await run_to_end(http, schedule["id"], delivered=True)
     [delivery] = run["deliveries"]
     assert (delivery["status"], delivery["attempts"]) == ("failed", 1), delivery
@@ -512,10 +480,8 @@ async def test_the_command_line_sets_lists_and_deletes_without_showing_values(
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"{piped}\n"))  # as `echo ... |` sends it
     assert await cli(live_app, monkeypatch, key, "secrets", "set", "from-stdin") == 0
     assert await cli(live_app, monkeypatch, key, "secrets", "set", "inline", "--value", typed) == 0
-    assert await resolve(live_app.state.db, "alice", ["from-stdin", "inline"], keyring=keyring) == {
-        "from-stdin": piped,
-        "inline": typed,
-    }
+    found = await resolve(live_app.state.db, "alice", ["from-stdin", "inline"], keyring=keyring)
+    assert found == {"from-stdin": piped, "inline": typed}
     said = capsys.readouterr()
     assert "stored secret from-stdin" in said.out and "stored secret inline" in said.out
 
@@ -528,10 +494,8 @@ async def test_the_command_line_sets_lists_and_deletes_without_showing_values(
 
     assert await cli(live_app, monkeypatch, key, "secrets", "delete", "inline", "--json") == 0
     # The last line: the in-process service's own log lines go to stdout too.
-    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
-        "name": "inline",
-        "deleted": True,
-    }
+    deleted = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert deleted == {"name": "inline", "deleted": True}
     assert await cli(live_app, monkeypatch, key, "secrets", "delete", "inline") == 1
     assert "HTTP 404 NotFound: secret inline not found" in capsys.readouterr().err
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -19,14 +20,13 @@ import agentcron
 from agentcron.core.clock import utcnow
 from agentcron.core.errors import StartupError
 from agentcron.core.retention import RetentionPolicy, prune_runs, take_turn
-from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.migrate import upgrade
 from agentcron.core.storage.wakeups import announce_change, listen
 from agentcron.web.api.hosting import ConfigurationError
 from tests.conftest import _dsn, pg_url_for, run_sql
 from tests.integration.engine_kit import wait_for
-from tests.integration.test_library import OWNER, engine_for, finished
+from tests.integration.test_library import OWNER, engine_for, finished, handler_schedule
 
 HOST_TABLES = """
 CREATE TABLE runs (id serial PRIMARY KEY, note text NOT NULL);
@@ -45,35 +45,32 @@ async def host_url(empty_pg: str) -> str:
     return url
 
 
+async def fetch(url: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = await asyncpg.connect(_dsn(url), timeout=10)
+    try:
+        return [tuple(row) for row in await conn.fetch(query, *args)]
+    finally:
+        await conn.close()
+
+
 async def tables(url: str, schema: str) -> set[str]:
     """The tables of ``schema`` in the database at ``url``."""
-    conn = await asyncpg.connect(_dsn(url), timeout=10)
-    try:
-        rows = await conn.fetch(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", schema
-        )
-    finally:
-        await conn.close()
-    return {row["table_name"] for row in rows}
+    query = "SELECT table_name FROM information_schema.tables WHERE table_schema = $1"
+    return {name for (name,) in await fetch(url, query, schema)}
 
 
-async def host_rows(url: str) -> dict[str, list[tuple[int, str]]]:
-    conn = await asyncpg.connect(_dsn(url), timeout=10)
-    try:
-        runs = await conn.fetch("SELECT id, note FROM public.runs ORDER BY id")
-        tasks = await conn.fetch("SELECT id, title FROM public.tasks ORDER BY id")
-    finally:
-        await conn.close()
-    return {"runs": [tuple(row) for row in runs], "tasks": [tuple(row) for row in tasks]}
+async def host_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        "runs": await fetch(url, "SELECT id, note FROM public.runs ORDER BY id"),
+        "tasks": await fetch(url, "SELECT id, title FROM public.tasks ORDER BY id"),
+    }
 
 
 def handled(ctx: object) -> str:
     return "ok"
 
 
-SPEC = ScheduleCreate(
-    name="every second", prompt="p", trigger={"every_seconds": 1}, runner={"type": "handler"}
-)
+SPEC = handler_schedule(name="every second", trigger={"every_seconds": 1})
 
 
 @pytest.mark.parametrize("name", ["Jobs", "1jobs", "pg_jobs", "jobs-x", 'x"; DROP', "j" * 44])
@@ -144,15 +141,9 @@ async def test_in_a_schema_of_its_own_agentcron_runs_beside_the_hosts_tables(
 
 async def test_two_installations_in_two_schemas_never_meet(host_url: str, tmp_path: Path) -> None:
     # The same instance id in both: only the schema tells their locks apart.
+    same: dict[str, Any] = {"migrate": True, "instance_id": "replica-0"}
     one, two = (
-        engine_for(
-            host_url,
-            tmp_path / schema,
-            handled,
-            migrate=True,
-            database_schema=schema,
-            instance_id="replica-0",
-        )
+        engine_for(host_url, tmp_path / schema, handled, database_schema=schema, **same)
         for schema in ("team_one", "team_two")
     )
     async with one, two:

@@ -15,7 +15,6 @@ import re
 import secrets
 import socket
 import ssl
-import sys
 import threading
 import time
 import uuid
@@ -37,13 +36,17 @@ from agentcron.core.notify.base import DeliveryRequest
 from agentcron.core.notify.delivery import deliver_run
 from agentcron.core.notify.webhook import WebhookNotifier
 from agentcron.core.retry import RetryPolicy
-from agentcron.core.runs import RunService, run_view
-from agentcron.core.schedules.service import ScheduleService
-from agentcron.core.specs import ScheduleCreate
+from agentcron.core.runs import run_view
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run
 from tests.e2e.conftest import free_port
-from tests.integration.engine_kit import API, HOURLY, assert_error, deliveries_of
+from tests.integration.delivery_kit import (
+    PRIVATE_HOSTS,
+    created,
+    dns_for,
+    finished_run,
+    schedule_body,
+)
+from tests.integration.engine_kit import API, assert_error, deliveries_of
 from tests.network import BANNERS, MARK, listening, resolving
 
 HANG = "hang"
@@ -269,29 +272,13 @@ async def test_https_to_a_vetted_address_sends_sni_and_verifies_the_name(
 # -- SSRF ---------------------------------------------------------------------------------
 
 
-# Spellings of the receiver's own loopback address, and a name with a loopback record: each is
-# refused and nothing reaches the receiver. Which address is of which kind is the table of
-# tests/unit/test_ssrf.py.
-@pytest.mark.parametrize(
-    ("host", "said"),
-    [
-        ("127.0.0.1", "a loopback address"),
-        ("localhost", "a loopback address"),
-        ("[::ffff:127.0.0.1]", "a loopback (IPv4-mapped) address"),
-        ("2130706433", "a loopback address"),  # 127.0.0.1 spelled as one number
-        # The public record comes first; the attacker controls the order, so every one counts.
-        ("rebind.example.test", "rebind.example.test resolves to a loopback address"),
-    ],
-)
+@PRIVATE_HOSTS
 async def test_private_destinations_are_refused_before_any_connection(
     receiver: Receiver, secret: str, host: str, said: str
 ) -> None:
     request = request_for(f"http://{host}:{receiver.port}/hook", secret, allow_private=False)
-    # A name of ``.test`` gets the test's DNS answer; the literals are judged as they are.
-    dns = resolving("93.184.216.34", "127.0.0.1")
-    notifier = WebhookNotifier(resolver=dns) if host.endswith(".test") else WebhookNotifier()
     with pytest.raises(RunPermanentError) as caught:
-        await notifier.deliver(request)
+        await WebhookNotifier(**dns_for(host)).deliver(request)
     message = caught.value.message
     assert said in message, message
     assert "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in message and secret not in message
@@ -321,48 +308,28 @@ MALFORMED_URLS = [
 @pytest.mark.parametrize("backend", ["sqlite"])  # refused before anything is stored
 async def test_private_urls_are_refused_at_creation(client: httpx.AsyncClient) -> None:
     for url in PRIVATE_URLS + MALFORMED_URLS:
-        notify = [{"type": "webhook", "url": url, "secret": new_secret()}]
-        response = await client.post(f"{API}/schedules", json=schedule_body(notify))
+        body = schedule_body(notify=hook(url, new_secret()))
+        response = await client.post(f"{API}/schedules", json=body)
         error = assert_error(response, 422, "InvalidSchedule", field="notify.0.url")["error"]
         hint = "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in error["message"]
         assert hint is (url in PRIVATE_URLS), error
     # A name is judged when it is resolved, at delivery, not at creation.
-    notify = [{"type": "webhook", "url": "https://hooks.example.org/x", "secret": new_secret()}]
-    assert (await client.post(f"{API}/schedules", json=schedule_body(notify))).status_code == 201
+    await created(client, schedule_body(notify=hook("https://hooks.example.org/x", new_secret())))
 
 
 # -- through deliver_run: attempts recorded on the delivery row ------------------------------
 
 
-def schedule_body(notify: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    return {
-        "name": fields.pop("name", "digest"),
-        "prompt": "Summarise today's headlines.",
-        "trigger": HOURLY,
-        "runner": {"type": "command", "argv": [sys.executable, "-c", "print('digest ready')"]},
-        "notify": notify,
-        **fields,
-    }
-
-
-async def finished_run(db: Database, url: str, secret: str, name: str = "digest") -> Run:
-    """A succeeded run of a new schedule whose one channel is the webhook ``url``."""
-    service = ScheduleService(db, allow_private=True)
-    notify = [{"type": "webhook", "url": url, "secret": secret}]
-    schedule = await service.create(ScheduleCreate(**schedule_body(notify, name=name)), "local")
-    queued = await RunService(db).run_now(schedule.id, None)
-    async with db.session() as session:
-        run = await session.get(Run, queued.id)
-        assert run is not None
-        run.status, run.output, run.attempt = "succeeded", "five bullets", 1
-    return run
+def hook(url: str, secret: str) -> list[dict[str, Any]]:
+    return [{"type": "webhook", "url": url, "secret": secret}]
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])  # delivery logic, not storage
 async def test_run_is_delivered_once_with_the_documented_body(
     db: Database, receiver: Receiver, secret: str, tmp_path: Path
 ) -> None:
-    run = await finished_run(db, receiver.url("/hooks/agentcron?tenant=7"), secret, "digest ☕")
+    url = receiver.url("/hooks/agentcron?tenant=7")
+    run = await finished_run(db, hook(url, secret), "digest ☕")
     before = int(time.time())
     await deliver_run(db, run, run_view(run), tmp_path, policy=FAST, allow_private=True)
     (row,) = await deliveries_of(db, run.id)
@@ -425,7 +392,7 @@ async def test_transient_failures_are_retried_with_the_same_webhook_id(
     receiver.answers = list(answers)
     if HANG in answers:
         webhook_timeout(0.2)
-    run = await finished_run(db, receiver.url(), secret)
+    run = await finished_run(db, hook(receiver.url(), secret))
     with structlog.testing.capture_logs() as logs:
         await deliver_run(
             db, run, run_view(run), tmp_path, policy=FAST, allow_private=allow_private

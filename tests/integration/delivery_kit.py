@@ -1,0 +1,68 @@
+"""What the channel and owner tests share: a schedule's JSON and its creation through the API,
+a finished run for ``deliver_run``, and the private destinations a tenant's URL may not name."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import httpx
+import pytest
+
+from agentcron.core.notify.ssrf import Resolver
+from agentcron.core.runs import RunService
+from agentcron.core.schedules.service import ScheduleService
+from agentcron.core.specs import ScheduleCreate
+from agentcron.core.storage.database import Database
+from agentcron.core.storage.models import Run
+from tests.integration.engine_kit import API, HOURLY
+from tests.network import resolving
+
+ECHO = {"type": "command", "argv": [sys.executable, "-c", "print('digest ready')"]}
+
+
+def schedule_body(runner: dict[str, Any] = ECHO, **fields: Any) -> dict[str, Any]:
+    """A schedule never due during a test (its runs come from run now)."""
+    return {"name": "digest", "prompt": "do the work", "trigger": HOURLY, "runner": runner} | fields
+
+
+async def created(http: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = await http.post(f"{API}/schedules", json=body)
+    assert response.status_code == 201, response.text
+    schedule: dict[str, Any] = response.json()
+    return schedule
+
+
+async def finished_run(
+    db: Database, notify: list[dict[str, Any]], name: str = "digest", output: str = "five bullets"
+) -> Run:
+    """A succeeded run (never executed) of a new schedule whose channels are ``notify``."""
+    spec = ScheduleCreate(**schedule_body(notify=notify, name=name))
+    schedule = await ScheduleService(db, allow_private=True).create(spec, "local")
+    queued = await RunService(db).run_now(schedule.id, None)
+    async with db.session() as session:
+        run = await session.get(Run, queued.id)
+        assert run is not None
+        run.status, run.output, run.attempt = "succeeded", output, 1
+    return run
+
+
+# Spellings of loopback, and a name with a loopback record: each is refused before any
+# connection. Which address is of which kind is the table of tests/unit/test_ssrf.py.
+PRIVATE_HOSTS = pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("[::ffff:127.0.0.1]", "a loopback (IPv4-mapped) address"),
+        ("localhost", "a loopback address"),
+        ("2130706433", "a loopback address"),  # 127.0.0.1 spelled as one number
+        ("127.1", "a loopback address"),
+        # The public record comes first; the name's owner orders them, so every one counts.
+        ("rebind.example.test", "rebind.example.test resolves to a loopback address"),
+    ],
+)
+
+
+def dns_for(host: str) -> dict[str, Resolver]:
+    """A name of ``.test`` gets the test's DNS answer; the literals are judged as they are."""
+    return {"resolver": resolving("93.184.216.34", "127.0.0.1")} if host.endswith(".test") else {}
