@@ -3,11 +3,13 @@ a finished run for ``deliver_run``, and the private destinations a tenant's URL 
 
 from __future__ import annotations
 
+import ssl
 import sys
 from typing import Any
 
 import httpx
 import pytest
+import trustme
 
 from agentcron.core.notify.ssrf import Resolver
 from agentcron.core.runs import RunService
@@ -18,6 +20,7 @@ from agentcron.core.storage.models import Run
 from tests.integration.engine_kit import API, HOURLY
 from tests.network import resolving
 
+CA = trustme.CA()  # the throw-away authority of the channel tests' TLS servers
 ECHO = {"type": "command", "argv": [sys.executable, "-c", "print('digest ready')"]}
 
 
@@ -61,6 +64,13 @@ PRIVATE_HOSTS = pytest.mark.parametrize(
         ("rebind.example.test", "rebind.example.test resolves to a loopback address"),
     ],
 )
+
+
+def server_context(*names: str) -> ssl.SSLContext:
+    """A TLS server's context, its certificate for ``names`` issued by ``CA``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    CA.issue_cert(*names).configure_cert(context)
+    return context
 
 
 def dns_for(host: str) -> dict[str, Resolver]:

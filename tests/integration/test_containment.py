@@ -220,7 +220,7 @@ async def test_without_the_sandbox_an_agent_reads_what_the_service_user_can(
 
 
 async def test_a_legacy_task_directory_moves_once_under_its_owner(
-    db_url: str, tmp_path: Path, service_env: dict[str, str]
+    db: Database, db_url: str, tmp_path: Path, service_env: dict[str, str]
 ) -> None:
     data_dir = tmp_path / "data"
     settings = settings_for(db_url, data_dir)
@@ -234,16 +234,9 @@ async def test_a_legacy_task_directory_moves_once_under_its_owner(
     legacy, moved = tasks / schedule_id, tasks / "alice" / schedule_id
     moved.rename(legacy)
     (tasks / "alice").rmdir()
-    db = Database(db_url)
-    try:
-        async with db.session() as session:
-            await session.execute(
-                update(Task)
-                .where(Task.id == uuid.UUID(first["task_id"]))
-                .values(workdir=str(legacy))
-            )
-    finally:
-        await db.dispose()
+    async with db.session() as session:
+        first_task = update(Task).where(Task.id == uuid.UUID(first["task_id"]))
+        await session.execute(first_task.values(workdir=str(legacy)))
 
     async with serving(settings) as app, owner(app, "alice") as alice:
         second = await run_to_end(alice, schedule_id)

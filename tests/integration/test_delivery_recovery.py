@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,8 +42,17 @@ from tests.integration.test_webhook import Receiver
 ON_SUCCESS = [{"type": "file", "path": "ok.jsonl"}]  # notify_on defaults to ["succeeded"]
 
 
-async def deliver_until(db: Database, run_id: uuid.UUID) -> datetime | None:
-    return (await fetch_run(db, run_id)).deliver_until
+def released(db: Database, run_id: uuid.UUID) -> Callable[[], Awaitable[bool]]:
+    """A check for ``wait_for``: the run's delivery lease is cleared."""
+
+    async def check() -> bool:
+        return (await fetch_run(db, run_id)).deliver_until is None
+
+    return check
+
+
+async def statuses(db: Database, run_id: uuid.UUID) -> list[str]:
+    return [row.status for row in await deliveries_of(db, run_id)]
 
 
 # -- the loop hands the delivery lease back once delivered -------------------------------
@@ -56,9 +65,8 @@ async def test_the_loop_clears_deliver_until_once_delivered(
     run = await wait_status(engine.db, (await engine.run_now(schedule.id)).id, "succeeded")
 
     async def done() -> bool:
-        rows = await deliveries_of(engine.db, run.id)
-        delivered = [row.status for row in rows] == ["delivered"]
-        return delivered and await deliver_until(engine.db, run.id) is None
+        delivered = await statuses(engine.db, run.id) == ["delivered"]
+        return delivered and await released(engine.db, run.id)()
 
     await wait_for(done, 5, "delivered and the lease cleared")
 
@@ -71,36 +79,16 @@ async def as_if_the_deliverer_died(db: Database, run_id: uuid.UUID, row: str | N
     its delivery lease run out, and (``row``) no delivery row yet, or one
     ``pending`` after one transient failure, or ``failed`` for good."""
     now = datetime.now(UTC)
+    ended = {"status": "succeeded", "output": "five bullets", "attempt": 1, "started_at": now}
+    released = {"finished_at": now, "lease_owner": None, "lease_expires_at": None}
+    lapsed = {"deliver_until": now - timedelta(seconds=1)}
     async with db.session() as session:
-        await session.execute(
-            update(Run)
-            .where(Run.id == run_id)
-            .values(
-                status="succeeded",
-                output="five bullets",
-                attempt=1,
-                started_at=now,
-                finished_at=now,
-                lease_owner=None,
-                lease_expires_at=None,
-                deliver_until=now - timedelta(seconds=1),
-            )
-        )
+        await session.execute(update(Run).where(Run.id == run_id).values(ended | released | lapsed))
         if row is not None:
-            session.add(
-                Delivery(
-                    id=uuid.uuid4(),
-                    run_id=run_id,
-                    index=0,
-                    channel="webhook",
-                    target="(as recorded)",
-                    status=row,
-                    attempts=1,
-                    error="ConnectError: refused",
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
+            said: dict[str, Any] = {"channel": "webhook", "target": "(as recorded)"}
+            said |= {"status": row, "attempts": 1, "error": "ConnectError: refused"}
+            times = {"created_at": now, "updated_at": now}
+            session.add(Delivery(id=uuid.uuid4(), run_id=run_id, index=0, **said, **times))
 
 
 @pytest.mark.parametrize(
@@ -129,10 +117,7 @@ async def test_a_dead_deliverers_delivery_is_made_once_by_another_loop(
     with structlog.testing.capture_logs() as logs:
         survivors = [make_engine(name, allow_private=True) for name in ("engine-b", "engine-c")]
 
-        async def settled() -> bool:
-            return await deliver_until(first.db, queued.id) is None
-
-        await wait_for(settled, 10, "the deliveries taken over and done")
+        await wait_for(released(first.db, queued.id), 10, "the deliveries taken over and done")
         # Give a second delivery every chance to happen: several lease lengths.
         await asyncio.sleep(LEASE * 1.5)
         for survivor in survivors:
@@ -187,31 +172,23 @@ async def test_a_delivery_cut_short_by_shutdown_is_made_after_by_another_engine(
     schedule = await first.create(spec(fake.config(), HOURLY, notify=[{"type": "gate"}]))
     queued = await first.run_now(schedule.id)
 
-    async def delivering() -> bool:
-        return bool(gate.ids)
-
-    await wait_for(delivering, 5, "the first delivery to start")
+    await wait_for(lambda: asyncio.sleep(0, bool(gate.ids)), 5, "the first delivery to start")
     # Held past a lease length by the heartbeat, not taken over while the delivery goes on.
     await asyncio.sleep(LEASE * 1.5)
     assert (await fetch_run(first.db, queued.id)).deliver_until is not None
     assert len(gate.ids) == 1
     await first.loop.stop()  # the drain times out: the delivery is abandoned, its lease kept
     assert (await fetch_run(first.db, queued.id)).deliver_until is not None
-    assert [row.status for row in await deliveries_of(first.db, queued.id)] == ["pending"]
+    assert await statuses(first.db, queued.id) == ["pending"]
 
     make_engine("engine-b")
 
     async def delivered() -> bool:
-        rows = await deliveries_of(first.db, queued.id)
-        return [row.status for row in rows] == ["delivered"]
+        return await statuses(first.db, queued.id) == ["delivered"]
 
     await wait_for(delivered, LEASE * 5, "the other engine to deliver")
     assert gate.ids == [f"{queued.id}.0"] * 2
 
     # The delivery's row is written first, the run's lease cleared by the next statement: wait
     # for that one too rather than read between the two (it raced on a loaded CI).
-    async def lease_cleared() -> bool:
-        return (await fetch_run(first.db, queued.id)).deliver_until is None
-
-    await wait_for(lease_cleared, 5, "the delivery lease to be cleared")
-    assert (await fetch_run(first.db, queued.id)).deliver_until is None
+    await wait_for(released(first.db, queued.id), 5, "the delivery lease to be cleared")

@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
@@ -41,7 +40,7 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import run_view
 from agentcron.core.storage.database import Database
 from tests.e2e.conftest import free_port
-from tests.integration.delivery_kit import PRIVATE_HOSTS, dns_for, finished_run
+from tests.integration.delivery_kit import CA, PRIVATE_HOSTS, dns_for, finished_run, server_context
 from tests.integration.engine_kit import deliveries_of
 from tests.network import BANNERS, MARK, SSH_BANNER, listening, resolving
 
@@ -100,9 +99,8 @@ class Mailbox:
         auth = session.auth_data
         login = auth.login.decode() if isinstance(auth, LoginPassword) else None
         tls = session.ssl is not None  # set by STARTTLS
-        self.messages.append(
-            Received(envelope.mail_from, list(envelope.rcpt_tos), parsed, tls, login)
-        )
+        received = Received(envelope.mail_from, list(envelope.rcpt_tos), parsed, tls, login)
+        self.messages.append(received)
         return "250 Message accepted"
 
 
@@ -127,26 +125,16 @@ class Server:
 StartServer = Callable[..., Server]
 
 
-@dataclass(frozen=True)
-class Certificate:
-    """A private CA (its PEM at ``ca_file``) and a server certificate it issued."""
-
-    ca_file: Path
-    server: trustme.LeafCert
-
-    def server_context(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.server.configure_cert(context)
-        return context
-
-
 @pytest.fixture(scope="session")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
-    """A certificate for localhost and 127.0.0.1 from a throw-away CA, made once."""
-    ca = trustme.CA()
-    ca_file = tmp_path_factory.mktemp("tls") / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    return Certificate(ca_file, ca.issue_cert("localhost", "127.0.0.1"))
+def ca_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The PEM of the throw-away CA (its certificates are for localhost and 127.0.0.1)."""
+    path = tmp_path_factory.mktemp("tls") / "ca.pem"
+    CA.cert_pem.write_to_path(str(path))
+    return path
+
+
+def local_tls() -> ssl.SSLContext:
+    return server_context("localhost", "127.0.0.1")
 
 
 @pytest.fixture
@@ -239,19 +227,16 @@ def parts(message: EmailMessage) -> tuple[str, str]:
     page = message.get_body(("html",))
     assert isinstance(text, EmailMessage) and isinstance(page, EmailMessage)
     # Line ends are CRLF on the wire; compare in Python's newlines.
-    return (
-        text.get_content().replace("\r\n", "\n"),
-        page.get_content().replace("\r\n", "\n"),
-    )
+    return text.get_content().replace("\r\n", "\n"), page.get_content().replace("\r\n", "\n")
 
 
 # -- the message --------------------------------------------------------------------------
 
 
 async def test_plain_smtp_delivers_text_and_html_with_a_stable_message_id(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = start_server(tls_context=certificate.server_context())  # offers STARTTLS
+    server = start_server(tls_context=local_tls())  # offers STARTTLS
     monkeypatch.setenv(ENV, server.url("smtp"))
     req = request(ALICE, BOB)
     notifier = EmailNotifier()
@@ -295,9 +280,8 @@ async def test_a_failed_run_shows_its_error_and_its_result_but_no_output(
 ) -> None:
     server = start_server()
     monkeypatch.setenv(ENV, server.url("smtp"))
-    await EmailNotifier().deliver(
-        request(output=None, status="failed", result={"session_id": "<s-81>"})
-    )
+    failed = request(output=None, status="failed", result={"session_id": "<s-81>"})
+    await EmailNotifier().deliver(failed)
 
     mail = server.mailbox.messages[0].message
     assert mail["Subject"] == "[agentcron] morning <digest>: failed"
@@ -312,9 +296,9 @@ async def test_a_failed_run_shows_its_error_and_its_result_but_no_output(
 
 
 async def test_starttls_untrusted_or_not_offered_is_permanent(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = start_server(tls_context=certificate.server_context(), require_starttls=True)
+    server = start_server(tls_context=local_tls(), require_starttls=True)
     monkeypatch.setenv(ENV, server.url("smtp+starttls"))  # no ca_file: the system store
     with pytest.raises(RunPermanentError, match="TLS certificate of 127.0.0.1:.* not trusted"):
         await EmailNotifier().deliver(request())
@@ -331,15 +315,11 @@ def credentials(user: str, password: str) -> str:
 
 
 async def test_starttls_with_a_private_ca_and_percent_encoded_credentials(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+    start_server: StartServer, ca_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = start_server(
-        tls_context=certificate.server_context(),
-        require_starttls=True,
-        authenticator=authenticator,
-        auth_required=True,
-    )
-    query = f"ca_file={certificate.ca_file}"
+    auth = {"authenticator": authenticator, "auth_required": True}
+    server = start_server(tls_context=local_tls(), require_starttls=True, **auth)
+    query = f"ca_file={ca_file}"
     # A wrong password is permanent and never shown.
     wrong = "not-the-password-0451"
     monkeypatch.setenv(ENV, server.url("smtp+starttls", credentials(USER, wrong), query))
@@ -433,13 +413,13 @@ async def test_the_connection_goes_to_the_address_judged(start_server: StartServ
 
 
 async def test_a_pinned_tls_connection_still_checks_the_name(
-    start_server: StartServer, certificate: Certificate, monkeypatch: pytest.MonkeyPatch
+    start_server: StartServer, ca_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The operator's URL names the server; the connection goes to the address resolved, and
     # the certificate is checked against the name, not the address.
-    server = start_server(ssl_context=certificate.server_context())
+    server = start_server(ssl_context=local_tls())
     notifier = EmailNotifier(resolver=resolving("127.0.0.1"))
-    query = f"ca_file={certificate.ca_file}"
+    query = f"ca_file={ca_file}"
     monkeypatch.setenv(ENV, f"smtps://mail.example.test:{server.port}?{query}")
     with pytest.raises(RunPermanentError, match="TLS certificate of mail.example.test:.* not"):
         await notifier.deliver(request())
@@ -462,32 +442,28 @@ async def test_a_service_that_is_not_smtp_is_named_never_quoted(banner: bytes) -
     assert MARK not in text and "nginx" not in text and "Dovecot" not in text, text
 
 
-@pytest.mark.parametrize("kind", ["a CA file", "a directory", "a missing path", "a key file"])
 async def test_a_stored_url_cannot_name_a_file_of_the_services_host(
-    kind: str, certificate: Certificate, tmp_path: Path
+    ca_file: Path, tmp_path: Path
 ) -> None:
     """Only the operator's URL may name ``ca_file``: a tenant's would make the service open a
     path of its choosing, and the error would tell what is there."""
     key_file = tmp_path / "service.key"
     key_file.write_text("-----BEGIN PRIVATE KEY-----\n")
     key_file.chmod(0o600)
-    path = {
-        "a CA file": certificate.ca_file,
-        "a directory": tmp_path,
-        "a missing path": tmp_path / "missing.pem",
-        "a key file": key_file,
-    }[kind]
-    async with listening(SSH_BANNER) as service:
-        url = f"smtps://127.0.0.1:{service.port}?ca_file={path}"
-        with pytest.raises(RunPermanentError) as caught:
-            await EmailNotifier().deliver(stored_url_request(url, allow_private=True))
-        assert service.connections == 0
     # The same words whatever the path is: nothing tells whether it exists or what it is.
-    assert caught.value.message == (
+    said = (
         "secret 'smtp' does not hold a valid SMTP URL: ca_file names a file on the service's "
         "host, which only the operator's URL (smtp_url_env) may do"
     )
-    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    async with listening(SSH_BANNER) as service:
+        # A CA file, a directory, a missing path, a key file.
+        for path in (ca_file, tmp_path, tmp_path / "missing.pem", key_file):
+            url = f"smtps://127.0.0.1:{service.port}?ca_file={path}"
+            with pytest.raises(RunPermanentError) as caught:
+                await EmailNotifier().deliver(stored_url_request(url, allow_private=True))
+            assert caught.value.message == said, path
+            assert caught.value.__cause__ is None and caught.value.__suppress_context__
+        assert service.connections == 0
 
 
 # -- transient failures -------------------------------------------------------------------

@@ -27,7 +27,6 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-import trustme
 from standardwebhooks import Webhook
 
 from agentcron.core.errors import RunPermanentError
@@ -40,11 +39,13 @@ from agentcron.core.runs import run_view
 from agentcron.core.storage.database import Database
 from tests.e2e.conftest import free_port
 from tests.integration.delivery_kit import (
+    CA,
     PRIVATE_HOSTS,
     created,
     dns_for,
     finished_run,
     schedule_body,
+    server_context,
 )
 from tests.integration.engine_kit import API, assert_error, deliveries_of
 from tests.network import BANNERS, MARK, listening, resolving
@@ -240,30 +241,23 @@ async def test_a_service_that_is_not_http_is_named_never_quoted(secret: str, ban
 # -- TLS: the pinned connection still checks the certificate against the name --------------
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-def tls_receiver(ca: trustme.CA, secret: str, name: str) -> Receiver:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(name).configure_cert(context)
-    return Receiver(secret, tls=context).start()
+def tls_receiver(secret: str, name: str) -> Receiver:
+    return Receiver(secret, tls=server_context(name)).start()
 
 
 async def test_https_to_a_vetted_address_sends_sni_and_verifies_the_name(
-    ca: trustme.CA, secret: str
+    secret: str,
 ) -> None:
     trusting = ssl.create_default_context()
-    ca.configure_trust(trusting)
+    CA.configure_trust(trusting)
     notifier = WebhookNotifier(verify=trusting, resolver=resolving("127.0.0.1"))
-    with tls_receiver(ca, secret, "hooks.example.test") as server:
+    with tls_receiver(secret, "hooks.example.test") as server:
         await notifier.deliver(request_for(server.url(host="hooks.example.test"), secret))
         assert server.sni == ["hooks.example.test"]
         assert [r.verify_error for r in server.requests] == [None]
         assert server.requests[0].headers["host"] == f"hooks.example.test:{server.port}"
     # A certificate for another name is refused, before any request.
-    with tls_receiver(ca, secret, "other.example.test") as server:
+    with tls_receiver(secret, "other.example.test") as server:
         with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             await notifier.deliver(request_for(server.url(host="hooks.example.test"), secret))
         assert server.requests == []
