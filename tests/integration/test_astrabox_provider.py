@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -40,20 +40,15 @@ Provider = load_entry_point(ASTRABOX, PROVIDER_GROUP, "agentcron")
 box: ModuleType = __import__(Provider.__module__)
 
 
-class Backend:
+def repository(url: str | None) -> Any:
     """The platform's repository backend: a SQL one has a URL, a document one has none."""
-
-    def __init__(self, url: str | None) -> None:
-        self.url = url
-
-    def sql_url(self) -> str | None:
-        return self.url
+    return SimpleNamespace(sql_url=lambda: url)
 
 
 def configured(store: Store, **options: Any) -> Any:
     provider = Provider()
     provider.configure(
-        repository_backend=Backend(store.database_url),
+        repository_backend=repository(store.database_url),
         data_dir=store.data_dir,
         scheduler_tick_seconds=0.2,
         log_format="console",
@@ -151,9 +146,9 @@ def store(db_url: str, tmp_path: Path) -> Store:
 def test_the_entry_point_names_a_provider_that_refuses_a_backend_it_cannot_run_on() -> None:
     assert Provider.name == "agentcron" and Provider.__name__ == "AgentcronProvider"
     with pytest.raises(box.ProviderUnavailable, match="SQL repository backend"):
-        Provider().configure(repository_backend=Backend(None))  # a document database
+        Provider().configure(repository_backend=repository(None))  # a document database
     with pytest.raises(box.ProviderUnavailable) as refused:
-        Provider().configure(repository_backend=Backend("mongodb://db/astrabox"))
+        Provider().configure(repository_backend=repository("mongodb://db/astrabox"))
     assert "agentcron" not in str(refused.value).lower()
 
 

@@ -328,12 +328,9 @@ async def test_replicas_storing_one_new_secret_at_once_store_one(db: Database, d
         for round in range(5):
             name = f"race-{round}"
             values = [f"value {round}.{n}" for n in range(4)]
-            stored = await asyncio.gather(
-                *(
-                    put_secret(database, "alice", name, value, keyring=keyring)
-                    for database, value in zip([db, other, db, other], values, strict=True)
-                )
-            )
+            pairs = zip([db, other, db, other], values, strict=True)
+            writes = (put_secret(d, "alice", name, value, keyring=keyring) for d, value in pairs)
+            stored = await asyncio.gather(*writes)
             assert {info.created_at for info in stored} == {stored[0].created_at}, round
             assert [info.name for info in await list_secrets(db, "alice")].count(name) == 1
             assert (await resolve(db, "alice", [name], keyring=keyring))[name] in values

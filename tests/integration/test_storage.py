@@ -58,13 +58,8 @@ async def test_time_order_survives_storage(db: Database) -> None:
     async with db.session() as session:
         session.add_all(schedule_row(next_run=t) for t in times)
     async with db.session(write=False) as session:
-        due = list(
-            await session.scalars(
-                select(Schedule.next_run)
-                .where(Schedule.next_run <= base + timedelta(minutes=1))
-                .order_by(Schedule.next_run)
-            )
-        )
+        soon = select(Schedule.next_run).where(Schedule.next_run <= base + timedelta(minutes=1))
+        due = list(await session.scalars(soon.order_by(Schedule.next_run)))
     assert due == times[:2]
 
 
