@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trustme
 
-from agentcron.core.notify.ssrf import Resolver
+from agentcron.core.notify.ssrf import Resolver, resolve
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
@@ -73,6 +73,6 @@ def server_context(*names: str) -> ssl.SSLContext:
     return context
 
 
-def dns_for(host: str) -> dict[str, Resolver]:
+def dns_for(host: str) -> Resolver:
     """A name of ``.test`` gets the test's DNS answer; the literals are judged as they are."""
-    return {"resolver": resolving("93.184.216.34", "127.0.0.1")} if host.endswith(".test") else {}
+    return resolving("93.184.216.34", "127.0.0.1") if host.endswith(".test") else resolve

@@ -33,13 +33,8 @@ async def llm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ChatServer]:
 
 
 def openai_runner(server: ChatServer, **extra: Any) -> dict[str, Any]:
-    return {
-        "type": "openai",
-        "base_url": server.base_url,
-        "model": "test-model",
-        "api_key_env": KEY_ENV,
-        **extra,
-    }
+    runner = {"type": "openai", "base_url": server.base_url, "model": "test-model"}
+    return runner | {"api_key_env": KEY_ENV, **extra}
 
 
 async def create(client: httpx.AsyncClient, runner: dict[str, Any], **fields: Any) -> str:

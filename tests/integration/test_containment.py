@@ -326,9 +326,8 @@ async def test_a_sandboxed_agent_reaches_only_its_own_directory(
     settings = settings_for(db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap)
     try:
         async with serving(settings) as app:
-            bob_dir, alice_dir, report = await probe(
-                app, data_dir, db_url, [outside, in_repo, in_data, planted_in_bobs]
-            )
+            writes = [outside, in_repo, in_data, planted_in_bobs]
+            bob_dir, alice_dir, report = await probe(app, data_dir, db_url, writes)
     finally:
         in_repo.unlink(missing_ok=True)
 

@@ -380,7 +380,7 @@ async def test_a_stored_url_at_a_private_address_is_refused_before_any_connectio
     async with listening(SSH_BANNER) as service:
         url = f"smtp://{host}:{service.port}"
         with pytest.raises(RunPermanentError) as caught:
-            await EmailNotifier(**dns_for(host)).deliver(stored_url_request(url))
+            await EmailNotifier(resolver=dns_for(host)).deliver(stored_url_request(url))
         await asyncio.sleep(0.05)
         assert service.connections == 0
     message = caught.value.message

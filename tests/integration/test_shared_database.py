@@ -127,9 +127,8 @@ async def test_in_a_schema_of_its_own_agentcron_runs_beside_the_hosts_tables(
         runs = await finished(engine, schedule.id, 2)
     assert {run.trigger for run in runs} == {"schedule"}
     assert all(run.status == "succeeded" and run.output == "ok" for run in runs)
-    assert {"alembic_version", "schedules", "runs", "tasks", "deliveries"} <= await tables(
-        host_url, schema
-    )
+    ours = await tables(host_url, schema)
+    assert {"alembic_version", "schedules", "runs", "tasks", "deliveries"} <= ours
     assert await tables(host_url, "public") == {"runs", "tasks"}
     assert await host_rows(host_url) == HOST_ROWS
     # Started again without migrating: the schema's own stamp says it is at head.
@@ -222,7 +221,5 @@ async def test_a_role_that_may_not_create_schemas_is_told_so_and_uses_one_made_f
             pass
         assert "runs" in await tables(url, "jobs")
     finally:
-        await run_sql(
-            pg_url_for(empty_pg),
-            f'DROP SCHEMA IF EXISTS jobs CASCADE; DROP OWNED BY "{role}"; DROP ROLE "{role}"',
-        )
+        drop = f'DROP SCHEMA IF EXISTS jobs CASCADE; DROP OWNED BY "{role}"; DROP ROLE "{role}"'
+        await run_sql(pg_url_for(empty_pg), drop)

@@ -167,16 +167,11 @@ class Receiver:
             self._thread.join(5)
 
 
-def request_for(
-    url: str, secret: str, body: dict[str, Any] | None = None, *, allow_private: bool = True
-) -> DeliveryRequest:
-    return DeliveryRequest(
-        delivery_id=f"{uuid.uuid4()}.0",
-        channel={"type": "webhook", "url": url, "secret": secret},
-        body=body or {"type": "run.finished", "schedule": {}, "run": {}},
-        workdir=Path("."),
-        allow_private=allow_private,
-    )
+def request_for(url: str, secret: str, *, allow_private: bool = True) -> DeliveryRequest:
+    channel = {"type": "webhook", "url": url, "secret": secret}
+    body = {"type": "run.finished", "schedule": {}, "run": {}}
+    request_id = f"{uuid.uuid4()}.0"
+    return DeliveryRequest(request_id, channel, body, Path("."), allow_private=allow_private)
 
 
 # -- one delivery, straight to the notifier (the bytes and headers: test_run_is_delivered_once) --
@@ -272,7 +267,7 @@ async def test_private_destinations_are_refused_before_any_connection(
 ) -> None:
     request = request_for(f"http://{host}:{receiver.port}/hook", secret, allow_private=False)
     with pytest.raises(RunPermanentError) as caught:
-        await WebhookNotifier(**dns_for(host)).deliver(request)
+        await WebhookNotifier(resolver=dns_for(host)).deliver(request)
     message = caught.value.message
     assert said in message, message
     assert "AGENTCRON_ALLOW_PRIVATE_WEBHOOKS=1" in message and secret not in message
