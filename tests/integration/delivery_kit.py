@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import ssl
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
 import trustme
+from fastapi import FastAPI
 
+from agentcron.core.config import Settings
 from agentcron.core.notify.ssrf import Resolver, resolve
 from agentcron.core.runs import RunService
 from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run
+from agentcron.web.app import create_app
+from tests.conftest import app_client, issue_key
 from tests.integration.engine_kit import API, HOURLY
 from tests.network import resolving
 
@@ -27,6 +33,22 @@ ECHO = {"type": "command", "argv": [sys.executable, "-c", "print('digest ready')
 def schedule_body(runner: dict[str, Any] = ECHO, **fields: Any) -> dict[str, Any]:
     """A schedule never due during a test (its runs come from run now)."""
     return {"name": "digest", "prompt": "do the work", "trigger": HOURLY, "runner": runner} | fields
+
+
+@asynccontextmanager
+async def serving(settings: Settings, **update: Any) -> AsyncIterator[FastAPI]:
+    """The app with its engine running (a fast tick), ``update`` applied to ``settings``."""
+    running = {"disable_scheduler": False, "scheduler_tick_seconds": 0.2, **update}
+    app = create_app(settings.model_copy(update=running))
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@asynccontextmanager
+async def owner(app: FastAPI, name: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of ``app`` with a new key of owner ``name``."""
+    async with app_client(app, await issue_key(app, name)) as http:
+        yield http
 
 
 async def created(http: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:

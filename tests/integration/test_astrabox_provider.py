@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -118,6 +118,11 @@ def deployment(key: str, record: Record) -> Any:
     return box.DeploymentRecord(id=key, enabled=record.enabled, target=record.data, **same)
 
 
+async def raises(error: type[Exception], call: Awaitable[Any]) -> None:
+    with pytest.raises(error):
+        await call
+
+
 def hourly(id: str, **changes: Any) -> Any:
     fields = {"name": id, "prompt": "p", "cron": "0 * * * *", "timezone": "UTC", **changes}
     return box.DeploymentRecord(id=id, **fields)
@@ -178,8 +183,7 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_own(store: Store) -
         paused = await engine.schedules.get_by_key(box.OWNER, "deployment:d2")
         assert (kept.prompt, kept.enabled, paused.enabled) == ("edited", True, False)
         assert await provider.list_runs("d3") == []
-        with pytest.raises(box.DeploymentNotFound):
-            await provider.run_now("d3")
+        await raises(box.DeploymentNotFound, provider.run_now("d3"))
         await engine.schedules.get_by_key(box.OWNER, "other:1")  # untouched
         with pytest.raises(box.InvalidSchedule) as refused:
             await provider.reconcile([hourly("d1", prompt="never"), hourly("d9", timezone="X/Y")])
@@ -190,13 +194,11 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_own(store: Store) -
 
         # A record marked deleted removes its schedule; its runs stay readable.
         await provider.apply(hourly("d4", deleted=True))
-        with pytest.raises(box.DeploymentNotFound):
-            await provider.get("d4")
+        await raises(box.DeploymentNotFound, provider.get("d4"))
         assert (await provider.get_run("d4", run.run_id)).status == "succeeded"
         # A deleted record is not checked as a schedule: its cron may be anything.
         await provider.reconcile([hourly("d2", cron="gone", deleted=True), hourly("d1")])
-        with pytest.raises(box.DeploymentNotFound):
-            await provider.get("d2")
+        await raises(box.DeploymentNotFound, provider.get("d2"))
         assert (await provider.get("d1")).state == "active"
         await provider.apply(hourly("never-applied", deleted=True))  # nothing to delete: fine
 
@@ -244,11 +246,9 @@ async def test_get_reads_one_schedule_back_as_the_provider_holds_it(store: Store
         await provider.apply(hourly("d1", cron="30 9 * * *", timezone=zone, enabled=False))
         paused = await provider.get("d1")
         assert (paused.state, paused.next_due_at, paused.cron) == ("paused", None, "30 9 * * *")
-        with pytest.raises(box.DeploymentNotFound):
-            await provider.get("never-applied")
+        await raises(box.DeploymentNotFound, provider.get("never-applied"))
         await provider.delete("d1")
-        with pytest.raises(box.DeploymentNotFound):
-            await provider.get("d1")
+        await raises(box.DeploymentNotFound, provider.get("d1"))
 
 
 async def test_a_run_keeps_its_saved_input_and_what_the_handler_returned(store: Store) -> None:
@@ -279,10 +279,8 @@ async def test_a_run_keeps_its_saved_input_and_what_the_handler_returned(store: 
         assert newest.result == session(edited.run_id, a2)
         assert await provider.get_run("d1", run.run_id) == first
         await provider.apply(hourly("d2"))
-        with pytest.raises(box.RunNotFound):
-            await provider.get_run("d2", run.run_id)  # another deployment's run
-        with pytest.raises(box.RunNotFound):
-            await provider.get_run("d1", "not-a-run-id")
+        await raises(box.RunNotFound, provider.get_run("d2", run.run_id))  # another one's run
+        await raises(box.RunNotFound, provider.get_run("d1", "not-a-run-id"))
 
 
 async def test_a_failed_run_shows_its_error_and_when_it_finished(store: Store) -> None:

@@ -14,8 +14,6 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +27,7 @@ from agentcron.core.config import Settings
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Task
 from agentcron.core.workdirs import TaskDirectories, adopt_legacy_directory
-from agentcron.web.app import create_app
-from tests.conftest import app_client, issue_key
-from tests.integration.delivery_kit import created, schedule_body
+from tests.integration.delivery_kit import created, owner, schedule_body, serving
 from tests.integration.engine_kit import API, run_to_end
 from tests.sandbox import HOST_PYTHON
 
@@ -52,10 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 # What a sandboxed agent can reach, as JSON on stdout; its parameters come on stdin.
 PROBE = r"""
 import json, os, socket, sys
-
 p = json.loads(sys.stdin.read())
-
-
 def read(path):
     try:
         with open(path, "rb") as f:
@@ -67,8 +60,6 @@ def read(path):
     if not data:
         return "empty"
     return "sqlite" if data.startswith(b"SQLite format 3") else "read"
-
-
 def write(path):
     try:
         with open(path, "w") as f:
@@ -76,23 +67,17 @@ def write(path):
     except OSError as exc:
         return exc.strerror
     return "written"
-
-
 def listdir(path):
     try:
         return sorted(os.listdir(path))
     except OSError as exc:
         return exc.strerror
-
-
 def connect(port):
     try:
         socket.create_connection(("127.0.0.1", port), 2).close()
     except OSError as exc:
         return type(exc).__name__
     return "connected"
-
-
 print(json.dumps({
     "other_notes": read(p["other_notes"]),
     "tasks": listdir(p["tasks"]),
@@ -120,20 +105,6 @@ def settings_for(db_url: str, data_dir: Path, **fields: Any) -> Settings:
         trusted_owners="local,alice,bob",
         **fields,
     )
-
-
-@asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[FastAPI]:
-    """The app with its engine running (scheduler on)."""
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        yield app
-
-
-@asynccontextmanager
-async def owner(app: FastAPI, name: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with app_client(app, await issue_key(app, name)) as http:
-        yield http
 
 
 async def create(http: httpx.AsyncClient, argv: list[str], **fields: Any) -> str:
@@ -411,5 +382,5 @@ async def test_an_api_only_process_starts_without_bwrap(db_url: str, tmp_path: P
     settings = settings_for(
         db_url, tmp_path / "data", sandbox="bwrap", sandbox_binary="/nonexistent/bwrap"
     )
-    async with serving(settings.model_copy(update={"disable_scheduler": True})):
+    async with serving(settings, disable_scheduler=True):
         pass

@@ -16,7 +16,6 @@ import secrets as random
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from agentcron.web.app import create_app
 from agentcron.web.cli import main as cli_main
 from tests.chat_server import ChatServer, Reply, completion
 from tests.conftest import app_client, issue_key
-from tests.integration.delivery_kit import created, schedule_body
+from tests.integration.delivery_kit import created, owner, schedule_body, serving
 from tests.integration.engine_kit import API, assert_error, finished, run_now, run_to_end
 from tests.integration.test_edit_keeps_fields import _AppTransport
 from tests.integration.test_webhook import Receiver, new_secret
@@ -63,19 +62,10 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
-@asynccontextmanager
-async def engine_running(settings: Settings, **update: Any) -> AsyncIterator[FastAPI]:
-    """The app with its engine running."""
-    running = {"disable_scheduler": False, "scheduler_tick_seconds": 0.2, **update}
-    app = create_app(settings.model_copy(update=running))
-    async with app.router.lifespan_context(app):
-        yield app
-
-
 @pytest.fixture
 async def engine_app(settings: Settings) -> AsyncIterator[FastAPI]:
     """The app with its engine running and loopback webhooks allowed."""
-    async with engine_running(settings, allow_private_webhooks=True) as app:
+    async with serving(settings, allow_private_webhooks=True) as app:
         yield app
 
 
@@ -123,7 +113,7 @@ async def test_a_secret_is_never_in_any_answer_row_or_log_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     value = fresh_value("token")
-    async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
+    async with owner(engine_app, "alice") as http:
         with structlog.testing.capture_logs() as logs:
             stored = await put(http, "agent-token", value)
             assert stored.status_code == 200, stored.text
@@ -144,18 +134,11 @@ async def test_a_secret_is_never_in_any_answer_row_or_log_line(
             task = (await http.get(f"{API}/tasks/{run['task_id']}")).json()
             assert (Path(task["workdir"]) / "seen.txt").read_text() == value
 
-            answers = [
-                stored.json(),
-                listed.json(),
-                schedule,
-                (await http.get(f"{API}/schedules/{schedule['id']}")).json(),
-                (await http.get(f"{API}/schedules")).json(),
-                queued,
-                run,
-                (await http.get(f"{API}/schedules/{schedule['id']}/runs")).json(),
-                task,
-                (await http.get("/metrics")).text,
-            ]
+            answers = [stored.json(), listed.json(), schedule, queued, run, task]
+            one = f"{API}/schedules/{schedule['id']}"
+            read = (one, f"{API}/schedules", f"{one}/runs")
+            answers += [(await http.get(path)).json() for path in read]
+            answers.append((await http.get("/metrics")).text)
             # A replay re-runs the saved payload: the reference, resolved again.
             replay = await http.post(f"{API}/runs/{run['id']}/replay")
             assert replay.status_code == 202, replay.text
@@ -370,7 +353,7 @@ async def test_a_malformed_key_refuses_to_start(settings: Settings, tmp_path: Pa
 
 
 async def test_a_secret_deleted_since_fails_the_run_naming_it(engine_app: FastAPI) -> None:
-    async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
+    async with owner(engine_app, "alice") as http:
         assert (await put(http, "agent-token", fresh_value())).status_code == 200
         runner = command('echo "$TOKEN"', {"TOKEN": {"secret": "agent-token"}})
         schedule = await created(http, schedule_body(runner))
@@ -389,7 +372,7 @@ async def test_openai_runner_sends_the_stored_key_and_its_echo_is_redacted(
     value = fresh_value("sk")
     async with ChatServer() as server:
         server.script(Reply(json=completion(f"you gave me {value}, thanks")))
-        async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
+        async with owner(engine_app, "alice") as http:
             assert (await put(http, "llm", value)).status_code == 200
             runner = openai_runner(server.base_url)
             schedule = await created(http, schedule_body(runner, mode="persistent"))
@@ -415,7 +398,7 @@ async def test_a_webhook_signed_with_a_stored_secret_verifies(
         {"type": "webhook", "url": receiver.url("/bad"), "secret": {"secret": "not-a-hook"}},
     ]
     with structlog.testing.capture_logs() as logs:
-        async with app_client(engine_app, await issue_key(engine_app, "alice")) as http:
+        async with owner(engine_app, "alice") as http:
             assert (await put(http, "hook", secret)).status_code == 200
             assert (await put(http, "not-a-hook", fresh_value("plain"))).status_code == 200
             schedule = await created(http, schedule_body(command("echo done", {}), notify=notify))
@@ -441,9 +424,9 @@ async def test_a_stored_smtp_url_at_a_private_address_fails_its_delivery_unconne
     refused): stored, referred to, delivered by the engine. The delivery fails at once saying
     why, and the service behind the URL never sees a connection."""
     async with (
-        engine_running(settings) as app,
+        serving(settings) as app,
         listening(SSH_BANNER) as service,
-        app_client(app, await issue_key(app, "alice")) as http,
+        owner(app, "alice") as http,
     ):
         url = f"smtp://127.0.0.1:{service.port}"
         assert (await put(http, "smtp", url)).status_code == 200
