@@ -176,9 +176,8 @@ async def test_reconcile_applies_pauses_and_deletes_only_its_own(store: Store) -
         await provider.reconcile([hourly("d1"), hourly("d2"), hourly("d3"), hourly("d4")])
         run = await provider.run_now("d4")
         await ended(provider, "d4")
-        await provider.reconcile(
-            [hourly("d1", prompt="edited"), hourly("d2", enabled=False), hourly("d4")]
-        )
+        edited = [hourly("d1", prompt="edited"), hourly("d2", enabled=False), hourly("d4")]
+        await provider.reconcile(edited)
         kept = await engine.schedules.get_by_key(box.OWNER, "deployment:d1")
         paused = await engine.schedules.get_by_key(box.OWNER, "deployment:d2")
         assert (kept.prompt, kept.enabled, paused.enabled) == ("edited", True, False)

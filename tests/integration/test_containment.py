@@ -364,9 +364,8 @@ async def test_network_none_cuts_the_agent_off_the_database(
 ) -> None:
     # With host networking it is reachable: test_a_sandboxed_agent_reaches_only_its_own_directory.
     data_dir = tmp_path / "data"
-    none = settings_for(
-        db_url, data_dir, sandbox="bwrap", sandbox_binary=bwrap, sandbox_network="none"
-    )
+    bwrapped: dict[str, Any] = {"sandbox": "bwrap", "sandbox_binary": bwrap}
+    none = settings_for(db_url, data_dir, sandbox_network="none", **bwrapped)
     with capture_logs() as lines:
         async with serving(none) as app:
             _, _, report = await probe(app, data_dir, db_url, [])
@@ -379,8 +378,7 @@ async def test_network_none_cuts_the_agent_off_the_database(
 async def test_an_api_only_process_starts_without_bwrap(db_url: str, tmp_path: Path) -> None:
     # It runs no agent. (That the service refuses to start without it: tests/unit/
     # test_sandbox.py, tests/e2e/test_startup.py::test_a_sandbox_without_bubblewrap_is_refused.)
-    settings = settings_for(
-        db_url, tmp_path / "data", sandbox="bwrap", sandbox_binary="/nonexistent/bwrap"
-    )
+    binary = "/nonexistent/bwrap"
+    settings = settings_for(db_url, tmp_path / "data", sandbox="bwrap", sandbox_binary=binary)
     async with serving(settings, disable_scheduler=True):
         pass
