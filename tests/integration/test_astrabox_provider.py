@@ -46,14 +46,9 @@ def repository(url: str | None) -> Any:
 
 
 def configured(store: Store, **options: Any) -> Any:
-    provider = Provider()
-    provider.configure(
-        repository_backend=repository(store.database_url),
-        data_dir=store.data_dir,
-        scheduler_tick_seconds=0.2,
-        log_format="console",
-        **options,
-    )
+    provider, backend = Provider(), repository(store.database_url)
+    fast = {"scheduler_tick_seconds": 0.2, "log_format": "console"}
+    provider.configure(repository_backend=backend, data_dir=store.data_dir, **fast, **options)
     return provider
 
 

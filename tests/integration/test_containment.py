@@ -93,18 +93,11 @@ print(json.dumps({
 
 
 def settings_for(db_url: str, data_dir: Path, **fields: Any) -> Settings:
-    return Settings(
-        database_url=db_url,
-        data_dir=data_dir,
-        log_format="console",
-        scheduler_tick_seconds=0.2,
-        drain_timeout_seconds=1,
-        instance_id=INSTANCE,
-        # The agents here are these owners' own commands: what an agent can reach once it runs
-        # is the subject, not what the policy lets tenants run (test_tenants.py).
-        trusted_owners="local,alice,bob",
-        **fields,
-    )
+    fast = {"log_format": "console", "scheduler_tick_seconds": 0.2, "drain_timeout_seconds": 1}
+    # The agents here are these owners' own commands: what an agent can reach once it runs
+    # is the subject, not what the policy lets tenants run (test_tenants.py).
+    ours = {"database_url": db_url, "data_dir": data_dir, "trusted_owners": "local,alice,bob"}
+    return Settings(instance_id=INSTANCE, **ours, **fast, **fields)
 
 
 async def create(http: httpx.AsyncClient, argv: list[str], **fields: Any) -> str:

@@ -205,17 +205,12 @@ def stored_url_request(url: str, *, allow_private: bool = False) -> DeliveryRequ
     """A delivery whose channel reads its SMTP URL from the owner's stored secret ``smtp``:
     the URL is the tenant's choice, not the operator's."""
     spec = {"type": "email", "to": [ALICE], "smtp_url_secret": "smtp", "from": SENDER}
-    return dataclasses.replace(
-        request(),
-        channel=validate_channels([spec])[0],
-        allow_private=allow_private,
-        secrets={"smtp": url},
-    )
+    stored = {"channel": validate_channels([spec])[0], "secrets": {"smtp": url}}
+    return dataclasses.replace(request(), allow_private=allow_private, **stored)
 
 
 def parts(message: EmailMessage) -> tuple[str, str]:
-    text = message.get_body(("plain",))
-    page = message.get_body(("html",))
+    text, page = message.get_body(("plain",)), message.get_body(("html",))
     assert isinstance(text, EmailMessage) and isinstance(page, EmailMessage)
     # Line ends are CRLF on the wire; compare in Python's newlines.
     return text.get_content().replace("\r\n", "\n"), page.get_content().replace("\r\n", "\n")

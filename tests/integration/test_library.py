@@ -30,15 +30,10 @@ LIBRARY_MD = (Path(__file__).resolve().parents[2] / "docs" / "library.md").read_
 
 
 def engine_for(db_url: str, tmp_path: Path, handler: Any, **extra: Any) -> agentcron.Engine:
-    return agentcron.Engine(
-        handler=handler,
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        scheduler_tick_seconds=0.2,
-        log_format="console",
-        tenant_runners="handler",  # the host lets its users' schedules run through it
-        **extra,
-    )
+    fast = {"scheduler_tick_seconds": 0.2, "log_format": "console"}
+    # The host lets its users' schedules run through its handler.
+    where = {"database_url": db_url, "data_dir": tmp_path / "data", "tenant_runners": "handler"}
+    return agentcron.Engine(handler=handler, **where, **fast, **extra)
 
 
 async def finished(engine: agentcron.Engine, schedule_id: uuid.UUID, count: int = 1) -> list[Any]:

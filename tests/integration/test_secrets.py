@@ -71,14 +71,9 @@ async def engine_app(settings: Settings) -> AsyncIterator[FastAPI]:
 
 def agentcron(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``agentcron ARGS`` in a process of its own, with only ``env`` (and a PATH)."""
-    return subprocess.run(
-        [sys.executable, "-m", "agentcron.web.cli", *args],
-        env={"PATH": "/usr/bin:/bin", "AGENTCRON_LOG_FORMAT": "json", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    argv = [sys.executable, "-m", "agentcron.web.cli", *args]
+    env = {"PATH": "/usr/bin:/bin", "AGENTCRON_LOG_FORMAT": "json", **env}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
 def command(script: str, env: dict[str, Any]) -> dict[str, Any]:
