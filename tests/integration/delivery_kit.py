@@ -45,9 +45,11 @@ async def serving(settings: Settings, **update: Any) -> AsyncIterator[FastAPI]:
 
 
 @asynccontextmanager
-async def owner(app: FastAPI, name: str) -> AsyncIterator[httpx.AsyncClient]:
+async def owner(
+    app: FastAPI, name: str, *, admin: bool = False
+) -> AsyncIterator[httpx.AsyncClient]:
     """A client of ``app`` with a new key of owner ``name``."""
-    async with app_client(app, await issue_key(app, name)) as http:
+    async with app_client(app, await issue_key(app, name, admin=admin)) as http:
         yield http
 
 

@@ -77,6 +77,10 @@ class Mailbox:
     messages: list[Received] = field(default_factory=list)
     rcpt: list[str] = field(default_factory=list)
     scripts: dict[str, list[str]] = field(default_factory=dict)
+    port: int = 0  # the server's, once started
+
+    def url(self, scheme: str = "smtp", userinfo: str = "", query: str = "") -> str:
+        return f"{scheme}://{userinfo}127.0.0.1:{self.port}{'?' + query if query else ''}"
 
     def answer(self, address: str, *replies: str) -> None:
         """The next RCPT TO ``address`` gets these replies in turn, then ``250``."""
@@ -113,16 +117,7 @@ class _Controller(Controller):
         super()._trigger_server()  # type: ignore[no-untyped-call]
 
 
-@dataclass
-class Server:
-    mailbox: Mailbox
-    port: int
-
-    def url(self, scheme: str = "smtp", userinfo: str = "", query: str = "") -> str:
-        return f"{scheme}://{userinfo}127.0.0.1:{self.port}{'?' + query if query else ''}"
-
-
-StartServer = Callable[..., Server]
+StartServer = Callable[..., Mailbox]
 
 
 @pytest.fixture(scope="session")
@@ -142,14 +137,15 @@ def start_server() -> Iterator[StartServer]:
     """Start aiosmtpd servers on loopback; every one is stopped at teardown."""
     controllers: list[_Controller] = []
 
-    def start(**smtp_options: Any) -> Server:
+    def start(**smtp_options: Any) -> Mailbox:
         mailbox = Mailbox()
         controller = _Controller(
             mailbox, hostname="127.0.0.1", port=0, server_hostname="localhost", **smtp_options
         )
         controller.start()
         controllers.append(controller)
-        return Server(mailbox, controller.port)
+        mailbox.port = controller.port
+        return mailbox
 
     yield start
     for controller in controllers:
@@ -230,7 +226,7 @@ async def test_plain_smtp_delivers_text_and_html_with_a_stable_message_id(
     await notifier.deliver(req)
     await notifier.deliver(req)  # a retry after a crash: the same message again
 
-    first, again = server.mailbox.messages
+    first, again = server.messages
     # smtp:// means plain, never upgraded: TLS is asked for by the scheme.
     assert (first.mail_from, first.rcpt_tos, first.tls) == (SENDER, [ALICE, BOB], False)
     mail = first.message
@@ -269,7 +265,7 @@ async def test_a_failed_run_shows_its_error_and_its_result_but_no_output(
     failed = request(output=None, status="failed", result={"session_id": "<s-81>"})
     await EmailNotifier().deliver(failed)
 
-    mail = server.mailbox.messages[0].message
+    mail = server.messages[0].message
     assert mail["Subject"] == "[agentcron] morning <digest>: failed"
     text, page = parts(mail)
     assert "Error:       exit 3: <boom>" in text and "(no output)" in text
@@ -288,12 +284,12 @@ async def test_starttls_untrusted_or_not_offered_is_permanent(
     monkeypatch.setenv(ENV, server.url("smtp+starttls"))  # no ca_file: the system store
     with pytest.raises(RunPermanentError, match="TLS certificate of 127.0.0.1:.* not trusted"):
         await EmailNotifier().deliver(request())
-    assert server.mailbox.messages == []
+    assert server.messages == []
     server = start_server()  # plain only: no STARTTLS in its EHLO
     monkeypatch.setenv(ENV, server.url("smtp+starttls"))
     with pytest.raises(RunPermanentError, match="STARTTLS"):
         await EmailNotifier().deliver(request())
-    assert server.mailbox.rcpt == []  # nothing went out in clear
+    assert server.rcpt == []  # nothing went out in clear
 
 
 def credentials(user: str, password: str) -> str:
@@ -312,11 +308,11 @@ async def test_starttls_with_a_private_ca_and_percent_encoded_credentials(
     with pytest.raises(RunPermanentError) as failure:
         await EmailNotifier().deliver(request())
     assert "535" in failure.value.message and "AUTH" in failure.value.message
-    assert wrong not in str(failure.value) and server.mailbox.messages == []
+    assert wrong not in str(failure.value) and server.messages == []
 
     monkeypatch.setenv(ENV, server.url("smtp+starttls", credentials(USER, PASSWORD), query))
     await EmailNotifier().deliver(request())
-    [received] = server.mailbox.messages
+    [received] = server.messages
     assert (received.login, received.tls, received.rcpt_tos) == (USER, True, [ALICE])
     assert OUTPUT in parts(received.message)[0]
 
@@ -391,7 +387,7 @@ async def test_the_connection_goes_to_the_address_judged(start_server: StartServ
     notifier = EmailNotifier(resolver=resolving("127.0.0.1"))
     url = f"smtp://mail.example.test:{server.port}"
     await notifier.deliver(stored_url_request(url, allow_private=True))
-    [received] = server.mailbox.messages
+    [received] = server.messages
     assert received.rcpt_tos == [ALICE]
     unset = dataclasses.replace(stored_url_request(url, allow_private=True), secrets={})
     with pytest.raises(RunPermanentError, match="secret 'smtp'"):
@@ -411,7 +407,7 @@ async def test_a_pinned_tls_connection_still_checks_the_name(
         await notifier.deliver(request())
     monkeypatch.setenv(ENV, f"smtps://localhost:{server.port}?{query}&timeout=5")  # certified
     await notifier.deliver(request())
-    [received] = server.mailbox.messages
+    [received] = server.messages
     assert received.rcpt_tos == [ALICE] and OUTPUT in parts(received.message)[0]
 
 
@@ -511,7 +507,7 @@ async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_deliv
 ) -> None:
     server = start_server()
     for address, script in replies.items():
-        server.mailbox.answer(address, *script)
+        server.answer(address, *script)
     monkeypatch.setenv(ENV, server.url())
     run = await finished_run(db, [channel(*to)], output=OUTPUT)
 
@@ -525,7 +521,7 @@ async def test_a_deferred_recipient_is_retried_and_a_refused_one_fails_the_deliv
     else:
         assert row.error is not None and row.error.startswith(error[0]), row.error
         assert all(word in row.error for word in error[1:]), row.error
-    assert [received.rcpt_tos for received in server.mailbox.messages] == accepted
-    for received in server.mailbox.messages:  # every attempt sends the same message
+    assert [received.rcpt_tos for received in server.messages] == accepted
+    for received in server.messages:  # every attempt sends the same message
         assert received.message["Message-ID"] == f"<agentcron.{run.id}.0@example.org>"
         assert received.message["To"] == ", ".join(to)

@@ -143,9 +143,8 @@ async def test_what_a_handler_returns_is_kept_on_the_run_or_fails_it_saying_why(
             assert [item["result"] for item in listed.json()["items"]] == [run.result]
         async with engine.db.session(write=False) as session:
             unset = select(Run.id).where(Run.result.is_(None))  # SQL NULL, not a JSON null
-            assert set(await session.scalars(unset)) == {
-                ran[returns].id for returns in ("text", "large", "list")
-            }
+            without = {ran[returns].id for returns in ("text", "large", "list")}
+            assert set(await session.scalars(unset)) == without
     assert {returns: (run.output, run.result) for returns, run in ran.items() if run.result} == {
         "mapping": ("", {"session_id": "s-81", "turns": 2, "tags": ["a"]}),
         "outcome": ("opened a session", {"session_id": "s-1"}),
@@ -219,11 +218,8 @@ async def test_the_host_in_docs_library_md_runs_as_written(
     }
     api = "/scheduling/api/v1"
     alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url=HOST) as http,
-    ):
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=HOST)
+    async with app.router.lifespan_context(app), http:
         assert (await http.get("/health")).json() == {"ok": "yes"}
         assert (await http.post(f"{api}/schedules", json=body)).status_code == 401
         created = await http.post(f"{api}/schedules", json=body, headers=alice)

@@ -185,13 +185,11 @@ async def test_bad_input_is_refused_by_field_replace_keeps_created_at_delete_is_
 
 async def test_another_owner_cannot_see_use_or_delete_a_secret(live_app: FastAPI) -> None:
     value = fresh_value()
-    alice_key, bob_key = await issue_key(live_app, "alice"), await issue_key(live_app, "bob")
-    admin_key = await issue_key(live_app, "ops", admin=True)
     runner = command("true", {"TOKEN": {"secret": "shared"}})
     async with (
-        app_client(live_app, alice_key) as alice,
-        app_client(live_app, bob_key) as bob,
-        app_client(live_app, admin_key) as admin,
+        owner(live_app, "alice") as alice,
+        owner(live_app, "bob") as bob,
+        owner(live_app, "ops", admin=True) as admin,
     ):
         assert (await put(alice, "shared", value)).status_code == 200
         assert (await bob.get(f"{API}/secrets")).json() == {"items": []}
