@@ -252,14 +252,10 @@ async def probe(app: FastAPI, data_dir: Path, db_url: str, writes: list[Path]) -
         assert bob_run["status"] == "succeeded", bob_run  # writing inside works
         bob_dir = Path(await workdir_of(bob, bob_run["task_id"]))
     database = make_database_paths(db_url)
-    params = {
-        "other_notes": str(bob_dir / "notes.txt"),
-        "tasks": str((data_dir / "tasks").resolve()),
-        "database": [str(path) for path in database],
-        "service_pid": os.getpid(),
-        "writes": [str(path) for path in writes],
-        "pg_port": 5432,
-    }
+    tasks = (data_dir / "tasks").resolve()
+    params: dict[str, Any] = {"service_pid": os.getpid(), "pg_port": 5432, "tasks": str(tasks)}
+    params["other_notes"] = str(bob_dir / "notes.txt")
+    params |= {"database": [str(p) for p in database], "writes": [str(p) for p in writes]}
     async with owner(app, "alice") as alice:
         schedule_id = await create(alice, [HOST_PYTHON, "-c", PROBE], prompt=json.dumps(params))
         run = await run_to_end(alice, schedule_id)

@@ -210,12 +210,9 @@ async def test_the_host_in_docs_library_md_runs_as_written(
 
     engine.handler = watched
     app.add_api_route("/health", lambda: {"ok": "yes"})  # a route of the host's own
-    body = {
-        "name": "news digest",
-        "prompt": "summarise the news",
-        "trigger": {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"},
-        "runner": {"type": "handler", "data": {"deployment": "d-42"}},
-    }
+    body: dict[str, Any] = {"name": "news digest", "prompt": "summarise the news"}
+    body["trigger"] = {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
+    body["runner"] = {"type": "handler", "data": {"deployment": "d-42"}}
     api = "/scheduling/api/v1"
     alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=HOST)
