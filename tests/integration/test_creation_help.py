@@ -14,7 +14,7 @@ import pytest
 
 from agentcron.core.config import Settings
 from tests.integration.engine_kit import assert_error
-from tests.integration.test_schedules_api import body, create
+from tests.integration.test_schedules_api import API, body, create
 
 
 def command(*argv: str) -> dict[str, Any]:
@@ -63,12 +63,13 @@ async def test_a_relative_path_is_judged_where_the_runs_start(
     assert "where runs start" in warning["message"]
     # Put it there, as the warning says (the directory was made with the schedule), and edit
     # the runner: the warning is recomputed.
-    agent = workdir.parent / schedule["id"] / "agent.sh"
+    workdir = (settings.data_dir / "tasks").resolve() / "local" / schedule["id"]
+    assert workdir.is_dir()
+    agent = workdir / "agent.sh"
     agent.write_text("#!/bin/sh\ncat\n")
     agent.chmod(agent.stat().st_mode | stat.S_IXUSR)
     edited = await client.patch(
-        f"/api/v1/schedules/{schedule['id']}",
-        json={"runner": {"type": "command", "argv": ["./agent.sh", "-v"]}},
+        f"{API}/{schedule['id']}", json={"runner": command("./agent.sh", "-v")}
     )
     assert edited.status_code == 200, edited.text
     assert codes(edited.json()) == []
@@ -99,13 +100,10 @@ async def test_a_key_or_smtp_variable_not_set_is_saved_with_a_warning(
     schedule = await create(client, runner=CHAT, notify=[MAIL])
     key, smtp = schedule["warnings"]
     assert (key["code"], key["field"]) == ("variable_not_set", "runner.api_key_env")
-    assert key["message"].startswith(
-        f"{KEY_VAR} is not set in the service's environment: every run fails"
-    )
+    unset = "is not set in the service's environment: every"
+    assert key["message"].startswith(f"{KEY_VAR} {unset} run fails")
     assert (smtp["code"], smtp["field"]) == ("variable_not_set", "notify.0.smtp_url_env")
-    assert smtp["message"].startswith(
-        f"{SMTP_VAR} is not set in the service's environment: every delivery to this channel"
-    )
+    assert smtp["message"].startswith(f"{SMTP_VAR} {unset} delivery to this channel")
     again = await client.get(f"/api/v1/schedules/{schedule['id']}")
     assert codes(again.json()) == ["variable_not_set", "variable_not_set"]
 
@@ -148,11 +146,9 @@ async def test_a_zone_in_the_wrong_case_gets_a_suggestion(
     client: httpx.AsyncClient, typed: str, meant: str | None
 ) -> None:
     trigger = {"cron": "0 9 * * *", "timezone": typed}
-    refused = await client.post(
-        "/api/v1/schedules", json=body(runner=command("cat"), trigger=trigger)
-    )
+    refused = await client.post(API, json=body(runner=command("cat"), trigger=trigger))
     # The preview answers the same.
-    preview = await client.post("/api/v1/schedules/preview", json={"trigger": trigger})
+    preview = await client.post(f"{API}/preview", json={"trigger": trigger})
     for response in (refused, preview):
         error = assert_error(response, 422, field="trigger.timezone")["error"]
         if meant is None:

@@ -27,15 +27,13 @@ from sqlalchemy import update
 
 from agentcron.core.keys import revoke_key
 from agentcron.core.ledger.sql import SqlRunStore
-from agentcron.core.runs import RunService
-from agentcron.core.schedules.service import ScheduleService
 from agentcron.core.schedules.views import schedule_view
 from agentcron.core.specs import ScheduleCreate
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Run, Schedule
 from agentcron.web.dashboard.forms import ScheduleForm
 from agentcron.web.dashboard.session import COOKIE, MAX_FORM_BYTES
-from tests.conftest import issue_key
+from tests.conftest import app_client, issue_key
 from tests.integration.test_runs_api import runs_of_a_restart
 
 ORIGIN = "http://agentcron"
@@ -63,35 +61,20 @@ FORM: dict[str, str] = {
 async def browser(app: FastAPI, key: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
     """A client that behaves like a browser on a dashboard page: it keeps cookies and sends
     this site's Origin on posts; signed in with ``key`` when one is given."""
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url=ORIGIN, headers={"Origin": ORIGIN}
-    ) as http:
+    async with app_client(app, None) as http:  # at ORIGIN
+        http.headers["Origin"] = ORIGIN
         if key is not None:
             response = await http.post("/login", data={"key": key, "next": "/"})
             assert response.status_code == 303, response.text
         yield http
 
 
-def service(app: FastAPI) -> ScheduleService:
-    schedules: ScheduleService = app.state.schedules
-    return schedules
-
-
-def ledger(app: FastAPI) -> SqlRunStore:
-    runs: RunService = app.state.runs
-    return runs
+HOURLY = {"name": "alice's digest", "prompt": "p", "trigger": {"every_seconds": 3600}}
 
 
 async def make_schedule(app: FastAPI, owner: str, **overrides: Any) -> Schedule:
-    spec = {
-        "name": "alice's digest",
-        "prompt": "p",
-        "trigger": {"every_seconds": 3600},
-        "runner": {"type": "command", "argv": ["true"]},
-        **overrides,
-    }
-    return await service(app).create(ScheduleCreate.model_validate(spec), owner)
+    spec = {**HOURLY, "runner": {"type": "command", "argv": ["true"]}, **overrides}
+    return await app.state.schedules.create(ScheduleCreate.model_validate(spec), owner)
 
 
 def schedule_id(response: httpx.Response) -> str:
@@ -118,17 +101,9 @@ async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) 
             assert response.status_code == 303
             assert response.headers["location"].startswith("/login?next=%2F")
         assert (await http.get("/ui/schedules/x/runs")).status_code == 401
-        assert (await http.post("/ui/preview", data=FORM)).status_code == 401
-        assert (await http.get("/static/dashboard.js")).status_code == 200
 
         page = await http.get("/login")
         assert page.status_code == 200 and 'name="key"' in page.text
-        for bad in ("", "nonsense", "ac_0123456789ab_" + "A" * 43):
-            response = await http.post("/login", data={"key": bad})
-            assert response.status_code == 401, bad
-            assert "set-cookie" not in response.headers
-            assert 'class="field-error"' in response.text
-            assert (await http.get("/")).status_code == 303
         response = await http.post("/login", data={"key": key, "next": "/schedules/new"})
         assert response.status_code == 303
         assert response.headers["location"] == "/schedules/new"
@@ -156,7 +131,18 @@ async def test_pages_need_sign_in_and_a_key_signs_in_and_out(live_app: FastAPI) 
         await revoke_key(live_app.state.db, key.split("_")[1])
         assert (await http.get("/")).status_code == 303
         assert (await http.post("/login", data={"key": key})).status_code == 401
-    # A good key sends the viewer on only to a page of this site.
+
+
+async def test_a_bad_key_does_not_sign_in_and_a_good_one_goes_only_to_this_site(
+    live_app: FastAPI,
+) -> None:
+    async with browser(live_app) as http:
+        for bad in ("", "nonsense", "ac_0123456789ab_" + "A" * 43):
+            response = await http.post("/login", data={"key": bad})
+            assert response.status_code == 401, bad
+            assert "set-cookie" not in response.headers
+            assert 'class="field-error"' in response.text
+            assert (await http.get("/")).status_code == 303
     key = await issue_key(live_app, "alice")
     for target in ("//evil.example/", "https://evil.example/", "/\\evil", "x"):
         async with browser(live_app) as http:
@@ -172,8 +158,8 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
     bob = await issue_key(live_app, "bob")
     root = await issue_key(live_app, "root", admin=True)
     schedule = await make_schedule(live_app, "alice")
-    run = await ledger(live_app).run_now(schedule.id, "alice")
-    before = await service(live_app).get(schedule.id, None)
+    run = await live_app.state.runs.run_now(schedule.id, "alice")
+    before = await live_app.state.schedules.get(schedule.id, None)
 
     async with browser(live_app, bob) as http:
         home = await http.get("/")
@@ -183,16 +169,15 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
             response = await http.get(path)
             assert response.status_code == 404, path
             assert "not yours" in response.text
-        posts = [
-            f"/schedules/{sid}/{verb}" for verb in ("run", "pause", "resume", "delete", "edit")
-        ]
-        for path in posts + [f"/runs/{run.id}/replay", f"/runs/{run.id}/cancel"]:
+        posts = [f"/schedules/{sid}/{verb}" for verb in ("run", "pause", "resume", "delete")]
+        posts += [f"/schedules/{sid}/edit", f"/runs/{run.id}/replay", f"/runs/{run.id}/cancel"]
+        for path in posts:
             response = await http.post(path, data={**FORM, "name": "taken over"})
             assert response.status_code == 404, path
-    after = await service(live_app).get(schedule.id, None)
+    after = await live_app.state.schedules.get(schedule.id, None)
     assert (after.name, after.enabled, after.deleted_at) == (before.name, True, None)
-    assert (await ledger(live_app).get_run(run.id, None))[0].status == "pending"
-    assert await ledger(live_app).count_runs(schedule.id) == {"pending": 1}
+    assert (await live_app.state.runs.get_run(run.id, None))[0].status == "pending"
+    assert await live_app.state.runs.count_runs(schedule.id) == {"pending": 1}
 
     async with browser(live_app, alice) as http:
         assert (await http.get(f"/schedules/{schedule.id}")).status_code == 200
@@ -201,7 +186,7 @@ async def test_another_owners_schedule_and_runs_are_not_found(live_app: FastAPI)
         assert page.status_code == 200 and "<dt>Owner</dt><dd>alice</dd>" in page.text
         # An admin creates as its own owner, as through the API.
         response = await http.post("/schedules/new", data=FORM)
-        created = await service(live_app).get(schedule_id(response), None)
+        created = await live_app.state.schedules.get(schedule_id(response), None)
         assert created.owner == "root"
 
 
@@ -249,7 +234,7 @@ async def test_bad_input_is_shown_at_its_field_and_nothing_is_written(
                     typed = changes.get(name, FORM[name])
                     if typed:
                         assert f'value="{typed}"' in response.text
-    assert (await service(live_app).list(None)).items == []
+    assert (await live_app.state.schedules.list(None)).items == []
 
 
 async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastAPI) -> None:
@@ -258,7 +243,7 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         response = await http.post("/schedules/new", data=FORM)
         assert response.status_code == 303
         id = schedule_id(response)
-        created = await service(live_app).get(id, "local")
+        created = await live_app.state.schedules.get(id, "local")
         assert created.trigger == {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"}
         assert created.runner == {"type": "command", "argv": ["sh", "-c", "echo hello"]}
         assert (created.timeout_seconds, created.max_attempts, created.overlap) == (600, 2, "allow")
@@ -266,48 +251,68 @@ async def test_create_edit_pause_resume_run_replay_cancel_delete(live_app: FastA
         assert "Schedule created." in page.text
         assert page.text.count('data-zone="Asia/Shanghai"') >= 10  # next run + 10 due times
 
-        # (That the edit form shows and keeps every stored value: test_edit_keeps_fields.py.)
+        # The edit form shows the stored values (that an edit keeps what it does not change:
+        # tests/integration/test_edit_keeps_fields.py).
+        form = await http.get(f"/schedules/{id}/edit")
+        assert 'value="0 8 * * 1-5"' in form.text and "sh\n-c\necho hello</textarea>" in form.text
         every = {**FORM, "trigger_kind": "every", "every_seconds": "600"}
         response = await http.post(f"/schedules/{id}/edit", data=every)
         assert response.headers["location"].endswith("?done=updated")
-        grid = (await service(live_app).get(id, None)).trigger
+        grid = (await live_app.state.schedules.get(id, None)).trigger
 
         response = await http.post(f"/schedules/{id}/edit", data={**every, "cron": "x"})
         assert response.status_code == 303  # the cron input is not the chosen kind
         response = await http.post(f"/schedules/{id}/edit", data={**every, "every_seconds": "-5"})
         assert response.status_code == 422
         assert "out of range" in field_error(response.text, "every_seconds")
-        assert (await service(live_app).get(id, None)).trigger == grid
+        assert (await live_app.state.schedules.get(id, None)).trigger == grid
 
         response = await http.post(f"/schedules/{id}/pause", data={"back": "/"})
         assert response.headers["location"] == "/?done=paused"
-        paused = await service(live_app).get(id, None)
+        paused = await live_app.state.schedules.get(id, None)
         assert (paused.enabled, paused.next_run) == (False, None)
         assert "paused" in (await http.get("/")).text
         await http.post(f"/schedules/{id}/resume", data={"back": f"/schedules/{id}"})
-        assert (await service(live_app).get(id, None)).enabled is True
+        assert (await live_app.state.schedules.get(id, None)).enabled is True
 
         response = await http.post(f"/schedules/{id}/run", data={"back": f"/schedules/{id}"})
         assert response.headers["location"] == f"/schedules/{id}?done=run"
-        [(run, _)] = (await ledger(live_app).list_runs(id, None)).items
+        [(run, _)] = (await live_app.state.runs.list_runs(id, None)).items
         assert (run.trigger, run.status) == ("manual", "pending")
         fragment = await http.get(f"/ui/schedules/{id}/runs")
         assert f'data-run="{run.id}" data-status="pending"' in fragment.text
 
         await http.post(f"/runs/{run.id}/cancel", data={"back": f"/schedules/{id}"})
-        assert (await ledger(live_app).get_run(run.id, None))[0].status == "cancelled"
+        assert (await live_app.state.runs.get_run(run.id, None))[0].status == "cancelled"
         again = await http.post(f"/runs/{run.id}/cancel")
         assert again.status_code == 409 and "already finished" in again.text
 
         response = await http.post(f"/runs/{run.id}/replay", data={"back": f"/schedules/{id}"})
         assert response.headers["location"] == f"/schedules/{id}?done=replayed"
-        newest = (await ledger(live_app).list_runs(id, None)).items[0][0]
+        newest = (await live_app.state.runs.list_runs(id, None)).items[0][0]
         assert (newest.trigger, newest.replay_of) == ("replay", run.id)
 
         response = await http.post(f"/schedules/{id}/delete")
         assert response.headers["location"] == "/?done=deleted"
         assert (await http.get(f"/schedules/{id}")).status_code == 404
-        assert (await ledger(live_app).get_run(newest.id, None))[0].status == "cancelled"
+        assert (await live_app.state.runs.get_run(newest.id, None))[0].status == "cancelled"
+
+
+async def test_the_live_preview_describes_the_trigger_or_says_what_is_wrong(
+    live_app: FastAPI,
+) -> None:
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
+        good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
+        assert good.status_code == 200
+        assert "At 08:00, Monday through Friday, Europe/London" in good.text
+        assert good.text.count("<time ") == 5
+        every = await http.post("/ui/preview", data={"trigger_kind": "every", "every_seconds": "3"})
+        assert "Every 3 seconds" in every.text
+        bad = await http.post("/ui/preview", data={**FORM, "cron": "61 * * * *"})
+        assert bad.status_code == 422
+        assert 'data-field="cron"' in bad.text and "<time " not in bad.text
+    async with browser(live_app) as http:
+        assert (await http.post("/ui/preview", data=FORM)).status_code == 401
 
 
 # -- hostile requests ------------------------------------------------------------------------
@@ -339,15 +344,15 @@ async def test_posts_from_another_site_are_refused(
         same = {"Referer": f"{ORIGIN}/schedules/{schedule.id}"}
         response = await http.post(f"/schedules/{schedule.id}/pause", headers=same)
         assert response.status_code == 303
-    stored = await service(live_app).get(schedule.id, None)
+    stored = await live_app.state.schedules.get(schedule.id, None)
     assert stored.deleted_at is None and not stored.enabled
-    assert len((await service(live_app).list(None)).items) == 1
+    assert len((await live_app.state.schedules.list(None)).items) == 1
 
 
 async def test_names_are_escaped(live_app: FastAPI) -> None:
     evil = '<script>alert("x")</script>'
     schedule = await make_schedule(live_app, "alice", name=evil, prompt=evil)
-    await ledger(live_app).run_now(schedule.id, "alice")
+    await live_app.state.runs.run_now(schedule.id, "alice")
     async with browser(live_app, await issue_key(live_app, "alice")) as http:
         for path in ("/", f"/schedules/{schedule.id}", f"/schedules/{schedule.id}/edit"):
             page = await http.get(path)
@@ -362,35 +367,30 @@ async def test_a_huge_form_is_refused(live_app: FastAPI) -> None:
         body = {**FORM, "prompt": "x" * (MAX_FORM_BYTES + 1)}
         assert (await http.post("/schedules/new", data=body)).status_code == 413
         many = "&".join(f"f{i}=1" for i in range(500))
-        response = await http.post(
-            "/schedules/new",
-            content=many,
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
+        encoded = {"Content-Type": "application/x-www-form-urlencoded"}
+        response = await http.post("/schedules/new", content=many, headers=encoded)
         assert response.status_code == 413
-    assert (await service(live_app).list(None)).items == []
+    assert (await live_app.state.schedules.list(None)).items == []
 
 
-async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
-    live_app: FastAPI,
-) -> None:
+async def test_the_openapi_document_has_no_dashboard_paths(live_app: FastAPI) -> None:
+    async with browser(live_app) as http:
+        paths = set((await http.get("/openapi.json")).json()["paths"])
+        assert (await http.get("/static/dashboard.js")).status_code == 200
+    # Nor /mcp, /login, /ui, /static or /runs.
+    assert all(path.startswith("/api/v1/") for path in paths - {"/healthz", "/readyz"}), paths
+
+
+async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(live_app: FastAPI) -> None:
     # Skipped rows say why; runs say who asked for them (issue 8). A handler's JSON object is
     # the run's result, not its output: shown beside it, escaped. A short run's duration is in
-    # milliseconds. For a newcomer (issue 17): the trigger in words, its JSON on demand, argv
-    # as a shell reads it, times with their offset.
-    end_at = "2099-01-01T00:00:00-05:00"
-    schedule = await make_schedule(
-        live_app,
-        "alice",
-        trigger={"cron": "30 2 * * *", "timezone": "America/New_York", "end_at": end_at},
-        runner={"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]},
-        pause_after_failures=3,
-        max_runs=10,
-        jitter_seconds=30,
-    )
+    # milliseconds.
+    trigger = {"cron": "30 2 * * *", "timezone": "America/New_York"}
+    rails = {"pause_after_failures": 3, "max_runs": 10, "jitter_seconds": 30}
+    schedule = await make_schedule(live_app, "alice", trigger=trigger, **rails)
     assert schedule.warnings and schedule.next_run  # 02:30 falls in New York's spring gap
-    run = await ledger(live_app).run_now(schedule.id, "alice", by="alice")
-    skipped = await service(live_app).skip_occurrence(
+    run = await live_app.state.runs.run_now(schedule.id, "alice", by="alice")
+    skipped = await live_app.state.schedules.skip_occurrence(
         schedule.id, schedule.next_run.isoformat(), "alice", by="bob"
     )
     result = {"session_id": "<b>s-81</b>"}
@@ -410,14 +410,6 @@ async def test_the_schedule_page_shows_its_runs_warnings_and_guard_rails(
     row = html.unescape(page.split(f'data-run="{run.id}"')[1].split("</tr>")[0])
     assert '<summary>result {"session_id": "<b>s-81</b>"}</summary>' in row
     assert '<pre class="output">{\n  "session_id": "<b>s-81</b>"\n}</pre>' in row  # unfolded
-    words = re.search(r'<dd class="trigger-words">(.*?)</dd>', page, re.S)
-    assert words and words.group(1).startswith("At 02:30, America/New_York"), page
-    assert "not after" in words.group(1) and "2099-01-01 00:00:00 -05:00" in words.group(1)
-    assert re.search(r"<details class=\"as-json\"><summary>as JSON</summary><code>\{", page)
-    argv = re.search(r'<code class="argv">(.*?)</code>', page)
-    assert argv and html.unescape(argv.group(1)) == "sh -c 'echo agent got: $(cat)'"
-    # Never the ambiguous abbreviations: the offset.
-    assert "-05:00</time>" in page and "EST" not in page and "EDT" not in page
 
 
 async def test_a_batch_of_runs_pages_in_due_time_order(
@@ -474,13 +466,8 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
     capped = await make_schedule(live_app, "alice", max_runs=3, misfire_grace_seconds=86_400)
     assert capped.next_run is not None
     first = capped.next_run
-    ending = await make_schedule(
-        live_app,
-        "alice",
-        name="campaign",
-        trigger={"every_seconds": 3600, "end_at": (first + 2.5 * hour).isoformat()},
-        misfire_grace_seconds=86_400,
-    )
+    until = {"every_seconds": 3600, "end_at": (first + 2.5 * hour).isoformat()}
+    ending = await make_schedule(live_app, "alice", trigger=until, misfire_grace_seconds=86_400)
     async with browser(live_app, await issue_key(live_app, "alice")) as http:
         # end_at leaves three due times.
         card = upcoming_card((await http.get(f"/schedules/{ending.id}")).text)
@@ -496,10 +483,8 @@ async def test_the_next_due_times_stop_where_the_timetable_ends(
         assert "Then the timetable ends: at most 3 due times (max runs), 2 of them taken." in card
         form = (await http.get(f"/schedules/{capped.id}/edit")).text
         assert f'data-preview="/ui/preview?schedule={capped.id}"' in form
-        edit = await http.post(
-            f"/ui/preview?schedule={capped.id}",
-            data={"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"},
-        )
+        typed = {"trigger_kind": "every", "every_seconds": "3600", "max_runs": "3"}
+        edit = await http.post(f"/ui/preview?schedule={capped.id}", data=typed)
         assert len(due_times(edit.text)) == 1 and "(max runs), 2 of them taken" in edit.text
 
         # Every due time taken, or past the end: the timetable ended.
@@ -532,18 +517,17 @@ async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI
         assert "The runs keep their grid, counted from Not before" in edit
         # As it says: every half hour instead, still on the grid of the stored start.
         form = ScheduleForm.from_view(schedule_view(stored)).values
-        saved = await http.post(
-            f"/schedules/{stored.id}/edit", data={**form, "every_seconds": "1800"}
-        )
+        half = {**form, "every_seconds": "1800"}
+        saved = await http.post(f"/schedules/{stored.id}/edit", data=half)
         assert saved.status_code == 303, saved.text
-        after = await service(live_app).get(stored.id, None)
+        after = await live_app.state.schedules.get(stored.id, None)
         assert after.next_run is not None
         assert (after.next_run - start) % timedelta(seconds=1800) == timedelta(0)
         # Not before blanked: counted from saving, the first run one interval later.
-        blank = {**form, "every_seconds": "1800", "start_at": ""}
+        blank = {**half, "start_at": ""}
         saved = await http.post(f"/schedules/{stored.id}/edit", data=blank)
         assert saved.status_code == 303, saved.text
-    recounted = await service(live_app).get(stored.id, None)
+    recounted = await live_app.state.schedules.get(stored.id, None)
     saved_at = datetime.fromisoformat(recounted.trigger["start_at"])
     assert saved_at >= start + timedelta(minutes=17)
     assert recounted.next_run == saved_at + timedelta(seconds=1800)
@@ -552,12 +536,35 @@ async def test_the_interval_hint_says_when_the_first_run_comes(live_app: FastAPI
 # -- for a newcomer (issue 17) ---------------------------------------------------------------
 
 
+async def test_the_schedule_page_says_the_trigger_in_words_and_argv_as_typed(
+    live_app: FastAPI,
+) -> None:
+    trigger = {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai", "dst_gap": "skip"}
+    trigger["end_at"] = "2099-01-01T00:00:00+08:00"
+    runner = {"type": "command", "argv": ["sh", "-c", "echo agent got: $(cat)"]}
+    schedule = await make_schedule(live_app, "alice", trigger=trigger, runner=runner)
+    async with browser(live_app, await issue_key(live_app, "alice")) as http:
+        page = (await http.get(f"/schedules/{schedule.id}")).text
+    words = re.search(r'<dd class="trigger-words">(.*?)</dd>', page, re.S)
+    assert words, page
+    assert words.group(1).startswith("At 09:00, Monday through Friday, Asia/Shanghai")
+    assert "not after" in words.group(1) and "2099-01-01 00:00:00 +08:00" in words.group(1)
+    assert "a time the clocks skip does not run that day" in words.group(1)
+    # The JSON only on demand, folded.
+    assert re.search(r"<details class=\"as-json\"><summary>as JSON</summary><code>\{", page)
+    # argv quoted as a shell needs it, as the CLI shows it.
+    argv = re.search(r'<code class="argv">(.*?)</code>', page)
+    assert argv and html.unescape(argv.group(1)) == "sh -c 'echo agent got: $(cat)'"
+    # Times in Shanghai carry their offset, never the ambiguous "CST".
+    assert "+08:00</time>" in page and "CST" not in page
+
+
 async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
     live_app: FastAPI,
 ) -> None:
     schedule = await make_schedule(live_app, "alice")
     note = "paused by agentcron after 3 failed runs in a row; last error: " + "x" * 600
-    await service(live_app).pause(schedule.id, note, "alice")
+    await live_app.state.schedules.pause(schedule.id, note, "alice")
     async with browser(live_app, await issue_key(live_app, "alice")) as http:
         listed = (await http.get("/")).text
         page = (await http.get(f"/schedules/{schedule.id}")).text
@@ -568,13 +575,17 @@ async def test_a_long_pause_note_is_cut_in_the_list_and_whole_on_its_page(
     assert note in html.unescape(page)  # and whole on the schedule's page
 
 
-async def test_the_form_sets_every_setting_and_the_preview_honours_them(
-    live_app: FastAPI,
-) -> None:
+# The form's settings beyond the trigger, runner and notify.
+SETTINGS = [
+    *("max_runs", "catchup", "catchup_window_seconds"),
+    *("jitter_seconds", "pause_after_failures", "retention_days"),
+]
+
+
+async def test_the_form_sets_every_setting_and_the_preview_honours_them(live_app: FastAPI) -> None:
     key = await issue_key(live_app, "local")  # trusted: may run a command of its own
     fields = {
-        **FORM,
-        "trigger_kind": "cron",
+        **FORM,  # a cron trigger
         "cron": "0 9 * * *",
         "timezone": "Europe/Paris",
         "start_at": "2030-01-01T00:00:00+01:00",
@@ -589,28 +600,18 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
         "retention_days": "7",
     }
     async with browser(live_app, key) as http:
-        # The live preview describes the trigger, or says at its field what is wrong.
-        good = await http.post("/ui/preview", data={**FORM, "timezone": "Europe/London"})
-        assert good.status_code == 200
-        assert "At 08:00, Monday through Friday, Europe/London" in good.text
-        assert good.text.count("<time ") == 5
-        every = await http.post("/ui/preview", data={"trigger_kind": "every", "every_seconds": "3"})
-        assert "Every 3 seconds" in every.text
-        bad = await http.post("/ui/preview", data={**FORM, "cron": "61 * * * *"})
-        assert bad.status_code == 422
-        assert 'data-field="cron"' in bad.text and "<time " not in bad.text
         preview = await http.post("/ui/preview", data=fields)
         assert preview.status_code == 200, preview.text
         # Not before 2030 (start_at), and three due times only (max_runs).
         times = re.findall(r'<time datetime="([^"]+)"', preview.text)
-        assert times == ["2030-01-01T08:00:00Z", "2030-01-02T08:00:00Z", "2030-01-03T08:00:00Z"]
+        assert times == [f"2030-01-0{day}T08:00:00Z" for day in (1, 2, 3)]
         assert "Then the timetable ends: at most 3 due times" in preview.text
         past_end = await http.post("/ui/preview", data={**fields, "end_at": "2001-01-01T00:00Z"})
         assert past_end.status_code == 422 and 'data-field="end_at"' in past_end.text
 
         created = await http.post("/schedules/new", data=fields)
         assert created.status_code == 303, created.text
-        stored = await service(live_app).get(schedule_id(created), None)
+        stored = await live_app.state.schedules.get(schedule_id(created), None)
         assert stored.trigger == {
             "cron": "0 9 * * *",
             "timezone": "Europe/Paris",
@@ -619,11 +620,8 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
             "start_at": "2029-12-31T23:00:00+00:00",
             "end_at": "2030-01-30T23:00:00+00:00",
         }
-        settings = ["max_runs", "catchup", "catchup_window_seconds", "jitter_seconds"]
-        settings += ["pause_after_failures", "retention_days"]  # each stored as typed
-        assert {name: str(getattr(stored, name)) for name in settings} == {
-            name: fields[name] for name in settings
-        }
+        settings = [getattr(stored, name) for name in SETTINGS]
+        assert settings == [3, "latest", 600, 30, 4, 7]
 
         # Blanking the optional ones sets them back to none (that the edit page shows them:
         # tests/integration/test_edit_keeps_fields.py).
@@ -631,7 +629,7 @@ async def test_the_form_sets_every_setting_and_the_preview_honours_them(
         cleared = {**fields, **dict.fromkeys(blanked, "")}
         saved = await http.post(f"/schedules/{stored.id}/edit", data=cleared)
         assert saved.status_code == 303, saved.text
-        after = await service(live_app).get(stored.id, None)
+        after = await live_app.state.schedules.get(stored.id, None)
         assert "end_at" not in after.trigger and "dst_gap" not in after.trigger
         assert after.trigger["dst_repeat"] == "both"
         assert (after.max_runs, after.jitter_seconds, after.retention_days) == (None, None, None)

@@ -32,7 +32,6 @@ import pytest
 from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from pydantic import SecretStr
-from sqlalchemy import select
 
 from agentcron.core.config import Settings
 from agentcron.core.notify import NOTIFY_ON
@@ -44,13 +43,13 @@ from agentcron.core.runners.command import config as command
 from agentcron.core.runners.openai import config as openai
 from agentcron.core.secrets.resolution import referenced_secrets
 from agentcron.core.specs import ScheduleCreate, ScheduleUpdate
-from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Schedule
 from agentcron.core.triggers import KIND_KEYS
 from agentcron.testing.kit import SettableClock
 from agentcron.web.api.schemas import ScheduleOut
 from agentcron.web.cli import main as cli_main
 from tests.conftest import app_client, issue_key
+from tests.integration.engine_kit import fetch_schedule
 from tests.integration.test_dashboard import ORIGIN, browser
 
 API = "/api/v1/schedules"
@@ -190,22 +189,9 @@ CHANNEL_FIELDS = {
 # What the service sets, never a request: an edit of a field keeps these unless it says so.
 SERVER_SET = frozenset(
     {
-        "id",
-        "owner",
-        "key",
-        "next_run",
-        "description",
-        "paused_at",
-        "paused_note",
-        "last_run_at",
-        "last_status",
-        "last_error",
-        "last_run_id",
-        "consecutive_failures",
-        "scheduled_runs",
-        "warnings",
-        "created_at",
-        "updated_at",
+        *("id", "owner", "key", "description", "warnings", "created_at", "updated_at"),
+        *("next_run", "paused_at", "paused_note", "scheduled_runs", "consecutive_failures"),
+        *("last_run_at", "last_status", "last_error", "last_run_id"),
     }
 )
 # Columns the API does not show, and what it shows that no column holds (the trigger in words).
@@ -262,10 +248,7 @@ async def stored(app: FastAPI, api: httpx.AsyncClient, id: str) -> dict[str, dic
     secret unmasked, which the API never shows)."""
     response = await api.get(f"{API}/{id}")
     assert response.status_code == 200, response.text
-    db: Database = app.state.db
-    async with db.session(write=False) as session:
-        row = await session.scalar(select(Schedule).where(Schedule.id == uuid.UUID(id)))
-    assert row is not None
+    row = await fetch_schedule(app.state.db, uuid.UUID(id))
     columns = {column.key: getattr(row, column.key) for column in Schedule.__table__.columns}
     return {"api": response.json(), "row": columns}
 
@@ -337,54 +320,49 @@ class _FormReader(HTMLParser):
         self.entries: list[tuple[str, str]] = []
         self.textareas: set[str] = set()
         self._in_form = False
+        self._text: list[str] = []  # of the open textarea or option
         self._textarea: str | None = None
-        self._text: list[str] = []
         self._select: str | None = None
-        self._options: list[tuple[str, bool]] = []
-        self._option: tuple[str | None, bool] | None = None
+        self._options: list[tuple[str | None, bool]] = []  # (value, selected) of the select's
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attr = dict(attrs)
-        if tag == "form" and attr.get("id") == "schedule-form":
-            self._in_form = True
+        self._in_form |= tag == "form" and attr.get("id") == "schedule-form"
+        name = attr.get("name")
         if not self._in_form:
             return
-        name = attr.get("name")
         if tag == "input" and name:
             kind = attr.get("type", "text")
-            if kind in ("radio", "checkbox"):
-                if "checked" in attr:
-                    self.entries.append((name, attr.get("value") or "on"))
-            elif kind not in ("submit", "button", "reset"):
+            if kind in ("radio", "checkbox") and "checked" in attr:
+                self.entries.append((name, attr.get("value") or "on"))
+            elif kind not in ("radio", "checkbox", "submit", "button", "reset"):
                 self.entries.append((name, attr.get("value") or ""))
         elif tag == "textarea" and name:
             self._textarea, self._text = name, []
         elif tag == "select" and name:
             self._select, self._options = name, []
         elif tag == "option" and self._select is not None:
-            self._option = (attr.get("value"), "selected" in attr)
+            self._options.append((attr.get("value"), "selected" in attr))
             self._text = []
 
     def handle_data(self, data: str) -> None:
-        if self._textarea is not None or self._option is not None:
-            self._text.append(data)
+        self._text.append(data)
 
     def handle_endtag(self, tag: str) -> None:
+        text = "".join(self._text)
         if tag == "form":
             self._in_form = False
         elif tag == "textarea" and self._textarea is not None:
-            text = "".join(self._text)
             # HTML: a newline right after the start tag is not part of the value.
             self.entries.append((self._textarea, text.removeprefix("\n")))
             self.textareas.add(self._textarea)
             self._textarea = None
-        elif tag == "option" and self._option is not None:
-            value, selected = self._option
-            self._options.append((value if value is not None else "".join(self._text), selected))
-            self._option = None
+        elif tag == "option" and self._select is not None:
+            value, selected = self._options.pop()
+            self._options.append((text if value is None else value, selected))
         elif tag == "select" and self._select is not None:
             chosen = [value for value, selected in self._options if selected]
-            self.entries.append((self._select, (chosen or [self._options[0][0]])[0]))
+            self.entries.append((self._select, (chosen or [self._options[0][0]])[0] or ""))
             self._select = None
 
 
@@ -408,11 +386,8 @@ async def edit_in_dashboard(http: httpx.AsyncClient, id: str, **typed: str) -> h
         name: _browser_line_breaks(value) if name in reader.textareas else value
         for name, value in form.items()
     }
-    return await http.post(
-        f"/schedules/{id}/edit",
-        content=urlencode(posted),
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
-    )
+    encoded = {"Content-Type": "application/x-www-form-urlencoded"}
+    return await http.post(f"/schedules/{id}/edit", content=urlencode(posted), headers=encoded)
 
 
 @pytest.mark.parametrize("path", ["dashboard", "patch"])
@@ -488,9 +463,7 @@ async def test_one_input_changed_in_the_dashboard_changes_only_its_field(
         only_moved(before, after, moves | EDITED | expected.keys())
 
 
-async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(
-    live_app: FastAPI,
-) -> None:
+async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(live_app: FastAPI) -> None:
     # Bounds apply to a cron and an interval alike and are kept across the switch; the DST
     # policies apply only to a cron and a one-shot takes nothing but its time.
     trigger = LOADED["cron-command"]["trigger"]
@@ -498,9 +471,8 @@ async def test_a_new_trigger_kind_keeps_the_stored_keys_that_apply_to_it(
         id = await create(api, LOADED["cron-command"])
         response = await edit_in_dashboard(http, id, trigger_kind="every", every_seconds="600")
         assert response.status_code == 303, response.text
-        bounds = {"start_at": trigger["start_at"], "end_at": trigger["end_at"]}
-        row = (await stored(live_app, api, id))["row"]
-        assert row["trigger"] == {"every_seconds": 600, **bounds}
+        kept = {"every_seconds": 600, "start_at": trigger["start_at"], "end_at": trigger["end_at"]}
+        assert (await stored(live_app, api, id))["row"]["trigger"] == kept
         response = await edit_in_dashboard(http, id, trigger_kind="at", at=LATER)
         assert response.status_code == 303, response.text
         assert (await stored(live_app, api, id))["row"]["trigger"] == {"at": LATER}

@@ -17,7 +17,7 @@ import base64
 import json
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
@@ -28,13 +28,14 @@ from sqlalchemy import func, select
 from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule, Task
 from tests.integration.engine_kit import assert_error
-from tests.integration.test_api_doc import operations as api_operations
+from tests.integration.test_api_doc import http_scope, openapi
 from tests.integration.test_auth import OWNED
 from tests.integration.test_dashboard import ORIGIN, browser
 from tests.integration.test_schedules_api import body, create
 
 API = "/api/v1/schedules"
 JSON = {"content-type": "application/json"}
+PREVIEW = f"{API}/preview"
 
 
 async def rows(db: Database) -> dict[str, int]:
@@ -105,48 +106,38 @@ def with_value(key: str, raw: str) -> bytes:
     return json.dumps(data).replace('"@@"', raw).encode()
 
 
-# 100 and 900 the parser reads: refused by field; 10,000 is deeper than it goes: a 400.
+def deep_requests(some_id: str, deep: str) -> list[tuple[str, str, bytes, str]]:
+    """(method, path, body, field) of requests that carry the JSON text ``deep`` as a value."""
+    runner = f'{{"type": "command", "argv": ["cat"], "env": {deep}}}'
+    keys = ("name", "trigger", "runner", "notify", "max_attempts", "unknown_key")
+    return [
+        ("PATCH", f"{API}/{some_id}", f'{{"runner": {runner}}}'.encode(), "runner.env"),
+        ("POST", f"{API}/preview", f'{{"trigger": {{"cron": {deep}}}}}'.encode(), "trigger.cron"),
+        ("POST", f"{API}/{some_id}/pause", f'{{"note": {deep}}}'.encode(), "note"),
+    ] + [("POST", API, with_value(key, deep), key) for key in keys]
+
+
+# Nested 100 or 900 deep, the parser takes a value and it is refused naming its field; 10,000
+# deep is deeper than the parser goes, and the body is a 400.
 @pytest.mark.parametrize("depth", [100, 900, 10_000])
-async def test_nested_values_the_parser_accepts_are_refused_by_field(
+async def test_nested_values_are_refused_by_field_or_as_too_deep(
     client: httpx.AsyncClient, db: Database, depth: int
 ) -> None:
     existing = await create(client)
-
-    def refused(response: httpx.Response, field: str) -> None:
-        if depth > 1000:
-            assert_error(response, 400, "ValidationError")
-        else:
-            assert assert_error(response, 422)["error"]["field"].startswith(field)
-
     for kind in ("list", "dict"):
-        deep = nested(depth, kind)
-        for key in ("name", "trigger", "runner", "notify", "max_attempts", "unknown_key"):
-            refused(await client.post(API, content=with_value(key, deep), headers=JSON), key)
-        runner = f'{{"type": "command", "argv": ["cat"], "env": {deep}}}'
-        response = await client.patch(
-            f"{API}/{existing['id']}", content=f'{{"runner": {runner}}}'.encode(), headers=JSON
-        )
-        refused(response, "runner.env")
-        response = await client.post(
-            f"{API}/preview", content=f'{{"trigger": {{"cron": {deep}}}}}'.encode(), headers=JSON
-        )
-        refused(response, "trigger.cron")
-        note = f'{{"note": {deep}}}'.encode()
-        response = await client.post(f"{API}/{existing['id']}/pause", content=note, headers=JSON)
-        refused(response, "note")
+        for method, path, content, field in deep_requests(existing["id"], nested(depth, kind)):
+            response = await client.request(method, path, content=content, headers=JSON)
+            if depth == 10_000:
+                assert_error(response, 400, "ValidationError")
+            else:
+                named = assert_error(response, 422)["error"]["field"]
+                assert named == field or named.startswith(f"{field}."), (method, path, named)
     await left_alone(client, db, existing)
 
 
 NOT_AN_OBJECT = [
-    b"",
-    b"[]",
-    b"null",
-    b"42",
-    b'"text"',
-    b"true",
-    b"{",
-    b'{"name": "x",',
-    b"\xff\xfe",
+    *(b"", b"[]", b"null", b"42", b'"text"', b"true"),  # nothing, or JSON that is no object
+    *(b"{", b'{"name": "x",', b"\xff\xfe"),  # no JSON: cut short, or not UTF-8
     json.dumps([body(), body(name="second")]).encode(),  # an array of valid schedules
     nested(10_000, "list").encode(),  # deeper than the parser goes
     nested(10_000, "dict").encode(),
@@ -178,14 +169,19 @@ async def test_body_that_is_not_a_json_object_or_is_too_deep_is_a_400(
 
 
 WRONG_TYPES = [
-    "text/plain",
-    "application/x-www-form-urlencoded",
-    "multipart/form-data; boundary=xyz",
-    "application/xml",
-    "image/png",
-    "application/jsonx",
-    None,
+    *("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=xyz"),
+    *("application/xml", "image/png", "application/jsonx", None),
 ]
+
+
+def body_operations(some_id: str) -> list[tuple[str, str]]:
+    """Every operation of the OpenAPI document that takes a request body, its path ids filled."""
+    return [
+        (method.upper(), re.sub(r"\{[^}]+\}", some_id, path))
+        for path, operations in openapi()["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation
+    ]
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])  # the app refuses it before any storage
@@ -193,11 +189,7 @@ async def test_a_body_without_a_json_content_type_is_a_415_naming_it(
     client: httpx.AsyncClient, db: Database, subtests: pytest.Subtests
 ) -> None:
     existing = await create(client)
-    operations = [
-        (method, re.sub(r"\{[^}]+\}", existing["id"], path))
-        for method, path, operation in api_operations()
-        if "requestBody" in operation
-    ]
+    operations = body_operations(existing["id"])
     assert len(operations) >= 10  # create, preview, by-key, update, pause, resume, ... secrets
     valid = json.dumps(body(name="smuggled")).encode()  # valid JSON, refused all the same
     for content_type in WRONG_TYPES:
@@ -241,20 +233,18 @@ async def test_nul_characters_are_refused_naming_the_field(
             assert_error(await client.post(API, json=body(**overrides)), 422, field=field)
     existing = await create(client)
     sid = existing["id"]
-    assert_error(await client.patch(f"{API}/{sid}", json={"name": "\x00"}), 422, field="name")
-    response = await client.patch(f"{API}/{sid}", json={"trigger": {"cron": "\x00"}})
-    assert_error(response, 422, field="trigger.cron")
-    assert_error(await client.post(f"{API}/{sid}/pause", json={"note": "\x00"}), 422, field="note")
-    response = await client.post(
-        f"{API}/preview", json={"trigger": {"cron": "0 8 * * *", "timezone": "\x00"}}
-    )
-    assert_error(response, 422, field="trigger.timezone")
-    response = await client.post(
-        f"{API}/preview", json={"trigger": {"cron": "* * * * *"}, "after": "2030-01-01\x00"}
-    )
-    assert_error(response, 422, field="after")
-    assert_error(await client.get(API, params={"cursor": "\x00"}), 422, field="cursor")
-    assert_error(await client.get(API, params={"limit": "\x00"}), 422, field="limit")
+    zone = {"cron": "0 8 * * *", "timezone": "\x00"}
+    after = {"trigger": {"cron": "* * * * *"}, "after": "2030-01-01\x00"}
+    for method, path, sent, field in [
+        ("PATCH", f"{API}/{sid}", {"json": {"name": "\x00"}}, "name"),
+        ("PATCH", f"{API}/{sid}", {"json": {"trigger": {"cron": "\x00"}}}, "trigger.cron"),
+        ("POST", f"{API}/{sid}/pause", {"json": {"note": "\x00"}}, "note"),
+        ("POST", f"{API}/preview", {"json": {"trigger": zone}}, "trigger.timezone"),
+        ("POST", f"{API}/preview", {"json": after}, "after"),
+        ("GET", API, {"params": {"cursor": "\x00"}}, "cursor"),
+        ("GET", API, {"params": {"limit": "\x00"}}, "limit"),
+    ]:
+        assert_error(await client.request(method, path, **sent), 422, field=field)
     assert_error(await client.get(f"{API}/%00"), 404)
     assert_error(await client.get(f"{API}/{sid}%00"), 404)
     await left_alone(client, db, existing)
@@ -378,9 +368,7 @@ async def test_instants_at_the_ends_of_time_never_500(
                     stored += 1
                 else:
                     assert_error(response, 422, field=field)
-                response = await client.post(
-                    f"{API}/preview", json={"trigger": trigger, "count": 3}
-                )
+                response = await client.post(PREVIEW, json={"trigger": trigger, "count": 3})
                 if response.status_code != 200:
                     assert_error(response, 422, field=field)
         for trigger in (
@@ -390,13 +378,10 @@ async def test_instants_at_the_ends_of_time_never_500(
             {"at": "2999-01-01T00:00:00Z"},
         ):
             with subtests.test(after=instant, trigger=trigger):
-                response = await client.post(
-                    f"{API}/preview", json={"trigger": trigger, "count": 1000, "after": instant}
-                )
+                sent = {"trigger": trigger, "count": 1000, "after": instant}
+                response = await client.post(PREVIEW, json=sent)
                 if response.status_code == 200:
-                    due = [
-                        datetime.fromisoformat(d).astimezone(UTC) for d in response.json()["next"]
-                    ]
+                    due = [datetime.fromisoformat(d) for d in response.json()["next"]]
                     assert all(a < b for a, b in pairwise(due))
                     if due:
                         assert due[0] > datetime.fromisoformat(instant)
@@ -445,29 +430,15 @@ async def test_hostile_pagination_is_refused_naming_the_field(
 
 UNKNOWN_ID = str(uuid.uuid4())
 BAD_IDS = [
-    "-1",
-    "0",
-    "1.5",
-    "-0.0",
-    "1e400",
-    "9" * 400,
-    "NaN",
-    "not-a-uuid",
-    "00000000-0000-0000-0000-000000000000",
-    "ffffffff-ffff-ffff-ffff-ffffffffffff",
-    UNKNOWN_ID,
-    str(uuid.uuid4()).upper(),
-    "{" + str(uuid.uuid4()) + "}",
-    "urn:uuid:" + str(uuid.uuid4()),
+    # Numbers, and text that is no UUID.
+    *("-1", "0", "1.5", "-0.0", "1e400", "9" * 400, "NaN"),
+    *("not-a-uuid", "' OR '1'='1", "a" * 10_000),
+    # UUIDs of nothing here, in each spelling a UUID parser may take.
+    *("00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff", UNKNOWN_ID),
+    *(str(uuid.uuid4()).upper(), "{" + str(uuid.uuid4()) + "}", "urn:uuid:" + str(uuid.uuid4())),
     uuid.uuid4().hex,
-    "%00",
-    "%F0%9F%A4%96",
-    "%E2%80%AE",
-    "' OR '1'='1",
-    "preview",
-    "..",
-    "%2E%2E%2Fruns",
-    "a" * 10_000,
+    # Escaped bytes (NUL, an emoji, a right-to-left override), and words of other routes.
+    *("%00", "%F0%9F%A4%96", "%E2%80%AE", "preview", "..", "%2E%2E%2Fruns"),
 ]
 
 
@@ -475,19 +446,18 @@ BAD_IDS = [
 NAMED_IN_THE_404 = ("not-a-uuid", "1.5", "00000000-0000-0000-0000-000000000000", UNKNOWN_ID)
 
 
-def id_routes(schedule_id: str, other_id: str | None = None) -> list[tuple[str, str, Any]]:
-    """Every endpoint that names one object (test_auth.OWNED): the schedule's paths with
-    ``schedule_id``, the run's and the task's with ``other_id`` (the same id when not given)."""
-    ids = {"schedule_id": schedule_id, "run_id": other_id or schedule_id}
-    ids["task_id"] = ids["run_id"]
-    return [(method, path.format(**ids), body) for method, path, body, _ok in OWNED]
+def id_routes(some_id: str) -> list[tuple[str, str, Any]]:
+    """(method, path, body) of every endpoint that names one object (test_auth's table), with
+    ``some_id`` for its id."""
+    ids = dict.fromkeys(("schedule_id", "run_id", "task_id"), some_id)
+    return [(method, path.format(**ids), sent) for method, path, sent, _ok in OWNED]
 
 
 async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Database) -> None:
     existing = await create(client)
     for bad in BAD_IDS:
-        for method, path, data in id_routes(bad):
-            response = await client.request(method, path, json=data)
+        for method, path, sent in id_routes(bad):
+            response = await client.request(method, path, json=sent)
             if response.status_code == 405:  # ".." can resolve onto another route
                 assert bad in ("..", "%2E%2E%2Fruns"), (method, path)
                 continue
@@ -501,8 +471,10 @@ async def test_bad_ids_in_every_path_are_404(client: httpx.AsyncClient, db: Data
     run = await client.post(f"{API}/{existing['id']}/run")
     assert run.status_code == 202
     before = await rows(db)
-    for method, path, data in id_routes(run.json()["id"], existing["id"]):
-        assert_error(await client.request(method, path, json=data), 404, "NotFound")
+    routes = [route for route in id_routes(run.json()["id"]) if route[1].startswith(API)]
+    routes += [route for route in id_routes(existing["id"]) if not route[1].startswith(API)]
+    for method, path, sent in routes:
+        assert_error(await client.request(method, path, json=sent), 404, "NotFound")
     assert await rows(db) == before
 
 
@@ -521,21 +493,7 @@ async def _send_and_hang_up(app: Any, path: str, headers: dict[str, str]) -> int
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-    }
-    await app(scope, receive, send)
+    await app(http_scope("POST", path, headers), receive, send)
     starts = [m for m in sent if m["type"] == "http.response.start"]
     return int(starts[0]["status"]) if starts else 0
 
@@ -552,7 +510,7 @@ async def test_a_client_that_hangs_up_mid_body_is_no_error_and_writes_nothing(
         cookie = "; ".join(f"{name}={value}" for name, value in web.cookies.items())
     form = {"cookie": cookie, "content-type": "application/x-www-form-urlencoded"}
     posts = [
-        (API, {"authorization": key, "content-type": "application/json"}),
+        (API, {"authorization": key, **JSON}),
         ("/ui/preview", {**form, "origin": ORIGIN, "host": "agentcron"}),
     ]
     with capture_logs() as logs:

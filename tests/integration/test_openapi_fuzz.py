@@ -9,7 +9,6 @@ bounded so the file stays well under a minute on two cores.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 import uuid
@@ -29,10 +28,13 @@ from agentcron.core.keys import LOCAL_OWNER, create_key
 from agentcron.core.storage.database import Database
 from agentcron.web.app import create_app
 from tests.conftest import bearer
-from tests.integration.test_api_doc import openapi
+from tests.integration.engine_kit import run_now
 from tests.integration.test_schedules_api import create
 
-schema = schemathesis.openapi.from_dict(copy.deepcopy(openapi()))
+SCHEMA_SETTINGS = Settings(
+    database_url="sqlite+aiosqlite:///:memory:", disable_scheduler=True, log_format="console"
+)
+schema = schemathesis.openapi.from_dict(create_app(SCHEMA_SETTINGS).openapi())
 CHECKS = [not_a_server_error, response_schema_conformance]
 
 
@@ -41,11 +43,7 @@ class LiveServer:
 
     def __init__(self, app_settings: Settings) -> None:
         config = uvicorn.Config(
-            create_app(app_settings),
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan="on",
+            create_app(app_settings), host="127.0.0.1", port=0, log_level="warning", lifespan="on"
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
@@ -74,15 +72,10 @@ async def live(settings: Settings, db: Database) -> AsyncIterator[dict[str, Any]
     headers = bearer(key)
     with LiveServer(settings) as base_url:
         async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
-            schedule_id = (await create(http, runner={"type": "command", "argv": ["cat"]}))["id"]
-            run = await http.post(f"/api/v1/schedules/{schedule_id}/run")
-            assert run.status_code == 202, run.text
-            yield {
-                "base_url": base_url,
-                "headers": headers,
-                "schedule_id": schedule_id,
-                "run_id": run.json()["id"],
-            }
+            schedule = await create(http, runner={"type": "command", "argv": ["cat"]})
+            run = await run_now(http, schedule["id"])
+            ids = {"schedule_id": schedule["id"], "run_id": run["id"]}
+            yield {"base_url": base_url, "headers": headers, **ids}
 
 
 VALID_TRIGGERS = [

@@ -74,7 +74,8 @@ async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Da
     response = await client.post(f"{API}/runs/{original['id']}/replay")
     assert response.status_code == 202, response.text
     replay = response.json()
-    assert replay["trigger"] == replay["origin"] == "replay" and replay["started_by"] == "local"
+    said = (replay["trigger"], replay["origin"], replay["started_by"])
+    assert said == ("replay", "replay", "local")
     assert replay["replay_of"] == original["id"]
     assert replay["id"] != original["id"]
     assert replay["schedule_id"] == schedule["id"]
@@ -90,6 +91,23 @@ async def test_replay_reruns_the_saved_payload(client: httpx.AsyncClient, db: Da
 
     after = (await client.get(f"{API}/schedules/{schedule['id']}")).json()
     assert after["next_run"] == schedule["next_run"]
+
+
+async def test_cancel_a_pending_run_then_again_is_a_conflict(client: httpx.AsyncClient) -> None:
+    schedule = await create_schedule(client)
+    run = await run_now(client, schedule["id"])
+
+    response = await client.post(f"{API}/runs/{run['id']}/cancel")
+    assert response.status_code == 202, response.text
+    cancelled = response.json()
+    assert cancelled["id"] == run["id"]
+    assert cancelled["status"] == "cancelled"
+    assert cancelled["finished_at"] is not None
+
+    again = await client.post(f"{API}/runs/{run['id']}/cancel")
+    body = assert_error(again, 409, "Conflict")
+    assert "cancelled" in body["error"]["message"]
+    assert (await client.get(f"{API}/runs/{run['id']}")).json()["status"] == "cancelled"
 
 
 async def test_runs_of_a_deleted_schedule_stay_readable_by_id(client: httpx.AsyncClient) -> None:
@@ -113,21 +131,14 @@ async def test_history_filters_by_status_trigger_origin_and_skipped_rows(
     client: httpx.AsyncClient,
 ) -> None:
     schedule = await create_schedule(client)
-    history = f"{API}/schedules/{schedule['id']}/runs"
-    skip = await client.post(
-        f"{API}/schedules/{schedule['id']}/skip", json={"due_at": schedule["next_run"]}
-    )
+    url = f"{API}/schedules/{schedule['id']}"
+    history = f"{url}/runs"
+    skip = await client.post(f"{url}/skip", json={"due_at": schedule["next_run"]})
     assert skip.status_code == 200, skip.text
     skipped = skip.json()
     waiting = await run_now(client, schedule["id"])
     cancelled = await run_now(client, schedule["id"])
-    response = await client.post(f"{API}/runs/{cancelled['id']}/cancel")
-    assert response.status_code == 202, response.text
-    assert (response.json()["id"], response.json()["status"]) == (cancelled["id"], "cancelled")
-    assert response.json()["finished_at"] is not None
-    # Cancelling it again is a conflict naming its state.
-    again = assert_error(await client.post(f"{API}/runs/{cancelled['id']}/cancel"), 409, "Conflict")
-    assert "cancelled" in again["error"]["message"]
+    assert (await client.post(f"{API}/runs/{cancelled['id']}/cancel")).status_code == 202
     replay = (await client.post(f"{API}/runs/{cancelled['id']}/replay")).json()
 
     async def ids(**params: Any) -> list[str]:
@@ -169,12 +180,9 @@ async def runs_of_a_restart(
     trigger = {"every_seconds": 60, "start_at": grid.isoformat()}
     schedule = await create_schedule(client, trigger=trigger, misfire_grace_seconds=86_400)
     first_due = grid + timedelta(hours=1)
+    moved = update(Schedule).where(Schedule.id == uuid.UUID(schedule["id"]))
     async with db.session() as session:
-        await session.execute(
-            update(Schedule)
-            .where(Schedule.id == uuid.UUID(schedule["id"]))
-            .values(next_run=first_due)
-        )
+        await session.execute(moved.values(next_run=first_due))
     back = first_due + timedelta(minutes=99)
     ledger = SqlRunStore(db, owner="after-restart", lease_seconds=30, data_dir=data_dir)
     claim = await ledger.claim_due_jobs(back, 500)

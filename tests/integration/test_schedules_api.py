@@ -16,14 +16,13 @@ RUNNER = {"type": "command", "argv": ["python3", "-c", "print('hi')"]}
 
 
 def body(**overrides: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
+    return {
         "name": "morning digest",
         "prompt": "Summarise today's headlines in five bullets.",
         "trigger": {"cron": "0 8 * * 1-5", "timezone": "Asia/Shanghai"},
         "runner": RUNNER,
+        **overrides,
     }
-    data.update(overrides)
-    return data
 
 
 async def create(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
@@ -71,8 +70,7 @@ async def test_create_cron_schedule_in_zone(client: httpx.AsyncClient) -> None:
 async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.AsyncClient) -> None:
     created = await create(client)
     response = await client.patch(
-        f"{API}/{created['id']}",
-        json={"trigger": {"every_seconds": 90}, "name": "renamed"},
+        f"{API}/{created['id']}", json={"trigger": {"every_seconds": 90}, "name": "renamed"}
     )
     assert response.status_code == 200, response.text
     patched = response.json()
@@ -85,13 +83,9 @@ async def test_patch_replaces_fields_and_recomputes_next_run(client: httpx.Async
 
 
 async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> None:
-    response = await client.post(
-        f"{API}/preview",
-        json={
-            "trigger": {"cron": "30 1 * * *", "timezone": "America/New_York"},
-            "after": "2025-10-30T12:00:00+00:00",
-        },
-    )
+    trigger = {"cron": "30 1 * * *", "timezone": "America/New_York"}
+    after = "2025-10-30T12:00:00+00:00"
+    response = await client.post(f"{API}/preview", json={"trigger": trigger, "after": after})
     assert response.status_code == 200, response.text
     data = response.json()
     assert len(data["next"]) == 10
@@ -107,6 +101,7 @@ async def test_preview_next_ten_in_local_offsets(client: httpx.AsyncClient) -> N
 
 # What parse_trigger refuses is tested in tests/unit/test_triggers.py: one trigger error here
 # shows the API names its field, one needs the server's clock.
+FTP_HOOK = {"type": "webhook", "url": "ftp://x", "secret": "whsec_x"}
 BAD_INPUT = [
     ("cron_out_of_range", {"trigger": {"cron": "60 8 * * *"}}, 422, "trigger.cron"),
     ("interval_negative", {"trigger": {"every_seconds": -5}}, 422, "trigger.every_seconds"),
@@ -124,12 +119,7 @@ BAD_INPUT = [
     ("runner_argv_empty", {"runner": {"type": "command", "argv": []}}, 422, "runner.argv"),
     ("runner_missing", {"runner": None}, 422, "runner"),  # None: left out of the body
     ("int_as_string", {"max_attempts": "3"}, 422, "max_attempts"),
-    (
-        "notify_bad_url",
-        {"notify": [{"type": "webhook", "url": "ftp://x", "secret": "whsec_x"}]},
-        422,
-        "notify.0.url",
-    ),
+    ("notify_bad_url", {"notify": [FTP_HOOK]}, 422, "notify.0.url"),
 ]
 
 
@@ -142,3 +132,16 @@ async def test_bad_input_is_rejected_naming_the_field(
             error = assert_error(await client.post(API, json=data), status, field=field)["error"]
             assert error["type"] in ("InvalidSchedule", "ValidationError")
     assert (await client.get(API)).json()["items"] == []
+
+
+async def test_patch_bad_input_changes_nothing(client: httpx.AsyncClient) -> None:
+    created = await create(client)
+    for patch, field in (
+        ({"trigger": {"cron": "61 * * * *"}}, "trigger.cron"),
+        ({"name": None}, "name"),
+        ({"timeout_seconds": -1}, "timeout_seconds"),
+        ({"bogus": 1}, "bogus"),
+    ):
+        assert_error(await client.patch(f"{API}/{created['id']}", json=patch), 422, field=field)
+    after = (await client.get(f"{API}/{created['id']}")).json()
+    assert after == created

@@ -49,19 +49,13 @@ def backend() -> str:
 
 
 @pytest.fixture
-def settings(db_url: str, tmp_path: Path) -> Settings:
-    """The operator's rules of these tests; ``live_app`` runs with its engine on."""
+def settings(settings: Settings, tmp_path: Path) -> Settings:
+    """The conftest settings with the engine on and this file's operator configuration."""
     agents_file = tmp_path / "agents.toml"
     agents_file.write_text(AGENTS)
-    return Settings(
-        database_url=db_url,
-        data_dir=tmp_path / "data",
-        log_format="console",
-        scheduler_tick_seconds=0.2,
-        agents_file=agents_file,
-        tenant_env="SHARED_MODEL_KEY",
-        tenant_endpoints="http://127.0.0.1:11434/",
-    )
+    operator = {"agents_file": agents_file, "tenant_env": "SHARED_MODEL_KEY"}
+    operator |= {"tenant_endpoints": "http://127.0.0.1:11434/", "scheduler_tick_seconds": 0.2}
+    return settings.model_copy(update={**operator, "disable_scheduler": False})
 
 
 @pytest.fixture
@@ -149,31 +143,25 @@ async def test_a_private_model_endpoint_is_refused_unless_the_operator_allows_it
 async def test_a_declared_agent_takes_only_its_parameters_and_variables(
     tenant: httpx.AsyncClient,
 ) -> None:
-    def agent(**fields: Any) -> dict[str, Any]:
-        return schedule({"type": "command", "agent": "echo-topic", **fields})
+    ai = {"topic": "ai"}
+    # The runner's fields besides type and agent (echo-topic unless named), the field refused
+    # and what its message says.
+    for fields, field, says in [
+        ({}, "runner.params.topic", "needs"),
+        ({"params": {"topic": "--exec=rm"}}, "runner.params.topic", "[a-z ]{1,20}"),
+        ({"params": {**ai, "flag": "x"}}, "runner.params.flag", "topic"),
+        ({"params": ai, "env": {"LD_PRELOAD": "/tmp/x.so"}}, "runner.env.LD_PRELOAD", "STYLE"),
+        ({"params": ai, "argv": ["sh"]}, "runner.argv", "not both"),
+        ({"agent": "rootshell"}, "runner.agent", "echo-topic"),
+    ]:
+        runner = {"type": "command", "agent": "echo-topic", **fields}
+        refused(await tenant.post("/api/v1/schedules", json=schedule(runner)), field, says)
 
-    post = tenant.post
-    refused(await post("/api/v1/schedules", json=agent()), "runner.params.topic", "needs")
-    bad = agent(params={"topic": "--exec=rm"})
-    refused(await post("/api/v1/schedules", json=bad), "runner.params.topic", "[a-z ]{1,20}")
-    extra = agent(params={"topic": "ai", "flag": "x"})
-    refused(await post("/api/v1/schedules", json=extra), "runner.params.flag", "topic")
-    env = agent(params={"topic": "ai"}, env={"LD_PRELOAD": "/tmp/x.so"})
-    refused(await post("/api/v1/schedules", json=env), "runner.env.LD_PRELOAD", "STYLE")
-    both = agent(params={"topic": "ai"}, argv=["sh"])
-    refused(await post("/api/v1/schedules", json=both), "runner.argv", "not both")
-    unknown = schedule({"type": "command", "agent": "rootshell"})
-    refused(await post("/api/v1/schedules", json=unknown), "runner.agent", "echo-topic")
-
-    good = agent(params={"topic": "ai news"}, env={"STYLE": "terse"})
-    created = await post("/api/v1/schedules", json=good)
+    good = {"type": "command", "agent": "echo-topic", "params": {"topic": "ai news"}}
+    good["env"] = {"STYLE": "terse"}
+    created = await tenant.post("/api/v1/schedules", json=schedule(good))
     assert created.status_code == 201, created.text
-    assert created.json()["runner"] == {
-        "type": "command",
-        "agent": "echo-topic",
-        "params": {"topic": "ai news"},
-        "env": {"STYLE": "terse"},
-    }
+    assert created.json()["runner"] == good
 
 
 async def test_a_tenant_cannot_patch_its_way_to_a_command(tenant: httpx.AsyncClient) -> None:
@@ -189,9 +177,7 @@ async def test_a_tenant_cannot_patch_its_way_to_a_command(tenant: httpx.AsyncCli
     assert renamed.status_code == 200, renamed.text
 
 
-async def test_a_declared_agent_runs_with_the_tenants_parameters(
-    tenant: httpx.AsyncClient,
-) -> None:
+async def test_a_declared_agent_runs_with_the_tenants_parameters(tenant: httpx.AsyncClient) -> None:
     runner = {"type": "command", "agent": "echo-topic", "params": {"topic": "ai news"}}
     created = await created_schedule(tenant, schedule(runner))
     ended = await run_to_end(tenant, created["id"])

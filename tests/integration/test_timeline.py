@@ -7,19 +7,20 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
 
 from agentcron.core import triggers
 from agentcron.core.errors import Conflict, InvalidSchedule
 from agentcron.core.ledger.sql import SqlRunStore
 from agentcron.core.specs import ScheduleUpdate
 from agentcron.core.storage.database import Database
-from agentcron.core.storage.models import Run, Schedule
+from agentcron.core.storage.models import Schedule
 from tests.factories import insert_schedule
-from tests.integration.test_backfill import Clock, minutely
+from tests.integration.engine_kit import runs_of
+from tests.integration.test_backfill import minutely
 from tests.integration.test_schedules_api import create
 
 T0 = datetime(2025, 1, 6, 0, 0, tzinfo=UTC)
@@ -27,12 +28,9 @@ S = timedelta(seconds=1)
 MINUTE = 60 * S
 
 
-async def timeline(db: Database, schedule_id: uuid.UUID) -> list[Run]:
-    async with db.session(write=False) as session:
-        found = await session.scalars(
-            select(Run).where(Run.schedule_id == schedule_id).order_by(Run.due_at)
-        )
-        return list(found)
+async def add_due_schedule(db: Database, next_run: datetime, **overrides: Any) -> uuid.UUID:
+    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
+    return await insert_schedule(db, T0, trigger=trigger, next_run=next_run, **overrides)
 
 
 def ledger(db: Database, tmp_path: Path) -> SqlRunStore:
@@ -44,8 +42,7 @@ async def test_a_second_claim_never_doubles_an_accounted_due_time(
 ) -> None:
     # A replica with a stale next_run plans the same gap again: UNIQUE(schedule_id, due_at)
     # keeps one row per due time.
-    trigger = triggers.trigger_to_dict(triggers.IntervalTrigger(every_seconds=60, start_at=T0))
-    schedule_id = await insert_schedule(db, T0, trigger=trigger, next_run=T0 + MINUTE)
+    schedule_id = await add_due_schedule(db, T0 + MINUTE)
     engine = ledger(db, tmp_path)
     await engine.claim_due_jobs(T0 + 5 * MINUTE + 30 * S)
     async with db.session() as session:
@@ -53,19 +50,18 @@ async def test_a_second_claim_never_doubles_an_accounted_due_time(
         assert schedule is not None
         schedule.next_run = T0 + MINUTE
     await engine.claim_due_jobs(T0 + 5 * MINUTE + 31 * S)
-    due_times = [r.due_at for r in await timeline(db, schedule_id)]
+    due_times = [r.due_at for r in await runs_of(db, schedule_id)]
     assert len(due_times) == len(set(due_times)) == 5
 
 
 async def test_pause_writes_paused_rows_at_resume(db: Database) -> None:
-    clock = Clock(T0)
-    service, schedule_id = await minutely(db, clock)
+    service, schedule_id, clock = await minutely(db, T0)
     clock.now = T0 + 30 * S
     await service.pause(schedule_id, "maintenance", None)
     clock.now = T0 + 3 * MINUTE + 30 * S
     resumed = await service.resume(schedule_id, None)
 
-    rows = await timeline(db, schedule_id)
+    rows = await runs_of(db, schedule_id)
     assert [(r.due_at, r.status, r.reason) for r in rows] == [
         (T0 + k * MINUTE, "skipped", "paused") for k in (1, 2, 3)
     ]
@@ -76,7 +72,7 @@ async def test_pause_writes_paused_rows_at_resume(db: Database) -> None:
     await service.pause(schedule_id, None, None)
     clock.now = T0 + 6 * MINUTE + 10 * S
     await service.update(schedule_id, ScheduleUpdate(enabled=True), None)
-    reasons = [(r.due_at, r.reason) for r in await timeline(db, schedule_id)]
+    reasons = [(r.due_at, r.reason) for r in await runs_of(db, schedule_id)]
     assert reasons[-2:] == [(T0 + 5 * MINUTE, "paused"), (T0 + 6 * MINUTE, "paused")]
 
 
@@ -86,14 +82,12 @@ async def test_pause_writes_paused_rows_at_resume(db: Database) -> None:
 async def test_a_skipped_occurrence_never_runs_and_unskip_puts_one_back(
     db: Database, tmp_path: Path
 ) -> None:
-    clock = Clock(T0 + 10 * S)
-    service, schedule_id = await minutely(db, clock)
-    skipped = await service.skip_occurrence(
-        schedule_id, (T0 + 2 * MINUTE).isoformat(), None, by="alice"
-    )
-    assert (skipped.status, skipped.reason) == ("skipped", "occurrence_skipped")
-    assert skipped.started_by == "alice"
-    again = await service.skip_occurrence(schedule_id, (T0 + 2 * MINUTE).isoformat(), None)
+    service, schedule_id, clock = await minutely(db, T0 + 10 * S)
+    second = (T0 + 2 * MINUTE).isoformat()
+    skipped = await service.skip_occurrence(schedule_id, second, None, by="alice")
+    expected = ("skipped", "occurrence_skipped", "alice")
+    assert (skipped.status, skipped.reason, skipped.started_by) == expected
+    again = await service.skip_occurrence(schedule_id, second, None)
     assert again.id == skipped.id  # idempotent
     first = (T0 + MINUTE).isoformat()
     await service.skip_occurrence(schedule_id, first, None)
@@ -106,13 +100,12 @@ async def test_a_skipped_occurrence_never_runs_and_unskip_puts_one_back(
     for k in (1, 2, 3):
         claimed += (await engine.claim_due_jobs(T0 + k * MINUTE + S)).runs
     assert [run.due_at for run in claimed] == [T0 + MINUTE, T0 + 3 * MINUTE]
-    statuses = {r.due_at: (r.status, r.reason) for r in await timeline(db, schedule_id)}
+    statuses = {r.due_at: (r.status, r.reason) for r in await runs_of(db, schedule_id)}
     assert statuses[T0 + 2 * MINUTE] == ("skipped", "occurrence_skipped")
 
 
 async def test_skip_refuses_what_is_not_an_upcoming_due_time(db: Database, tmp_path: Path) -> None:
-    clock = Clock(T0 + 10 * S)
-    service, schedule_id = await minutely(db, clock)
+    service, schedule_id, clock = await minutely(db, T0 + 10 * S)
     for value, says in [
         ((T0 + MINUTE + 30 * S).isoformat(), "not a due time of this schedule"),
         (T0.isoformat(), "has passed"),
@@ -146,8 +139,8 @@ async def test_skip_and_unskip_through_the_api(client: httpx.AsyncClient) -> Non
     assert skipped.status_code == 200, skipped.text
     row = skipped.json()
     assert datetime.fromisoformat(row["due_at"]) == datetime.fromisoformat(second)
-    assert (row["status"], row["reason"]) == ("skipped", "occurrence_skipped")
-    assert row["started_by"] == "local"
+    expected = ("skipped", "occurrence_skipped", "local")
+    assert (row["status"], row["reason"], row["started_by"]) == expected
     assert (row["covers"], row["covers_until"]) == (1, row["due_at"])
     assert row["started_at"] is None and row["attempt"] == 0
     runs = (await client.get(f"{url}/runs")).json()["items"]
