@@ -34,6 +34,14 @@ AGENTCRON = str(Path(sys.executable).with_name("agentcron"))
 T = TypeVar("T")
 
 
+def captured(
+    argv: list[str], timeout: float = 60, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to completion, stdout and stderr captured as text (the caller checks the
+    status); ``options`` are subprocess.run's (``env``, ``cwd``, ``input``...)."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **options)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -93,16 +101,20 @@ class Server:
 HEALTHY_WITHIN = 120.0
 
 
-def start_server(env: dict[str, str], log_path: Path, timeout: float = HEALTHY_WITHIN) -> Server:
-    """Start ``agentcron serve`` and wait until /healthz answers."""
+def start_server(
+    env: dict[str, str],
+    log_path: Path,
+    timeout: float = HEALTHY_WITHIN,
+    *,
+    argv: tuple[str, ...] = (AGENTCRON, "serve"),
+    cwd: Path | None = None,
+) -> Server:
+    """Start ``agentcron serve`` (or ``argv``: a server taking ``--port``) and wait until
+    /healthz answers."""
     port = free_port()
     log = log_path.open("ab")
-    process = subprocess.Popen(
-        [AGENTCRON, "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    command = [*argv, "--port", str(port)]
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     server = Server(f"http://127.0.0.1:{port}", process, log_path, log)
     if wait_healthy(server.url, process, timeout):
         return server
@@ -148,7 +160,7 @@ def make_key(env: dict[str, str], owner: str = "local", *, admin: bool = False) 
     """A new API key in the database of ``env``, made by ``agentcron keys create`` (a real
     process, as a user would), which prints the key alone on its last line."""
     argv = [AGENTCRON, "keys", "create", "--owner", owner, *(["--admin"] if admin else [])]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    done = captured(argv, env=env)
     assert done.returncode == 0, done.stderr
     key = done.stdout.strip().splitlines()[-1]
     assert key.startswith("ac_"), done.stdout
@@ -383,12 +395,21 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
+TRUE = {"type": "command", "argv": ["true"]}  # an agent that does nothing and succeeds
+
+
+def schedule_body(
+    name: str, trigger: dict[str, Any], runner: dict[str, Any] = TRUE, **fields: Any
+) -> dict[str, Any]:
+    """A schedule's API body, prompt "p" unless ``fields`` (which add to it, or win) say."""
+    return {"name": name, "prompt": "p", "trigger": trigger, "runner": runner} | fields
+
+
 def one_shot(runner: dict[str, Any], delay: float = 4, **fields: Any) -> dict[str, Any]:
     """A schedule body with one due time, ``delay`` seconds from now (so one run): ahead of
     the request's arrival on a loaded machine, or it is refused as past."""
     at = datetime.now(UTC) + timedelta(seconds=delay)
-    body = {"name": "one-shot", "prompt": "work", "trigger": {"at": iso(at)}, "runner": runner}
-    return body | fields
+    return schedule_body("one-shot", {"at": iso(at)}, runner, prompt="work") | fields
 
 
 async def create_schedule(server: Server, key: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, free_port, wait_healthy, wait_until
+from tests.e2e.conftest import Server, captured, start_server, wait_until
 from tests.examples import ASTRABOX, EXAMPLES, PROVIDER_GROUP
 
 ZCBOT = EXAMPLES / "zcbot_host"
@@ -35,7 +34,6 @@ pytestmark = pytest.mark.slow
 def zcbot(tmp_path: Path) -> Iterator[Server]:
     """zcbot under uvicorn. At the end SIGTERM: its lifespan (the engine's drain included) must
     run to its end, and uvicorn exit by the signal it caught."""
-    port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCRON_")}
     environment.pop("PYTHONPATH", None)  # nothing of the checkout but the installed agentcron
     environment.update(
@@ -45,20 +43,8 @@ def zcbot(tmp_path: Path) -> Iterator[Server]:
         ZCBOT_SCHEDULER_TICK_SECONDS="0.2",
         ZCBOT_AGENT_SECONDS="0.3",
     )
-    log = tmp_path / "zcbot.log"
-    sink = log.open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
-        cwd=ZCBOT,
-        env=environment,
-        stdout=sink,
-        stderr=subprocess.STDOUT,
-    )
-    server = Server(f"http://127.0.0.1:{port}", process, log, sink)
-    if not wait_healthy(server.url, process):
-        assert process.poll() is None, server.log()
-        server.stop()
-        raise AssertionError(f"zcbot did not start:\n{server.log()}")
+    uvicorn = (sys.executable, "-m", "uvicorn", "app:app")
+    server = start_server(environment, tmp_path / "zcbot.log", argv=uvicorn, cwd=ZCBOT)
     yield server
     assert server.stop() in (0, -signal.SIGTERM), server.log()
     assert "Application shutdown complete" in server.log()
@@ -114,12 +100,8 @@ def test_the_provider_distribution_installs_and_is_found_by_its_entry_point(
 ) -> None:
     source = shutil.copytree(ASTRABOX, tmp_path / "src", ignore=shutil.ignore_patterns("__py*"))
     target = tmp_path / "site"
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, source],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
+    installed = captured([*pip, str(source)], 120)
     assert installed.returncode == 0, installed.stderr
     probe = (
         "from importlib.metadata import entry_points\n"
@@ -128,8 +110,6 @@ def test_the_provider_distribution_installs_and_is_found_by_its_entry_point(
         "print(point.dist.name, provider.name, type(provider).__module__)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    found = subprocess.run(
-        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True
-    )
+    found = captured([sys.executable, "-c", probe], env=env, cwd=tmp_path)
     assert found.returncode == 0, found.stderr
     assert found.stdout.split() == ["agentcron-astrabox", "agentcron", "agentcron_astrabox"]

@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,7 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port, wait_healthy
+from tests.conftest import bearer
+from tests.e2e.conftest import captured, start_server, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY_MD = REPO / "docs" / "library.md"
@@ -53,38 +53,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             source = shared / "wheel-source"
             shutil.rmtree(source, ignore_errors=True)
             shutil.copytree(REPO, source, symlinks=True, ignore=UNPACKAGED)
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "wheel",
-                    "-q",
-                    "--no-deps",
-                    "-w",
-                    str(out),
-                    str(source),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
+            built = captured([*PIP, "wheel", "-q", "--no-deps", "-w", str(out), str(source)], 300)
+            assert built.returncode == 0, built.stderr
     (built,) = out.glob("agentcron-*.whl")
     return built
 
 
 UNPACKAGED = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    "build",
-    "dist",
-    "var",
-    "bench",
-    "tests",
-    "*.egg-info",
-    "__pycache__",
+    ".git", ".venv", "build", "dist", "var", "bench", "tests", "*.egg-info", "__pycache__",
     ".*_cache",
-)
+)  # fmt: skip
 
 
 def test_the_wheel_holds_one_package_and_its_migrations(wheel: Path) -> None:
@@ -114,14 +92,9 @@ class Venv:
 
     def packages(self) -> list[str]:
         """The distributions installed, pip and setuptools not counted (agentcron is)."""
-        listed = subprocess.run(
-            [*PIP, "--python", self.bin("python"), "list", "--format", "json"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        ).stdout
-        names = [item["name"].lower() for item in json.loads(listed)]
+        listed = captured([*PIP, "--python", self.bin("python"), "list", "--format", "json"], 120)
+        assert listed.returncode == 0, listed.stderr
+        names = [item["name"].lower() for item in json.loads(listed.stdout)]
         return sorted(name for name in names if name not in ("pip", "setuptools"))
 
 
@@ -132,39 +105,29 @@ class Venv:
 PIP = [sys.executable, "-m", "pip"]
 
 
-def make_venv(path: Path, requirement: str) -> Venv:
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120
-    )
+def make_venv(path: Path, *requirement: str) -> Venv:
+    """A virtualenv at ``path`` without a pip of its own, ``requirement`` (pip install's
+    arguments) installed into it by the test run's pip."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     # pip's own bound is 600 s: on a loaded machine the install alone may take minutes.
-    pip = subprocess.run(
-        [
-            *PIP,
-            "--python",
-            str(path / "bin" / "python"),
-            "install",
-            "-q",
-            "--no-compile",
-            requirement,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    pip = captured([*PIP, "--python", str(path / "bin" / "python"), "install", *requirement], 600)
     assert pip.returncode == 0, pip.stderr
+    assert "BuildBackendWarning" not in pip.stderr, pip.stderr
     return Venv(path)
 
 
 @pytest.fixture(scope="session")
 def slim(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """The wheel alone: what `pip install agentcron` gives a host."""
-    return make_venv(tmp_path_factory.mktemp("slim") / "venv", str(wheel))
+    return make_venv(tmp_path_factory.mktemp("slim") / "venv", "-q", "--no-compile", str(wheel))
 
 
 @pytest.fixture(scope="session")
 def full(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """The wheel with every extra: `pip install 'agentcron[all]'`."""
-    return make_venv(tmp_path_factory.mktemp("full") / "venv", f"{wheel}[all]")
+    return make_venv(
+        tmp_path_factory.mktemp("full") / "venv", "-q", "--no-compile", f"{wheel}[all]"
+    )
 
 
 def host_env(venv: Venv, home: Path) -> dict[str, str]:
@@ -182,6 +145,15 @@ def host_env(venv: Venv, home: Path) -> dict[str, str]:
         AGENTCRON_LOG_FORMAT="json",
     )
     return env
+
+
+def imported_from(venv: Venv, module: str, **options: Any) -> str:
+    """The file the venv's python imports ``module`` from."""
+    done = captured(
+        [venv.bin("python"), "-c", f"import {module} as m; print(m.__file__)"], **options
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def host_home(tmp_path: Path) -> Path:
@@ -202,14 +174,8 @@ def slim_check(venv: Venv, home: Path, *args: str) -> dict[str, Any]:
     of the script there: nothing of the checkout is on its path); its JSON answer."""
     script = home / "slim_checks.py"
     shutil.copy(Path(__file__).with_name("slim_checks.py"), script)
-    done = subprocess.run(
-        [venv.bin("python"), str(script), *args],
-        cwd=home,
-        env={**host_env(venv, home), "AGENTCRON_SCHEDULER_TICK_SECONDS": "0.2"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {**host_env(venv, home), "AGENTCRON_SCHEDULER_TICK_SECONDS": "0.2"}
+    done = captured([venv.bin("python"), str(script), *args], 120, cwd=home, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return answer
@@ -248,14 +214,7 @@ def test_each_missing_extra_is_one_line_naming_it(slim: Venv, tmp_path: Path) ->
         "agentcron: the agentcron command needs the server extra: pip install 'agentcron[server]'\n"
     )
     for command in (["serve"], ["migrate"], ["mcp"], ["--help"]):
-        done = subprocess.run(
-            [slim.bin("agentcron"), *command],
-            cwd=home,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = captured([slim.bin("agentcron"), *command], cwd=home, env=env)
         assert (done.returncode, done.stdout, done.stderr) == (2, "", server_line)
     found = slim_check(slim, home, "service", f"sqlite:///{home / 'service.db'}")
     lines = {
@@ -290,80 +249,49 @@ def test_every_extra_migrates_serves_the_api_the_dashboard_mcp_and_metrics(
     env = host_env(full, home)
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [agentcron, *args], cwd=home, env=env, capture_output=True, text=True, timeout=120
-        )
+        done = captured([agentcron, *args], 120, cwd=home, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
     # The installed package is the one imported, from site-packages, not from the checkout.
-    where = subprocess.run(
-        [full.bin("python"), "-c", "import agentcron.core as c; print(c.__file__)"],
-        cwd=home,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    where = imported_from(full, "agentcron.core", cwd=home, env=env)
     assert "site-packages" in where and str(REPO) not in where
     cli("migrate")
     key = cli("keys", "create", "--owner", "local").strip().splitlines()[-1]
-    port = free_port()
-    with (home / "serve.log").open("wb") as log:
-        server = subprocess.Popen(
-            [agentcron, "serve", "--port", str(port)], cwd=home, env=env, stdout=log, stderr=log
-        )
+    server = start_server(env, home / "serve.log", argv=(agentcron, "serve"), cwd=home)
     try:
-        base = f"http://127.0.0.1:{port}"
-        headers = {"Authorization": f"Bearer {key}"}
-        # Healthy in time, and not exited on the way (else its log says why).
-        assert wait_healthy(base, server), (home / "serve.log").read_text()
-        due = (datetime.now(UTC) + timedelta(seconds=5)).isoformat()
-        created = httpx.post(
-            f"{base}/api/v1/schedules",
-            headers=headers,
-            json={
-                "name": "from the wheel",
-                "prompt": "hello",
-                "trigger": {"at": due},
-                "runner": {"type": "command", "argv": ["sh", "-c", "echo ran from the wheel"]},
-            },
-            timeout=10,
-        )
-        assert created.status_code == 201, created.text
-        schedule_id = created.json()["id"]
-        # The dashboard's sign-in page, while the run is due.
-        login = httpx.get(f"{base}/login", timeout=10)
-        assert login.status_code == 200 and "text/html" in login.headers["content-type"]
-        # MCP's streamable-HTTP transport: the tools, as the owner of the key.
-        listed = httpx.post(
-            f"{base}/mcp",
-            headers={**headers, "accept": "application/json, text/event-stream"},
-            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-            timeout=10,
-        )
-        assert listed.status_code == 200, listed.text
-        tools = {tool["name"] for tool in listed.json()["result"]["tools"]}
-        assert {"create_schedule", "list_runs"} <= tools
-        deadline = time.monotonic() + 30
-        while True:
-            runs = httpx.get(
-                f"{base}/api/v1/schedules/{schedule_id}/runs", headers=headers, timeout=10
-            ).json()["items"]
-            if runs and runs[0]["status"] not in ("pending", "running"):
-                break
-            assert time.monotonic() < deadline, runs
-            time.sleep(0.3)
-        assert runs[0]["status"] == "succeeded", runs[0]
-        assert "ran from the wheel" in runs[0]["output"]
-        # The run, counted in Prometheus' text format.
-        metrics = httpx.get(f"{base}/metrics", timeout=10)
-        assert metrics.status_code == 200
-        assert 'agentcron_runs_total{status="succeeded",trigger="schedule"} 1.0' in metrics.text
+        with httpx.Client(base_url=server.url, headers=bearer(key), timeout=10) as http:
+            due = (datetime.now(UTC) + timedelta(seconds=5)).isoformat()
+            runner = {"type": "command", "argv": ["sh", "-c", "echo ran from the wheel"]}
+            body = {"name": "from the wheel", "prompt": "hello", "trigger": {"at": due}}
+            created = http.post("/api/v1/schedules", json={**body, "runner": runner})
+            assert created.status_code == 201, created.text
+            runs_url = f"/api/v1/schedules/{created.json()['id']}/runs"
+            # The dashboard's sign-in page, while the run is due.
+            login = httpx.get(f"{server.url}/login", timeout=10)
+            assert login.status_code == 200 and "text/html" in login.headers["content-type"]
+            # MCP's streamable-HTTP transport: the tools, as the owner of the key.
+            tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            accept = {"accept": "application/json, text/event-stream"}
+            listed = http.post("/mcp", headers=accept, json=tools_list)
+            assert listed.status_code == 200, listed.text
+            tools = {tool["name"] for tool in listed.json()["result"]["tools"]}
+            assert {"create_schedule", "list_runs"} <= tools
+
+            def ended() -> list[dict[str, Any]]:
+                runs: list[dict[str, Any]] = http.get(runs_url).json()["items"]
+                return runs if runs and runs[0]["status"] not in ("pending", "running") else []
+
+            runs = wait_until(ended, "the run to finish")
+            assert runs[0]["status"] == "succeeded", runs[0]
+            assert "ran from the wheel" in runs[0]["output"]
+            # The run, counted in Prometheus' text format.
+            metrics = httpx.get(f"{server.url}/metrics", timeout=10)
+            assert metrics.status_code == 200
+            assert 'agentcron_runs_total{status="succeeded",trigger="schedule"} 1.0' in metrics.text
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-    assert "extra_missing" not in (home / "serve.log").read_text()
+        server.stop()
+    assert "extra_missing" not in server.log()
 
 
 def test_an_editable_install_warns_of_nothing_and_imports_the_checkout(tmp_path: Path) -> None:
@@ -371,32 +299,7 @@ def test_an_editable_install_warns_of_nothing_and_imports_the_checkout(tmp_path:
     # has nothing to warn about (its warnings reach the user's terminal through pip).
     source = tmp_path / "clone"
     shutil.copytree(REPO, source, symlinks=True, ignore=UNPACKAGED)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            python,
-            "install",
-            "--no-deps",
-            "-e",
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "BuildBackendWarning" not in done.stderr, done.stderr
-    where = subprocess.run(
-        [python, "-c", "import agentcron; print(agentcron.__file__)"],
-        cwd=tmp_path,  # not the clone: the install, not the working directory, finds it
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    venv = make_venv(tmp_path / "venv", "--no-deps", "-e", str(source))  # no BuildBackendWarning
+    # From tmp_path, not the clone: the install, not the working directory, finds it.
+    where = imported_from(venv, "agentcron", cwd=tmp_path)
     assert where == str(source / "agentcron" / "__init__.py")
