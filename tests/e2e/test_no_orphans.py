@@ -22,6 +22,7 @@ from tests.e2e.conftest import (
     command_runner,
     make_key,
     migrate,
+    schedule_body,
     sqlite_env,
     wait_for,
 )
@@ -71,12 +72,8 @@ def read_pid(path: Path) -> int | None:
 async def start_agent(server: Server, tmp_path: Path) -> tuple[int, int]:
     """Run a schedule now whose agent starts a child; (agent's pid, child's pid) once both run."""
     leader, child = tmp_path / "leader.pid", tmp_path / "child.pid"
-    body = {
-        "name": "orphans",
-        "prompt": "work",
-        "trigger": {"cron": "0 0 1 1 *"},  # never due during the test: only the run now
-        "runner": command_runner(AGENT, "orphan-agent", str(leader), str(child)),
-    }
+    agent = command_runner(AGENT, "orphan-agent", str(leader), str(child))
+    body = schedule_body("orphans", {"cron": "0 0 1 1 *"}, agent)  # due only at new year
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=30) as api:
         created = await api.post("/api/v1/schedules", json=body)
         assert created.status_code == 201, created.text

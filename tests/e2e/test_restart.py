@@ -18,7 +18,7 @@ import pytest
 from agentcron.core.storage.models import Run
 from tests.chat_server import ChatServer
 from tests.conftest import bearer
-from tests.e2e.conftest import Fleet, RunProbe, engine_env, make_key, wait_for
+from tests.e2e.conftest import Fleet, RunProbe, engine_env, make_key, schedule_body, wait_for
 
 
 @pytest.mark.pg
@@ -35,18 +35,9 @@ async def test_restart_keeps_schedules_history_and_conversations(
     key = await asyncio.to_thread(make_key, env)
     async with ChatServer() as chat:
         first = await asyncio.to_thread(fleet.start, env, "first")
-        body = {
-            "name": "persistent chat",
-            "prompt": "what changed?",
-            "trigger": {"every_seconds": 2},
-            "mode": "persistent",
-            "runner": {
-                "type": "openai",
-                "base_url": chat.base_url,
-                "model": "test-model",
-                "api_key_env": "CHAT_KEY",
-            },
-        }
+        runner = {"type": "openai", "base_url": chat.base_url, "model": "test-model"}
+        runner["api_key_env"] = "CHAT_KEY"
+        body = schedule_body("persistent chat", {"every_seconds": 2}, runner, mode="persistent")
         async with httpx.AsyncClient(timeout=30, headers=bearer(key)) as http:
             created = await http.post(f"{first.url}/api/v1/schedules", json=body)
             assert created.status_code == 201, created.text

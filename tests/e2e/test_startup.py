@@ -16,32 +16,23 @@ from tests.e2e.conftest import (
     AGENTCRON,
     Fleet,
     Server,
+    captured,
     create_schedule,
     free_port,
     json_events,
     make_key,
+    schedule_body,
 )
-from tests.integration.test_shared_database import (
-    HOST_TABLES,
-    tables,
-)
+from tests.integration.test_shared_database import HOST_TABLES, tables
 
 
 def serve_until_exit(env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run ``agentcron serve`` expecting it to give up; killed (and failing) after ``timeout``."""
-    return subprocess.run(
-        [AGENTCRON, "serve", "--port", str(free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return captured([AGENTCRON, "serve", "--port", str(free_port())], timeout, env=env)
 
 
 def migrate(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGENTCRON, "migrate"], env=env, capture_output=True, text=True, timeout=120
-    )
+    return captured([AGENTCRON, "migrate"], 120, env=env)
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -71,13 +62,8 @@ async def test_second_engine_on_one_sqlite_file_is_refused(
             fleet.start, dict(server_env, AGENTCRON_DISABLE_SCHEDULER="1"), "api-only"
         )
         assert (await http.get(f"{api_only.url}/readyz")).status_code == 200
-        body = {
-            "name": "from the api-only process",
-            "prompt": "hello",
-            "trigger": {"cron": "0 8 * * *"},
-            "runner": {"type": "command", "argv": ["true"]},
-        }
         assert server.key is not None
+        body = schedule_body("from the api-only process", {"cron": "0 8 * * *"})
         created = await create_schedule(api_only, server.key, body)
         listed = await http.get(f"{server.url}/api/v1/schedules/{created['id']}")
         assert listed.status_code == 200
@@ -113,13 +99,7 @@ async def test_a_hosts_database_is_refused_then_served_from_a_schema_of_agentcro
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
     key = await asyncio.to_thread(make_key, env)
     server = await asyncio.to_thread(fleet.start, env, "schema")
-    body = {
-        "name": "in a schema",
-        "prompt": "hello",
-        "trigger": {"every_seconds": 1},
-        "runner": {"type": "command", "argv": ["cat"]},
-    }
-    await create_schedule(server, key, body)
+    await create_schedule(server, key, schedule_body("in a schema", {"every_seconds": 1}))
     # Its runs there, the host's rows untouched: test_shared_database.py's, with the library.
     assert {"schedules", "runs", "tasks", "alembic_version"} <= await tables(url, "agentcron")
     assert await tables(url, "public") == {"runs", "tasks"}
@@ -138,14 +118,8 @@ async def test_a_port_it_cannot_listen_on_is_refused_before_anything_starts(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [AGENTCRON, "serve", "--host", host, "--port", str(port)],
-            env=server_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        argv = [AGENTCRON, "serve", "--host", host, "--port", str(port)]
+        done = await asyncio.to_thread(captured, argv, env=server_env)
     refusal = one_line(done)
     assert refusal.startswith(f"agentcron: cannot start: port {port} on {host} {why}: "), refusal
     assert "--port" in refusal
