@@ -4,7 +4,7 @@
 API, the HTTP API it mounts, SQLite and PostgreSQL). The rest comes with an extra, named in
 ``pyproject.toml`` as here: ``agentcron[server]`` for ``agentcron serve``, its dashboard and
 the command line, ``[mcp]``, ``[email]``, ``[secrets]``, ``[metrics]``, ``[expect]`` (JSON
-Schema expectations) and ``[all]``.
+Schema expectations), ``[otel]`` (traces of runs) and ``[all]``.
 
 Every place that uses an optional package asks ``have(extra)`` first (or ``require``), and
 imports the package only then, inside the function that needs it: ``import agentcron`` and the
@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "secrets": ("cryptography",),
     "metrics": ("prometheus_client",),
     "expect": ("jsonschema",),
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 
 

@@ -126,6 +126,7 @@ def run_payload(schedule: Schedule) -> dict[str, Any]:
         "timeout_seconds": schedule.timeout_seconds,
         "max_attempts": schedule.max_attempts,
         "mode": schedule.mode,
+        "owner": schedule.owner,  # named in the run's trace (core.otel)
         # What the run's output must be (core.expectations); absent when nothing is expected.
         **({"expect": schedule.expect} if schedule.expect else {}),
         # The host's key, for its handler (``HandlerContext.key``); absent when there is none.

@@ -50,6 +50,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.liveness import noticed_by, promised_recovery
 from agentcron.core.storage.lock import EngineLock
 from agentcron.core.storage.migrate import check_schema, upgrade
+from agentcron.core.tracing import from_environment as tracing_from_environment
 from agentcron.web.api.hosting import ConfigurationError, as_principal, install_errors
 from agentcron.web.engine.clockwatch import ClockWatch
 from agentcron.web.engine.loop import EngineProperties, SchedulerLoop
@@ -279,6 +280,8 @@ class Engine:
                 handler=self.handler,
                 liveness=settings.liveness,
                 log_runs=settings.log_runs,
+                # The standard OpenTelemetry environment, read now: spans only when it asks.
+                tracing=tracing_from_environment(),
                 predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
             service.context.on_change = ledger.on_change = runs.on_change = loop.wake

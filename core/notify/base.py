@@ -33,6 +33,9 @@ class DeliveryRequest:
     # The owner's stored secrets the channel refers to (name -> value), resolved for this
     # delivery (core.secrets). Out of repr: a request may be logged.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The delivery's trace context (``traceparent``, ``tracestate``) when the engine traces
+    # (``core.otel``): a channel that makes a request sends it as headers.
+    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 class Notifier(Protocol):

@@ -33,6 +33,7 @@ from agentcron.core.storage.database import Database
 from agentcron.core.storage.models import Delivery, Run, Schedule
 from agentcron.core.storage.sql.deliveries import delivery_of
 from agentcron.core.storage.wakeups import announce_change
+from agentcron.core.tracing import DeliverySpans, untraced
 from agentcron.core.transitions import apply, paused
 
 log = get_logger(__name__)
@@ -78,6 +79,7 @@ async def deliver_run(
     clock: Clock = utcnow,
     allow_private: bool = False,
     keyring: Keyring | None = None,
+    spans: DeliverySpans = untraced,
 ) -> list[tuple[str, str]]:
     """Deliver a finished run to each of its channels; record every attempt. Returns
     (channel type, final status) of each delivery made now (for the engine's metrics).
@@ -87,7 +89,8 @@ async def deliver_run(
     ``failed`` (its attempts exhausted, or a permanent error) is left alone; a ``pending`` row
     is reused and its attempts keep counting; a missing one is created. The webhook-id is
     ``<run id>.<index>`` every time, so a receiver can de-duplicate a repeat. ``keyring``
-    decrypts the stored secrets the channels refer to (``AGENTCRON_SECRETS_KEY``).
+    decrypts the stored secrets the channels refer to (``AGENTCRON_SECRETS_KEY``). ``spans``
+    makes each channel's span (``core.tracing``), whose context its request carries.
     """
     channels = applicable_channels(run.payload.get("notify") or (), run.status, run.reason)
     if not channels:
@@ -114,7 +117,17 @@ async def deliver_run(
     made = await asyncio.gather(
         *(
             _deliver_one(
-                db, run.id, index, channel, body, workdir, policy, clock, allow_private, secrets
+                db,
+                run.id,
+                index,
+                channel,
+                body,
+                workdir,
+                policy,
+                clock,
+                allow_private,
+                secrets,
+                spans,
             )
             for index, channel in channels
         )
@@ -133,6 +146,7 @@ async def _deliver_one(
     clock: Clock,
     allow_private: bool,
     secrets: Resolution,
+    spans: DeliverySpans,
 ) -> tuple[str, str] | None:
     kind = str(channel.get("type"))
     notifier = find_notifier(kind)
@@ -162,35 +176,37 @@ async def _deliver_one(
     names = referenced_secrets(None, [channel])
     values = {name: secrets.values[name] for name in names if name in secrets.values}
     unreadable = sorted(name for name in names if name in secrets.problems)
-    request = DeliveryRequest(
-        f"{run_id}.{index}", channel, body, workdir, allow_private, secrets=values
-    )
-    while True:
-        attempt += 1
-        status, error = "delivered", None
-        try:
-            if notifier is None:
-                raise RunPermanentError(f"no notifier for channel type {kind!r} is installed")
-            if unreadable:  # a copy: the problem may be shared by several channels
-                raise RunPermanentError(secrets.problems[unreadable[0]].message)
-            await notifier.deliver(request)
-        except RunPermanentError as exc:
-            status, error = "failed", exc.message
-        except Exception as exc:  # transient by contract: retried while attempts remain
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+    with spans(kind, index) as span:
+        request = DeliveryRequest(
+            f"{run_id}.{index}", channel, body, workdir, allow_private, values, span.headers
+        )
+        while True:
+            attempt += 1
+            status, error = "delivered", None
+            try:
+                if notifier is None:
+                    raise RunPermanentError(f"no notifier for channel type {kind!r} is installed")
+                if unreadable:  # a copy: the problem may be shared by several channels
+                    raise RunPermanentError(secrets.problems[unreadable[0]].message)
+                await notifier.deliver(request)
+            except RunPermanentError as exc:
+                status, error = "failed", exc.message
+            except Exception as exc:  # transient by contract: retried while attempts remain
+                status, error = "failed", f"{type(exc).__name__}: {exc}"
+                error = redact(error, values)
+                if policy.should_retry(attempt):
+                    await _record(db, delivery_id, "pending", attempt, error, clock)
+                    await asyncio.sleep(policy.delay(attempt))
+                    continue
+            # A receiver or server that echoes a value must not get it into the record or the log.
             error = redact(error, values)
-            if policy.should_retry(attempt):
-                await _record(db, delivery_id, "pending", attempt, error, clock)
-                await asyncio.sleep(policy.delay(attempt))
-                continue
-        # A receiver or server that echoes a value must not get it into the record or the log.
-        error = redact(error, values)
-        await _record(db, delivery_id, status, attempt, error, clock)
-        if status == "failed":
-            log.warning(
-                "delivery_failed", run_id=str(run_id), channel=kind, index=index, error=error
-            )
-        return kind, status
+            await _record(db, delivery_id, status, attempt, error, clock)
+            if status == "failed":
+                log.warning(
+                    "delivery_failed", run_id=str(run_id), channel=kind, index=index, error=error
+                )
+            span.ended(status, attempt, error)
+            return kind, status
 
 
 async def _pause_orphan(db: Database, schedule_id: uuid.UUID, reason: str, clock: Clock) -> None:

@@ -177,6 +177,7 @@ class WebhookNotifier:
                     "webhook-signature": sign(
                         signing_secret(request, target), request.delivery_id, timestamp, body
                     ),
+                    **request.trace,  # the receiver's spans join the run's trace
                 }
                 status, reason = await self._post(url, addresses, headers, body, target)
         except TimeoutError:

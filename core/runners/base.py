@@ -6,7 +6,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -183,6 +183,10 @@ class RunRequest:
     # (``core.runners.threads``). None outside an engine: the event loop's default executor,
     # which has a handful of threads.
     threads: AgentThreads | None = field(default=None, repr=False, compare=False)
+    # The attempt's W3C trace context (``traceparent``, ``tracestate``) when the engine traces
+    # (``core.otel``), else empty: a command gets it as TRACEPARENT and TRACESTATE, an openai
+    # request as headers, a handler or python target here, so the agent's spans join the run's.
+    trace: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -195,6 +199,7 @@ class RunRequest:
         instance_id: str,
         containment: Containment,
         threads: AgentThreads | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> RunRequest:
         """The attempt of ``run`` in ``task`` as its runner sees it, from what the run saved
         (``run.payload``). Its task directory exists once this returns, the data directory
@@ -222,6 +227,7 @@ class RunRequest:
             payload=payload,
             replay_of=run.replay_of,
             threads=threads,
+            trace=trace or {},
         )
 
 
@@ -240,6 +246,9 @@ class RunOutcome:
     output: str = ""
     turns: Sequence[Mapping[str, Any]] = ()
     result: Mapping[str, Any] | None = None
+    # The tokens the agent used where its runner knows them ({"input_tokens": n,
+    # "output_tokens": m}; the openai runner's reply says them): for the attempt's span only.
+    usage: Mapping[str, int] | None = None
 
 
 def checked_outcome(outcome: RunOutcome) -> RunOutcome:
@@ -266,7 +275,7 @@ def checked_outcome(outcome: RunOutcome) -> RunOutcome:
             f"the run's result is {size} bytes of JSON; at most {RESULT_LIMIT} (keep a reference"
             " to your record, not the record)"
         )
-    return RunOutcome(output=outcome.output, turns=outcome.turns, result=json.loads(text))
+    return replace(outcome, result=json.loads(text))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -34,6 +35,7 @@ EXTRA_MODULES = (
     "cryptography",
     "prometheus_client",
     "jsonschema",
+    "opentelemetry",
 )
 SCHEDULE = {
     "name": "news digest",
@@ -105,7 +107,15 @@ async def service(database_url: str) -> dict[str, Any]:
     else:
         await engine.stop()
         secrets = "started"
+    # The OpenTelemetry environment without the otel extra: one line, and the engine runs.
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:4318"
+    with structlog.testing.capture_logs() as traced:
+        engine = agentcron.Engine(database_url=database_url)
+        await engine.start()
+        await engine.stop()
     return {
+        "tracing": [line["reason"] for line in traced if line["event"] == "extra_missing"],
+        "loaded": sorted(name for name in EXTRA_MODULES if name in sys.modules),
         "logged": [line for line in logged if line["event"] == "extra_missing"],
         "answers": answers,
         "secrets": secrets,

@@ -236,6 +236,11 @@ def test_each_missing_extra_is_one_line_naming_it(slim: Venv, tmp_path: Path) ->
         "ExtraMissing: stored secrets (AGENTCRON_SECRETS_KEY) needs the secrets extra: "
         "pip install 'agentcron[secrets]'"
     )
+    # Tracing asked for by the environment without the extra: said, and nothing imported.
+    assert found["tracing"] == [
+        "tracing (OTEL_* environment) needs the otel extra: pip install 'agentcron[otel]'"
+    ]
+    assert found["loaded"] == []
 
 
 # The first test to ask for a virtualenv pays its pip install (its own bound is 600 s; minutes on

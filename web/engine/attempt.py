@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentcron.core.clock import Clock
 from agentcron.core.errors import InvalidSchedule, RunPermanentError, TargetUnavailable
@@ -41,7 +41,7 @@ from agentcron.core.runners.threads import AgentThreads
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.secrets.redaction import redact, redact_json
 from agentcron.core.secrets.resolution import load, referenced_secrets
-from agentcron.core.states import RunStatus
+from agentcron.core.states import TERMINAL, RunStatus
 from agentcron.core.storage.models import Run
 from agentcron.web.engine.batching import GroupCommit, retrying
 from agentcron.web.engine.delivery import Deliveries, run_log
@@ -49,6 +49,9 @@ from agentcron.web.engine.leases import LEASE_LOST, LEASE_UNCONFIRMED
 from agentcron.web.engine.metrics import EngineMetrics
 from agentcron.web.engine.runlines import RunLines
 from agentcron.web.engine.slots import QUICK_SECONDS
+
+if TYPE_CHECKING:
+    from agentcron.core.otel import Tracing
 
 HARD_STOP_GRACE = 15.0  # beyond the timeout, for runners that ignore their cancel token
 RESULT_LINGER = 0.01  # seconds an outcome waits for others to share its transaction
@@ -106,6 +109,10 @@ class Verdict:
     partial: str | None = None  # what a stopped attempt's agent had written (``AttemptStopped``)
     kept: str | None = None  # the output of an attempt that missed its expectations
     returned_at: datetime | None = None  # when the agent returned (the run's ``output_at``)
+    span: Any = None  # the attempt's span when the engine traces (``core.otel``)
+    # What the span says the attempt ended as: the status recorded, a retry's ``pending``, or
+    # why nothing was recorded.
+    ended: str = "unrecorded"
 
     def missed(self, why: str) -> None:
         """The agent ended well but its output misses the schedule's expectations
@@ -141,6 +148,7 @@ class Verdict:
                     for turn in outcome.turns
                 ],
                 result=redact_json(outcome.result, secrets),
+                usage=outcome.usage,
             )
 
     def to_record(self, retry: RetryPolicy | None, now: datetime) -> Outcome | None:
@@ -211,8 +219,10 @@ class Attempts:
         containment: Containment | None = None,
         handler: Handler | None = None,
         lines: RunLines | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.ledger = ledger
+        self.tracing = tracing  # None unless the OpenTelemetry environment asks (core.tracing)
         self.clock = clock
         # Which of a run's lines are its own and which are summarised (AGENTCRON_LOG_RUNS).
         self.lines = lines or RunLines(each=False, instance_id=ledger.owner)
@@ -258,6 +268,10 @@ class Attempts:
             verdict.bound.info("run_started", trigger=run.trigger, due_at=due_at)
         began = time.monotonic()
         secrets: dict[str, str] = {}
+        trace: dict[str, str] = {}
+        if self.tracing is not None:
+            verdict.span = span = self.tracing.attempt(run, payload["runner"]["type"], self.clock())
+            trace = self.tracing.headers(span)
         try:
             try:
                 runner = build_runner(payload["runner"], self.handler)
@@ -279,6 +293,7 @@ class Attempts:
                 instance_id=self.ledger.owner,
                 containment=self.containment,
                 threads=self.threads,
+                trace=trace,
             )
             # Awaited in place, not as a task of its own: a thread's return reaches this line a
             # loop turn later.
@@ -320,6 +335,14 @@ class Attempts:
 
     async def finish(self, verdict: Verdict) -> None:
         """Write the outcome of an attempt, then hand the finished run to delivery."""
+        try:
+            await self._finish(verdict)
+        finally:
+            if verdict.span is not None and self.tracing is not None:
+                usage = verdict.outcome.usage if verdict.outcome is not None else None
+                self.tracing.attempt_ended(verdict.span, verdict.ended, verdict.error, usage)
+
+    async def _finish(self, verdict: Verdict) -> None:
         run, reason = verdict.run, verdict.cancelled
         if reason in (LEASE_LOST, LEASE_UNCONFIRMED):
             # The one line that says this replica stopped an attempt it could no longer vouch
@@ -334,14 +357,17 @@ class Attempts:
                 await self.ledger.release([run.id], started=True)
             if reason == "shutdown":
                 verdict.bound.info("run_released", reason="shutdown")
+            verdict.ended = "released"
             return
         retry = None
         if verdict.transient:  # most attempts need no policy: none is made for them
             retry = RetryPolicy(max_attempts=int(run.payload["max_attempts"]), base=self.retry_base)
         outcome = verdict.to_record(retry, self.clock())
         if outcome is None:
+            verdict.ended = "lease_lost"
             return
         recorded = await self.results.submit(outcome)
+        verdict.ended = recorded.status if recorded is not None else "lease_lost"
         if outcome.retry_at is not None:
             verdict.bound.warning(
                 "run_retry_scheduled", error=verdict.error, retry_at=outcome.retry_at.isoformat()
@@ -354,6 +380,8 @@ class Attempts:
             verdict.bound.warning("run_lease_lost")
             return
         status = recorded.status
+        if self.tracing is not None and status in TERMINAL:
+            self.tracing.run_ended(recorded)
         if not self.lines.each:
             self.lines.count_end(status)
         # Under ``summary`` a success is only counted; any other end keeps its own line.
@@ -370,4 +398,4 @@ class Attempts:
             )
         # The outcome was recorded with a delivery lease only if a channel applies.
         if recorded.deliver_until is not None:
-            self.deliveries.start(recorded, verdict.workdir, verdict.bound)
+            self.deliveries.start(recorded, verdict.workdir, verdict.bound, verdict.span)

@@ -14,8 +14,9 @@ import asyncio
 import uuid
 from collections.abc import Collection
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentcron.core.clock import Clock
 from agentcron.core.errors import SchedulerUnavailable
@@ -26,7 +27,11 @@ from agentcron.core.retry import RetryPolicy
 from agentcron.core.runs import run_view
 from agentcron.core.secrets.keyring import Keyring
 from agentcron.core.storage.models import Run
+from agentcron.core.tracing import untraced
 from agentcron.web.engine.metrics import EngineMetrics
+
+if TYPE_CHECKING:
+    from agentcron.core.otel import Tracing
 
 log = get_logger("agentcron.engine")
 
@@ -58,8 +63,10 @@ class Deliveries:
         allow_private: bool = False,
         policy: RetryPolicy = DEFAULT_POLICY,
         keyring: Keyring | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.ledger = ledger
+        self.tracing = tracing
         self.clock = clock
         self.metrics = metrics
         self.delivering = delivering
@@ -68,16 +75,18 @@ class Deliveries:
         self.delivery_policy = policy
         self.keyring = keyring
 
-    def start(self, run: Run, workdir: str, bound: Any) -> None:
+    def start(self, run: Run, workdir: str, bound: Any, span: Any = None) -> None:
+        """Deliver ``run`` from now; ``span``: the attempt that ended it, whose children its
+        deliveries' spans are when the engine traces."""
         # Deliver outside the concurrency slot: a slow receiver must not hold up other runs.
         # The task is tracked with the runs, so shutdown drains deliveries too. Listed at once,
         # so the heartbeat renews its lease from now on.
         self.delivering.add(run.id)
-        delivery = asyncio.create_task(self._deliver(run, workdir, bound))
+        delivery = asyncio.create_task(self._deliver(run, workdir, bound, span))
         self.tasks.add(delivery)
         delivery.add_done_callback(self.tasks.discard)
 
-    async def _deliver(self, run: Run, workdir: str, bound: Any) -> None:
+    async def _deliver(self, run: Run, workdir: str, bound: Any, span: Any) -> None:
         """Make a finished run's deliveries, then clear its delivery lease. Cancelled (the
         drain timed out) or cut off from the database, the lease stays and runs out, and
         another replica, or this one after a restart, makes what is left."""
@@ -92,6 +101,11 @@ class Deliveries:
                     allow_private=self.allow_private,
                     policy=self.delivery_policy,
                     keyring=self.keyring,
+                    spans=(
+                        partial(self.tracing.delivery, run.id, span)
+                        if self.tracing is not None
+                        else untraced
+                    ),
                 )
                 for channel, status in made:
                     self.metrics.deliveries.labels(channel, status).inc()

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
+from typing import TYPE_CHECKING
 
 from agentcron.core.clock import Clock, utcnow
 from agentcron.core.errors import AgentcronError, SchedulerUnavailable
@@ -41,6 +42,9 @@ from agentcron.web.engine.attempt import HARD_STOP_GRACE
 from agentcron.web.engine.metrics import EngineMetrics
 from agentcron.web.engine.run import RunEngine
 from agentcron.web.engine.supervisor import Supervisor, sleep_or_stop
+
+if TYPE_CHECKING:
+    from agentcron.core.otel import Tracing
 
 log = get_logger("agentcron.engine")
 
@@ -97,8 +101,10 @@ class SchedulerLoop:
         liveness: bool = False,
         predecessors: bool = False,
         log_runs: str = "summary",
+        tracing: Tracing | None = None,
     ) -> None:
-        """``liveness``: hold this engine's liveness lock and take over the runs of engines
+        """``tracing``: the spans of this engine's runs (``core.tracing``; None: untraced).
+        ``liveness``: hold this engine's liveness lock and take over the runs of engines
         whose lock is gone (PostgreSQL only; ``core.storage.liveness``). ``predecessors``: this
         is the one engine of its id (PostgreSQL, under its liveness lock) or of its file
         (SQLite, under ``EngineLock``), so its first claim takes the runs of the engine it
@@ -132,7 +138,9 @@ class SchedulerLoop:
             containment=containment,
             handler=handler,
             log_runs=log_runs,
+            tracing=tracing,
         )
+        self.tracing = tracing
         self.liveness: Liveness | None = None
         if liveness and ledger.db.capabilities.multi_process:
             self.liveness = Liveness(ledger.db, ledger.owner, self._liveness_changed)
@@ -185,6 +193,8 @@ class SchedulerLoop:
         # drain keeps its thread until it returns.
         self.engine.threads.shutdown()
         self.engine.attempts.lines.flush()  # what was counted since the last summary
+        if self.tracing is not None:  # the spans still batched, sent before the process ends
+            await asyncio.to_thread(self.tracing.shutdown)
         self.running = False
 
     @property

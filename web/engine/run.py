@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from agentcron.core.clock import Clock
 from agentcron.core.errors import AgentcronError
@@ -40,6 +41,9 @@ from agentcron.web.engine.metrics import EngineMetrics
 from agentcron.web.engine.runlines import RunLines
 from agentcron.web.engine.slots import Slots
 from agentcron.web.engine.supervisor import sleep_or_stop
+
+if TYPE_CHECKING:
+    from agentcron.core.otel import Tracing
 
 WAIT_POLL_SECONDS = 0.5  # how often a run waiting on overlap or a run lock looks again
 
@@ -64,6 +68,7 @@ class RunEngine(Slots):
         containment: Containment | None = None,
         handler: Handler | None = None,
         log_runs: str = "summary",
+        tracing: Tracing | None = None,
     ) -> None:
         super().__init__(concurrency)
         self.ledger = ledger
@@ -95,6 +100,7 @@ class RunEngine(Slots):
             allow_private=allow_private,
             policy=delivery_policy,
             keyring=keyring,
+            tracing=tracing,
         )
         self.attempts = Attempts(
             ledger,
@@ -110,6 +116,7 @@ class RunEngine(Slots):
             containment=containment,
             handler=handler,
             lines=RunLines(each=log_runs == "each", instance_id=ledger.owner),
+            tracing=tracing,
         )
         self.metrics.in_flight.set_function(lambda: len(self.tokens))
         # Runs that start at the same moment share an admission's transaction: in a burst this

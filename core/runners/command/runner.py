@@ -77,6 +77,9 @@ class CommandRunner:
             os.environ, home=home, tmpdir=tmpdir, passthrough=request.containment.agent_env
         )
         env.update(run_metadata(request))
+        # TRACEPARENT, TRACESTATE: the attempt's trace context, as OpenTelemetry's SDKs read
+        # it from the environment (the run's config may still set its own).
+        env.update({name.upper(): value for name, value in request.trace.items()})
         # A value {"secret": NAME} is the owner's stored secret, resolved for this attempt.
         env.update(
             {

@@ -65,8 +65,10 @@ def server_message(raw: bytes, redact: Redactor) -> str:
     return text
 
 
-def reply_text(raw: bytes, endpoint: str) -> str:
-    """``choices[0].message.content`` of a chat completion, or ``RunPermanentError``."""
+def chat_reply(raw: bytes, endpoint: str) -> tuple[str, dict[str, int] | None]:
+    """``choices[0].message.content`` of a chat completion, and its token usage when the reply
+    says it (``usage.prompt_tokens`` and ``completion_tokens``, as ``input_tokens`` and
+    ``output_tokens``: the attempt's span names them so); or ``RunPermanentError``."""
     try:
         data = json.loads(raw)
         content = data["choices"][0]["message"]["content"]
@@ -79,4 +81,11 @@ def reply_text(raw: bytes, endpoint: str) -> str:
         raise RunPermanentError(
             f"malformed reply from {endpoint}: choices[0].message.content is not a string"
         )
-    return content
+    usage = data.get("usage") if isinstance(data, dict) else None
+    names = (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"))
+    counts = {
+        ours: usage[theirs]
+        for ours, theirs in names
+        if isinstance(usage, dict) and type(usage.get(theirs)) is int
+    }
+    return content, counts or None

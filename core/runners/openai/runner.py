@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from agentcron.core.errors import RunPermanentError
 from agentcron.core.notify.outbound import http_failure, send_pinned, system_tls
 from agentcron.core.notify.ssrf import IPAddress, PrivateDestination, resolve, vet
 from agentcron.core.runners.base import CancelToken, RunOutcome, RunRequest, TransientRunError
-from agentcron.core.runners.openai.reply import Redactor, read_capped, reply_text, server_message
+from agentcron.core.runners.openai.reply import Redactor, chat_reply, read_capped, server_message
 
 HISTORY_ROLES = frozenset({"system", "user", "assistant"})
 _HEADER_SAFE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII: what a bearer token may hold
@@ -125,7 +126,7 @@ class OpenAIRunner:
             body["max_tokens"] = self.max_tokens
         limit = max(0.001, request.timeout_seconds)
 
-        exchange = asyncio.ensure_future(self._exchange(body, key, limit, redact))
+        exchange = asyncio.ensure_future(self._exchange(body, key, limit, redact, request.trace))
         stopped = asyncio.ensure_future(cancel.wait())
         try:
             done, _ = await asyncio.wait(
@@ -142,10 +143,11 @@ class OpenAIRunner:
             raise RunPermanentError(f"cancelled ({cancel.reason}); the request was abandoned")
         if exchange not in done:
             raise TransientRunError(f"no reply from {self.endpoint} within {limit:g} s")
-        reply = exchange.result()
+        reply, usage = exchange.result()
         run_id = str(request.run_id)
         return RunOutcome(
             output=reply,
+            usage=usage,
             turns=(
                 {"role": "user", "content": request.prompt, "run_id": run_id},
                 {"role": "assistant", "content": reply, "run_id": run_id},
@@ -170,10 +172,16 @@ class OpenAIRunner:
             raise TransientRunError(f"cannot resolve {host} ({exc})") from exc
 
     async def _exchange(
-        self, body: dict[str, Any], key: str, limit: float, redact: Redactor
-    ) -> str:
-        """POST ``body``; the assistant's reply, or a classified error (see ``run``)."""
-        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+        self,
+        body: dict[str, Any],
+        key: str,
+        limit: float,
+        redact: Redactor,
+        trace: Mapping[str, str],
+    ) -> tuple[str, dict[str, int] | None]:
+        """POST ``body``; the assistant's reply and token usage, or a classified error (see
+        ``run``). ``trace``: the attempt's trace context, sent as headers."""
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json", **trace}
         pinned = self.private_endpoints is not None  # a tenant's: see the class docstring
         try:
             async with httpx.AsyncClient(
@@ -214,4 +222,4 @@ class OpenAIRunner:
             if status in (408, 429) or status >= 500:
                 raise TransientRunError(message)
             raise RunPermanentError(message)
-        return reply_text(raw, self.endpoint)
+        return chat_reply(raw, self.endpoint)
