@@ -35,7 +35,7 @@ EXTRA_MODULES = (
     "cryptography",
     "prometheus_client",
     "jsonschema",
-    "opentelemetry",
+    "opentelemetry.sdk",  # the namespace itself may come with a base dependency
 )
 SCHEDULE = {
     "name": "news digest",
