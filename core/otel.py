@@ -48,6 +48,7 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, Sta
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentcron.core.errors import StartupError
+from agentcron.core.runners.base import RunOutcome
 from agentcron.core.states import FAILURES, RunStatus
 from agentcron.core.storage.models import Run
 
@@ -157,11 +158,13 @@ class Tracing:
 
     @staticmethod
     def attempt_ended(
-        span: Span, status: str, error: str | None, usage: Mapping[str, int] | None
+        span: Span, status: str, error: str | None, outcome: RunOutcome | None
     ) -> None:
         """End an attempt's span as recorded: ``status`` is the run's status after it (a
-        retry's ``pending``), or why nothing was recorded (``released``, ``lease_lost``)."""
+        retry's ``pending``), or why nothing was recorded (``released``, ``lease_lost``);
+        ``outcome``, the agent's answer if it gave one, says the tokens it used."""
         span.set_attribute("agentcron.run.status", status)
+        usage = outcome.usage if outcome is not None else None
         for name, value in (usage or {}).items():
             span.set_attribute(f"gen_ai.usage.{name}", value)
         if error is not None:

@@ -201,8 +201,7 @@ class Engine:
         if self._started:
             return
         settings = self.settings
-        # First: a malformed AGENTCRON_SECRETS_KEY refuses the start (StartupError) before
-        # anything is opened.
+        # First: a malformed AGENTCRON_SECRETS_KEY refuses the start before anything is opened.
         self.keyring = Keyring.from_setting(settings.secrets_key)
         self._db = db = Database.from_settings(settings)
         try:
@@ -218,9 +217,8 @@ class Engine:
         # The command runner resolves declared agents through the process's policy.
         configure_policy(self.policy)
         # On PostgreSQL every "now" of the engine (due times, leases, next_run, available_at)
-        # is the database's: replicas on hosts whose clocks disagree would otherwise claim
-        # early or late relative to each other, and one whose clock runs fast would find a
-        # live run's lease expired and take it over. One clock for all of them, the database's.
+        # is the database's: replicas whose clocks disagree would otherwise claim early or late
+        # relative to each other, and a fast clock would find a live run's lease expired.
         clock: Clock = self.clock or utcnow
         if self.clock is None and db.capabilities.database_clock:
             clock = DatabaseClock(warn_seconds=settings.clock_skew_warn_seconds)
@@ -280,8 +278,7 @@ class Engine:
                 handler=self.handler,
                 liveness=settings.liveness,
                 log_runs=settings.log_runs,
-                # The standard OpenTelemetry environment, read now: spans only when it asks.
-                tracing=tracing_from_environment(),
+                tracing=tracing_from_environment(),  # OTEL_*: spans only when it asks
                 predecessors=True,  # SQLite: the file lock is ours; PostgreSQL: the id's lock
             )
             service.context.on_change = ledger.on_change = runs.on_change = loop.wake

@@ -110,9 +110,7 @@ class Verdict:
     kept: str | None = None  # the output of an attempt that missed its expectations
     returned_at: datetime | None = None  # when the agent returned (the run's ``output_at``)
     span: Any = None  # the attempt's span when the engine traces (``core.otel``)
-    # What the span says the attempt ended as: the status recorded, a retry's ``pending``, or
-    # why nothing was recorded.
-    ended: str = "unrecorded"
+    ended: str = "unrecorded"  # for the span: the status recorded, or why none was
 
     def missed(self, why: str) -> None:
         """The agent ended well but its output misses the schedule's expectations
@@ -339,8 +337,9 @@ class Attempts:
             await self._finish(verdict)
         finally:
             if verdict.span is not None and self.tracing is not None:
-                usage = verdict.outcome.usage if verdict.outcome is not None else None
-                self.tracing.attempt_ended(verdict.span, verdict.ended, verdict.error, usage)
+                self.tracing.attempt_ended(
+                    verdict.span, verdict.ended, verdict.error, verdict.outcome
+                )
 
     async def _finish(self, verdict: Verdict) -> None:
         run, reason = verdict.run, verdict.cancelled

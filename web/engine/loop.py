@@ -140,7 +140,6 @@ class SchedulerLoop:
             log_runs=log_runs,
             tracing=tracing,
         )
-        self.tracing = tracing
         self.liveness: Liveness | None = None
         if liveness and ledger.db.capabilities.multi_process:
             self.liveness = Liveness(ledger.db, ledger.owner, self._liveness_changed)
@@ -188,13 +187,7 @@ class SchedulerLoop:
         await self._drain(self.drain_timeout)
         await self.supervisor.stop(*SERVICES)
         self.engine.leases.disarm_all()
-        # The agents' idle threads end now, not when the engine is collected (a host that
-        # starts engine after engine would gather them); a sync agent still running past the
-        # drain keeps its thread until it returns.
-        self.engine.threads.shutdown()
-        self.engine.attempts.lines.flush()  # what was counted since the last summary
-        if self.tracing is not None:  # the spans still batched, sent before the process ends
-            await asyncio.to_thread(self.tracing.shutdown)
+        await self.engine.close()
         self.running = False
 
     @property

@@ -125,6 +125,17 @@ class RunEngine(Slots):
             retrying(self._admit), name="agentcron-admissions"
         )
 
+    async def close(self) -> None:
+        """What the engine's stop ends once its runs are drained or handed over."""
+        # The agents' idle threads end now, not when the engine is collected (a host that
+        # starts engine after engine would gather them); a sync agent still running past the
+        # drain keeps its thread until it returns.
+        self.threads.shutdown()
+        self.attempts.lines.flush()  # what was counted since the last summary
+        tracing = self.attempts.tracing
+        if tracing is not None:  # the spans still batched, sent before the process ends
+            await asyncio.to_thread(tracing.shutdown)
+
     # The store's verb, looked up at each batch (so a test may stand in for it).
     async def _admit(self, runs: Sequence[Run]) -> list[StartDecision]:
         return await self.ledger.admit(runs)
